@@ -1,0 +1,22 @@
+# Replays machine-learning research tasks reproducibly: fixed assets -> formal replay under
+# a budget -> published checkpoints -> frozen validation -> final scores with receipts ->
+# the official result. See README.md; the contract is ../shared/SPEC.md.
+from snakemake.utils import min_version
+
+min_version("9.21")  # 9.16.3-9.20.0 misread CLI/profile runtimes as seconds
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/assets.smk"
+include: "rules/replay.smk"
+include: "rules/evaluate.smk"
+include: "rules/final.smk"
+
+
+rule all:
+    input:
+        expand("results/{task}/final", task=sorted(config["tasks"])),
+    default_target: True

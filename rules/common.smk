@@ -1,0 +1,123 @@
+import json
+import re
+import sys
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from replaykit.harness.budget import Budget
+from replaykit.tasks import get_task
+
+validate(config, schema="../config/schema.yaml")
+
+# The interpreter that runs snakemake runs every step (the project venv).
+PY = sys.executable
+RUN_RE = r"[A-Za-z0-9_.]+-seed\d+"
+
+
+wildcard_constraints:
+    task="|".join(sorted(config["tasks"])),
+    run=RUN_RE,
+    progress=r"\d+",
+    model=r"[A-Za-z0-9_.-]+",
+
+
+def task_cfg(w):
+    return config["tasks"][w.task]
+
+
+def parse_run(run):
+    """'<candidate>-seed<seed>' -> (candidate, seed)."""
+    m = re.fullmatch(r"(.+)-seed(\d+)", run)
+    return m.group(1), int(m.group(2))
+
+
+def run_name(candidate, seed):
+    return f"{candidate}-seed{seed}"
+
+
+def get_fixed_start(w):
+    fs = task_cfg(w)["fixed_start"]
+    return f"results/models/{fs['model']}" if "model" in fs else fs["path"]
+
+
+def get_recipe_files(w):
+    root = Path(workflow.basedir) / "recipes" / w.task
+    return sorted(
+        str(p.relative_to(workflow.basedir))
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+
+
+def get_patch(w):
+    candidate, _ = parse_run(w.run)
+    if candidate == "shipped":
+        return []
+    patches = task_cfg(w)["candidates"]
+    if candidate not in patches:
+        raise ValueError(
+            f"config: tasks.{w.task}.candidates: no candidate named {candidate!r}"
+        )
+    return [patches[candidate]]
+
+
+def get_budget(w):
+    return Budget.from_config(task_cfg(w)["budget"])
+
+
+def replay_dir(w):
+    return f"results/{w.task}/{w.run}/replay"
+
+
+def retained(w):
+    """Progress values retained by a finished replay (read from its record)."""
+    record = checkpoints.replay.get(task=w.task, run=w.run).output.record
+    return json.loads(Path(record).read_text())["retained"]
+
+
+def get_markers(w):
+    return expand(
+        "results/{task}/{run}/validation/checkpoint-{progress}.json",
+        task=w.task,
+        run=w.run,
+        progress=retained(w),
+    )
+
+
+def get_final_scores(w):
+    return expand(
+        "results/{task}/{run}/final-scores/checkpoint-{progress}/.complete",
+        task=w.task,
+        run=w.run,
+        progress=retained(w),
+    )
+
+
+def get_proxy_scores(w):
+    return expand(
+        "results/{task}/{run}/proxy-scores/checkpoint-{progress}/.complete",
+        task=w.task,
+        run=w.run,
+        progress=retained(w),
+    )
+
+
+def get_officials(w):
+    cfg = task_cfg(w)
+    return [
+        f"results/{w.task}/{run_name(cfg['candidate'], seed)}/official.json"
+        for seed in cfg["seeds"]
+    ]
+
+
+def get_shipped_official(w):
+    return f"results/{w.task}/{run_name('shipped', task_cfg(w)['seeds'][0])}/official.json"
+
+
+def split_items(w, split):
+    return get_task(w.task).split_file(split)
+
+
+def as_json(key):
+    return lambda w: json.dumps(task_cfg(w)[key], sort_keys=True)

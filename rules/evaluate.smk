@@ -1,0 +1,105 @@
+rule validate:
+    """Frozen loader's verdict on one retained checkpoint (never fails on a bad one)."""
+    input:
+        record="results/{task}/{run}/replay/record.json",
+        checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
+        fixed_start=get_fixed_start,
+    output:
+        marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
+    params:
+        cfg=as_json("validation"),
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: task_cfg(w)["validation"]["runtime"],
+    log:
+        "logs/{task}/{run}/validate-{progress}.log",
+    benchmark:
+        "benchmarks/{task}/{run}/validate-{progress}.tsv"
+    shell:
+        "OMP_NUM_THREADS={threads} {PY} -m replaykit validate --task {wildcards.task}"
+        " --checkpoint {input.checkpoint} --fixed-start {input.fixed_start} --cfg {params.cfg:q}"
+        " --out {output.marker} > {log} 2>&1"
+
+
+rule score_final:
+    """Frozen evaluator on the final (hidden) split: summary.json, rows.jsonl, then .complete."""
+    input:
+        marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
+        checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
+        fixed_start=get_fixed_start,
+        hidden="results/{task}/assets/hidden",
+    output:
+        summary="results/{task}/{run}/final-scores/checkpoint-{progress}/summary.json",
+        receipt="results/{task}/{run}/final-scores/checkpoint-{progress}/.complete",
+    params:
+        cfg=as_json("evaluation"),
+        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    log:
+        "logs/{task}/{run}/score-final-{progress}.log",
+    benchmark:
+        "benchmarks/{task}/{run}/score-final-{progress}.tsv"
+    shell:
+        "OMP_NUM_THREADS={threads} {PY} -m replaykit score --task {wildcards.task} --split final"
+        " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
+        " --items {params.items_file} --cfg {params.cfg:q}"
+        " --out-dir results/{wildcards.task}/{wildcards.run}/final-scores/checkpoint-{wildcards.progress}"
+        " > {log} 2>&1"
+
+
+rule score_proxy:
+    """Frozen evaluator on the public proxy split; never mixed with final numbers."""
+    input:
+        marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
+        checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
+        fixed_start=get_fixed_start,
+        public="results/{task}/assets/public",
+    output:
+        summary="results/{task}/{run}/proxy-scores/checkpoint-{progress}/summary.json",
+        receipt="results/{task}/{run}/proxy-scores/checkpoint-{progress}/.complete",
+    params:
+        cfg=as_json("evaluation"),
+        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'proxy')}",
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    log:
+        "logs/{task}/{run}/score-proxy-{progress}.log",
+    benchmark:
+        "benchmarks/{task}/{run}/score-proxy-{progress}.tsv"
+    shell:
+        "OMP_NUM_THREADS={threads} {PY} -m replaykit score --task {wildcards.task} --split proxy"
+        " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
+        " --items {params.items_file} --cfg {params.cfg:q}"
+        " --out-dir results/{wildcards.task}/{wildcards.run}/proxy-scores/checkpoint-{wildcards.progress}"
+        " > {log} 2>&1"
+
+
+rule reference_fixed_start:
+    """Fixed-start reference: the final protocol applied to the fixed start itself."""
+    input:
+        fixed_start=get_fixed_start,
+        hidden="results/{task}/assets/hidden",
+    output:
+        summary="results/{task}/reference/fixed-start/final-scores/summary.json",
+        receipt="results/{task}/reference/fixed-start/final-scores/.complete",
+    params:
+        cfg=as_json("evaluation"),
+        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    log:
+        "logs/{task}/reference-fixed-start.log",
+    benchmark:
+        "benchmarks/{task}/reference-fixed-start.tsv"
+    shell:
+        "OMP_NUM_THREADS={threads} {PY} -m replaykit score --task {wildcards.task} --split final"
+        " --fixed-start {input.fixed_start} --items {params.items_file} --cfg {params.cfg:q}"
+        " --out-dir results/{wildcards.task}/reference/fixed-start/final-scores > {log} 2>&1"

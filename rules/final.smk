@@ -1,0 +1,44 @@
+rule official:
+    """Best valid final result among the run's retained checkpoints."""
+    input:
+        record="results/{task}/{run}/replay/record.json",
+        markers=get_markers,
+        scores=get_final_scores,
+    output:
+        "results/{task}/{run}/official.json",
+    params:
+        direction=lambda w: get_task(w.task).METRIC["direction"],
+        score_dirs=lambda w, input: [str(Path(p).parent) for p in input.scores],
+    log:
+        "logs/{task}/{run}/official.log",
+    shell:
+        "{PY} -m replaykit official --task {wildcards.task} --run {wildcards.run}"
+        " --record {input.record} --direction {params.direction} --markers {input.markers}"
+        " --scores {params.score_dirs} --out {output} > {log} 2>&1"
+
+
+rule proxy:
+    """Proxy scores of every retained checkpoint of a run (exploration only)."""
+    input:
+        get_proxy_scores,
+    output:
+        touch("results/{task}/{run}/proxy-scores/.complete"),
+
+
+rule final:
+    """The task's official result next to its references, with report.md and .complete."""
+    input:
+        officials=get_officials,
+        shipped=get_shipped_official,
+        fixed_start="results/{task}/reference/fixed-start/final-scores/.complete",
+    output:
+        directory("results/{task}/final"),
+    params:
+        published=lambda w: json.dumps(task_cfg(w)["references"]["published"], sort_keys=True),
+        n_boot=lambda w: task_cfg(w)["final"]["n_boot"],
+    log:
+        "logs/{task}/final.log",
+    shell:
+        "{PY} -m replaykit final --task {wildcards.task} --officials {input.officials}"
+        " --shipped-official {input.shipped} --fixed-start-scores results/{wildcards.task}/reference/fixed-start/final-scores"
+        " --published {params.published:q} --n-boot {params.n_boot} --out-dir {output} > {log} 2>&1"

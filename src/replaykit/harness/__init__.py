@@ -1,0 +1,1 @@
+"""Task-agnostic replay harness. Nothing here knows about a particular task."""

@@ -1,0 +1,84 @@
+"""Atomic writes and checked reads of JSON / JSON-lines files.
+
+Every file a rule produces is written to a temporary name in the same directory and
+renamed into place, so a reader (or a crash) never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import InputError
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file and ``os.replace`` (atomic on POSIX)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as indented, key-sorted JSON (stable bytes → stable hashes)."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
+    """Write one JSON object per line, atomically."""
+    text = "".join(json.dumps(row, sort_keys=True, allow_nan=False) + "\n" for row in rows)
+    return atomic_write_text(path, text)
+
+
+def read_json(path: str | Path, required: Iterable[str] = ()) -> Any:
+    """Read a JSON file; raise :class:`InputError` naming the file and field when it is
+    missing, unparsable, or lacks one of the ``required`` top-level keys."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "-", "file not found")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, "-", f"not valid JSON ({exc})") from None
+    for key in required:
+        if not isinstance(obj, dict) or key not in obj:
+            raise InputError(path, key, "required field missing")
+    return obj
+
+
+def read_jsonl(path: str | Path, required: Iterable[str] = (), allow_empty: bool = False) -> list[dict]:
+    """Read JSON lines; raise :class:`InputError` for a bad line (``line N``), a row missing
+    a ``required`` key (``line N.key``), or an empty file unless ``allow_empty``."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "-", "file not found")
+    required = list(required)
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"line {number}", f"not valid JSON ({exc.msg})") from None
+        for key in required:
+            if key not in row:
+                raise InputError(path, f"line {number}.{key}", "required field missing")
+        rows.append(row)
+    if not rows and not allow_empty:
+        raise InputError(path, "-", "no rows (empty set)")
+    return rows

@@ -1,0 +1,96 @@
+"""Atomic publication of checkpoints and the retention rule.
+
+A checkpoint is a complete directory ``checkpoint-<progress>/``. It is copied under a
+temporary name (``.tmp-checkpoint-<progress>``, outside the ``checkpoint-N`` pattern) and
+renamed into place, so it appears whole or not at all. After each publication only the
+``keep`` (3) greatest progress values are retained; a removed checkpoint is first renamed
+to ``.tmp-trash-...`` so that a crash mid-delete never leaves a partial ``checkpoint-N``.
+Every publication is appended to ``publications.jsonl`` with its cumulative count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+from .hashing import sha256_tree
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+LEDGER = "publications.jsonl"
+KEEP = 3
+
+
+def published(root: str | Path) -> list[int]:
+    """Progress values of the published checkpoints under ``root``, ascending."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = (CHECKPOINT_RE.match(p.name) for p in root.iterdir() if p.is_dir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def retained_after(existing: list[int], new: int, keep: int = KEEP) -> list[int]:
+    """The retention rule: the ``keep`` greatest progress values of ``existing + [new]``."""
+    return sorted(set(existing) | {new})[-keep:]
+
+
+def read_ledger(root: str | Path) -> list[dict]:
+    path = Path(root) / LEDGER
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in root.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def publish_checkpoint(src: str | Path, root: str | Path, progress: int, keep: int = KEEP) -> dict:
+    """Publish the directory ``src`` as ``root/checkpoint-<progress>`` and apply retention.
+
+    Args:
+        src: a complete checkpoint directory (copied, not moved).
+        root: the replay's publication directory.
+        progress: a strictly increasing integer (step, epoch, ...).
+        keep: how many checkpoints to retain (the greatest progress values).
+
+    Returns:
+        The ledger entry: progress, sha256 (tree hash), count (cumulative publications),
+        time (unix seconds), retained (progress values after retention).
+
+    Raises:
+        ValueError: ``progress`` is not greater than every progress published before.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    ledger = read_ledger(root)
+    previous = [entry["progress"] for entry in ledger] + published(root)
+    if previous and progress <= max(previous):
+        raise ValueError(f"progress must strictly increase: {progress} <= {max(previous)}")
+    tmp = root / f".tmp-checkpoint-{progress}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(src, tmp)
+    _fsync_tree(tmp)
+    digest = sha256_tree(tmp)
+    os.rename(tmp, root / f"checkpoint-{progress}")
+    retained = retained_after(published(root), progress, keep)
+    for old in published(root):
+        if old not in retained:
+            trash = root / f".tmp-trash-{old}"
+            os.rename(root / f"checkpoint-{old}", trash)
+            shutil.rmtree(trash)
+    entry = {"progress": progress, "sha256": digest, "count": len(ledger) + 1,
+             "time": time.time(), "retained": retained}
+    with open(root / LEDGER, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return entry

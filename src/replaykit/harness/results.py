@@ -1,0 +1,169 @@
+"""Official result of a run, and the task's final result with references and report.
+
+Chain a reader can follow by file name: ``final/summary.json`` -> per-seed
+``official.json`` -> ``final-scores/checkpoint-N/summary.json`` -> ``replay/record.json``
+-> workspace record (patch SHA-256) -> asset manifest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import InputError
+from .fileio import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from .hashing import sha256_file
+from .receipts import read_complete_summary, status, write_summary
+from .select import best_valid
+from .stats import exact_mcnemar, mean_sd, normalised_score, paired_bootstrap
+
+
+def official_result(*, task: str, run: str, record_path: str | Path, markers: dict[int, str | Path],
+                    scores: dict[int, str | Path], direction: str, out: str | Path) -> dict:
+    """Select the best valid final result among the retained checkpoints and write ``out``.
+
+    Args:
+        markers: progress -> validation marker (JSON).
+        scores: progress -> final-score directory (``summary.json`` + ``.complete``).
+    """
+    record = read_json(record_path, required=("retained", "seed"))
+    if sorted(markers) != sorted(record["retained"]) or sorted(scores) != sorted(record["retained"]):
+        raise InputError(record_path, "retained", "validation markers / scores do not cover the retained checkpoints")
+    checkpoints = []
+    for progress in sorted(record["retained"]):
+        marker = read_json(markers[progress], required=("valid", "reason"))
+        entry = {"progress": progress, "valid": bool(marker["valid"]), "reason": marker["reason"],
+                 "marker": str(markers[progress]), "scores": str(scores[progress]),
+                 "score_status": status(scores[progress]), "value": None, "se": None}
+        if entry["valid"]:
+            summary = read_complete_summary(scores[progress])
+            entry.update(value=summary["value"], se=summary["uncertainty"]["value"], n=summary["n"],
+                         metric=summary["metric"], diagnostics=summary["diagnostics"],
+                         advisories=summary["advisories"])
+        checkpoints.append(entry)
+    best = best_valid(checkpoints, direction)
+    doc = {"task": task, "run": run, "seed": record["seed"], "direction": direction,
+           "record": str(record_path), "record_sha256": sha256_file(record_path),
+           "patch_sha256": record.get("patch_sha256"), "asset_manifest_sha256": record.get("asset_manifest_sha256"),
+           "stop_reason": record.get("stop_reason"), "utilisation": record.get("utilisation"),
+           "publication_count": record.get("publication_count"),
+           "checkpoints": checkpoints, "official": best}
+    atomic_write_json(out, doc)
+    return doc
+
+
+def _rows_by_id(score_dir: str | Path) -> dict[str, float]:
+    return {str(r["id"]): float(r["score"]) for r in read_jsonl(Path(score_dir) / "rows.jsonl", required=("id", "score"))}
+
+
+def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: int) -> dict:
+    """Paired bootstrap CI (and an exact McNemar test for 0/1 scores) of ``a - b`` over shared rows."""
+    a, b = _rows_by_id(a_dir), _rows_by_id(b_dir)
+    if set(a) != set(b):
+        raise InputError(Path(a_dir) / "rows.jsonl", "id", f"rows differ from {Path(b_dir) / 'rows.jsonl'}")
+    ids = sorted(a)
+    xa, xb = [a[i] for i in ids], [b[i] for i in ids]
+    out = paired_bootstrap(xa, xb, n_boot=n_boot, seed=seed)
+    if set(xa) | set(xb) <= {0.0, 1.0}:
+        out["mcnemar"] = exact_mcnemar([v == 1.0 for v in xa], [v == 1.0 for v in xb])
+    return out
+
+
+def _fmt(value, se=None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else "")
+
+
+def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: str | Path,
+                 shipped_official: str | Path, published: dict, n_boot: int, out_dir: str | Path) -> dict:
+    """Write ``summary.json``, ``report.md`` and (last) ``.complete`` of the task's final result.
+
+    The headline is the official result of the first seed; with several seeds the summary
+    also gives the mean and SD of the per-seed official values.
+    """
+    out_dir = Path(out_dir)
+    docs = [read_json(p, required=("official", "checkpoints")) for p in officials]
+    primary = docs[0]
+    shipped = read_json(shipped_official, required=("official",))
+    fixed = read_complete_summary(fixed_start_scores)
+    best = primary["official"]
+    if best is None:
+        raise InputError(officials[0], "official", "no valid checkpoint: there is no official result")
+    direction = primary["direction"]
+    shipped_best = shipped["official"]
+    references = {"fixed_start": {"value": fixed["value"], "se": fixed["uncertainty"]["value"],
+                                  "scores": str(fixed_start_scores)},
+                  "shipped": {"value": shipped_best["value"] if shipped_best else None,
+                              "se": shipped_best["se"] if shipped_best else None,
+                              "official": str(shipped_official)},
+                  "published": published or {}}
+    comparisons = {"vs_fixed_start": paired_comparison(best["scores"], fixed_start_scores, n_boot, seed=0)}
+    if shipped_best:
+        comparisons["vs_shipped"] = paired_comparison(best["scores"], shipped_best["scores"], n_boot, seed=0)
+    normalised = (normalised_score(best["value"], fixed["value"], shipped_best["value"]) if shipped_best else None)
+    per_seed = [{"seed": d["seed"], "run": d["run"], "value": d["official"]["value"] if d["official"] else None,
+                 "progress": d["official"]["progress"] if d["official"] else None, "official": str(p)}
+                for d, p in zip(docs, officials)]
+    seeds = mean_sd([s["value"] for s in per_seed if s["value"] is not None])
+    advisories = list(best.get("advisories", []))
+    if normalised is None:
+        advisories.append("normalised score undefined: fixed-start and shipped references are equal")
+    summary = {
+        "metric": best["metric"], "direction": direction, "value": best["value"],
+        "uncertainty": {"value": best["se"], "kind": "binomial_se"}, "n": best["n"],
+        "diagnostics": best.get("diagnostics", {}), "advisories": advisories,
+        "official": {"run": primary["run"], "seed": primary["seed"], "progress": best["progress"],
+                     "scores": best["scores"], "official": str(officials[0])},
+        "references": references, "comparisons": comparisons, "normalised_score": normalised,
+        "seeds": {**seeds, "per_seed": per_seed},
+        "lineage": {"asset_manifest_sha256": primary["asset_manifest_sha256"], "patch_sha256": primary["patch_sha256"],
+                    "record": primary["record"], "record_sha256": primary["record_sha256"]},
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "report.md", render_report(task, summary, docs))
+    write_summary(out_dir, summary)
+    return summary
+
+
+def render_report(task: str, summary: dict, docs: list[dict]) -> str:
+    """A Markdown run report: checkpoints, official result, references, budget, lineage."""
+    refs, comp = summary["references"], summary["comparisons"]
+    lines = [f"# {task}: final result", "",
+             f"**Official result**: {summary['metric']} = {_fmt(summary['value'], summary['uncertainty']['value'])} "
+             f"(n = {summary['n']}, {summary['direction']}), run `{summary['official']['run']}`, "
+             f"checkpoint-{summary['official']['progress']}.", "",
+             "## References", "", "| reference | value ± SE | source |", "|---|---|---|",
+             f"| fixed start | {_fmt(refs['fixed_start']['value'], refs['fixed_start']['se'])} | `{refs['fixed_start']['scores']}` |",
+             f"| shipped recipe | {_fmt(refs['shipped']['value'], refs['shipped']['se'])} | `{refs['shipped']['official']}` |"]
+    for name, value in sorted(refs["published"].items()):
+        lines.append(f"| published {name} (full scale) | {_fmt(value)} | SPEC |")
+    lines += ["", f"Normalised score (fixed start = 0, shipped = 1): {_fmt(summary['normalised_score'])}", "",
+              "## Paired comparisons (same rows)", "", "| vs | difference | 95 % CI (bootstrap) | McNemar p |", "|---|---|---|---|"]
+    for name, c in comp.items():
+        p = c.get("mcnemar", {}).get("p_value")
+        lines.append(f"| {name.removeprefix('vs_')} | {c['difference']:+.4f} | [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] | "
+                     f"{'-' if p is None else f'{p:.4g}'} |")
+    seeds = summary["seeds"]
+    lines += ["", "## Seeds", "", f"n = {seeds['n']}, mean = {_fmt(seeds['mean'])}, SD = {_fmt(seeds['sd'])}", ""]
+    for doc in docs:
+        util = doc.get("utilisation") or {}
+        lines += [f"## Run `{doc['run']}` (seed {doc['seed']})", "",
+                  f"Stopped: {doc.get('stop_reason')}; publications: {doc.get('publication_count')}; "
+                  f"budget used: {_fmt(util.get('budget_fraction'))} of the outer limit "
+                  f"(setup {_fmt(util.get('setup_s'))} s, training {_fmt(util.get('train_s'))} s, "
+                  f"export {_fmt(util.get('export_s'))} s, idle {_fmt(util.get('idle_s'))} s).", "",
+                  "| checkpoint | valid | final score ± SE | loose acc | inst. strict acc | marker | summary |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in doc["checkpoints"]:
+            d = c.get("diagnostics") or {}
+            lines.append(f"| checkpoint-{c['progress']} | {'valid' if c['valid'] else 'invalid: ' + c['reason']} | "
+                         f"{_fmt(c['value'], c['se'])} | {_fmt(d.get('prompt_level_loose_acc'))} | "
+                         f"{_fmt(d.get('inst_level_strict_acc'))} | `{c['marker']}` | `{c['scores']}/summary.json` |")
+        lines.append("")
+    lin = summary["lineage"]
+    lines += ["## Lineage", "",
+              f"asset manifest `{lin['asset_manifest_sha256']}` → patch `{lin['patch_sha256']}` → "
+              f"replay record `{lin['record']}` (`{lin['record_sha256']}`) → `{summary['official']['scores']}/summary.json`", ""]
+    if summary["advisories"]:
+        lines += ["## Advisories", ""] + [f"- {a}" for a in summary["advisories"]] + [""]
+    return "\n".join(lines)

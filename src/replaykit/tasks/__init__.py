@@ -1,0 +1,30 @@
+"""Task plug-ins. Each task is a subpackage ``replaykit.tasks.<name>`` exposing:
+
+* ``METRIC``: ``{"final": name, "proxy": name, "direction": "maximize"|"minimize"}``
+  (names may contain ``{n}``, filled with the number of scored rows);
+* ``build_assets(cfg, fixed_start, public_dir, hidden_dir) -> dict`` - writes the task's
+  data (public: training + proxy; hidden: the final split) and returns extra manifest fields;
+* ``validate(checkpoint, fixed_start, cfg) -> dict`` - the frozen loader's verdict
+  ``{valid, reason, checks}``; never raises for a bad checkpoint;
+* ``evaluate(checkpoint, fixed_start, items_file, split, cfg) -> (summary, rows)`` - the
+  frozen evaluator; ``rows`` carry ``id`` and a numeric ``score`` for paired statistics.
+
+Adding a task means adding such a subpackage, its recipe under ``recipes/<task>/`` and its
+config block; the harness and the rules stay as they are.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..harness.errors import InputError
+
+KNOWN = ("dpo",)
+
+
+def get_task(name: str) -> ModuleType:
+    """Import the plug-in of task ``name``; :class:`InputError` for an unknown task."""
+    if name not in KNOWN:
+        raise InputError("config", f"tasks.{name}", f"unknown task (known: {', '.join(KNOWN)})")
+    return importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,83 @@
+"""The ``dpo`` task: preference optimisation scored by instruction following (SPEC: dpo).
+
+Embedded default: SmolLM2-135M-Instruct as fixed start; verifiable-instruction prompts
+worded and checked by lm_eval's IFEval registry; preference pairs built reproducibly
+(:mod:`.instructions`). Full scale: a local fixed start directory, UltraFeedback
+``train_prefs`` and the IFEval prompts as local JSON-lines files.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ...harness.errors import InputError
+from ...harness.fileio import atomic_write_jsonl, read_jsonl
+from . import instructions
+from .evaluator import evaluate, read_items  # noqa: F401  (plug-in interface)
+from .loader import validate  # noqa: F401  (plug-in interface)
+
+METRIC = {"final": "ifeval_strict_accuracy_hidden{n}", "proxy": "ifeval_strict_accuracy_public{n}",
+          "direction": "maximize"}
+TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train_prefs.jsonl", "proxy_prompts.jsonl", "final_prompts.jsonl"
+PAIR_FIELDS = ("prompt", "chosen", "rejected")
+
+
+def _embedded(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
+    pairs, dropped = instructions.build_pairs(int(cfg["train_seed"]), int(cfg["n_train_pairs"]))
+    public_topics, hidden_topics = instructions.split_eval_topics(int(cfg["topic_split_seed"]))
+    proxy = instructions.build_prompts(int(cfg["public_seed"]), int(cfg["n_proxy"]), public_topics, "public")
+    final = instructions.build_prompts(int(cfg["hidden_seed"]), int(cfg["n_final"]), hidden_topics, "hidden")
+    info = {"source": "embedded", "dropped_pairs": dropped, "instruction_ids": sorted(instructions.INSTRUCTIONS),
+            "train_topics": len(instructions.TRAIN_TOPICS), "public_topics": public_topics, "n_hidden_topics": len(hidden_topics)}
+    return pairs, proxy, final, info
+
+
+def _local(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
+    import random
+
+    pairs = read_jsonl(cfg["train_prefs"], required=PAIR_FIELDS)
+    for number, row in enumerate(pairs, start=1):
+        if row["chosen"] == row["rejected"]:
+            raise InputError(cfg["train_prefs"], f"line {number}.chosen", "chosen and rejected are identical")
+    items = read_items(cfg["ifeval_prompts"])
+    for item in items:
+        item["id"] = str(item["id"])
+    order = list(range(len(items)))
+    random.Random(int(cfg["public_seed"])).shuffle(order)
+    n_proxy = int(cfg["n_proxy"])
+    proxy = [items[i] for i in sorted(order[:n_proxy])]
+    final = [items[i] for i in sorted(order[n_proxy:])]
+    return pairs, proxy, final, {"source": "local", "train_prefs": str(cfg["train_prefs"]),
+                                 "ifeval_prompts": str(cfg["ifeval_prompts"])}
+
+
+def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
+    """Write ``public/{train_prefs,proxy_prompts}.jsonl`` and ``hidden/final_prompts.jsonl``.
+
+    Raises :class:`InputError` for an empty set, identical chosen/rejected, or a prompt
+    that appears in both the proxy and the final split.
+    """
+    pairs, proxy, final, info = (_local if cfg.get("source") == "local" else _embedded)(cfg)
+    for name, rows in (("train pairs", pairs), ("proxy prompts", proxy), ("final prompts", final)):
+        if not rows:
+            raise InputError("config", f"data ({name})", "empty set")
+    overlap = {p["prompt"] for p in proxy} & {p["prompt"] for p in final}
+    if overlap:
+        raise InputError("config", "data", f"{len(overlap)} prompts appear in both proxy and final splits")
+    public_dir, hidden_dir = Path(public_dir), Path(hidden_dir)
+    for d in (public_dir, hidden_dir):
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+    atomic_write_jsonl(public_dir / TRAIN_FILE, pairs)
+    atomic_write_jsonl(public_dir / PROXY_FILE, proxy)
+    atomic_write_jsonl(hidden_dir / FINAL_FILE, final)
+    info.update({"n_train_pairs": len(pairs), "n_proxy": len(proxy), "n_final": len(final),
+                 "proxy_final_prompt_overlap": 0})
+    return info
+
+
+def split_file(split: str) -> str:
+    """Relative path of a split's items inside the assets directory."""
+    return {"proxy": f"public/{PROXY_FILE}", "final": f"hidden/{FINAL_FILE}"}[split]

@@ -1,0 +1,141 @@
+"""Frozen evaluator of the ``dpo`` task: IFEval prompt-level strict accuracy.
+
+Greedy generation with the fixed start's chat template (``max_new_tokens`` from config;
+1,280 at full scale), then lm_eval's IFEval checkers (:mod:`.ifeval`). The metric is
+prompt-level strict accuracy ``k / n`` with the binomial standard error
+``sqrt(p (1 - p) / n)``; loose and instruction-level accuracies are diagnostics.
+Source: Zhou et al. (2023), arXiv:2311.07911; google-research/instruction_following_eval.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from ...harness.errors import InputError
+from ...harness.fileio import read_jsonl
+from ...harness.stats import binomial_se
+from . import ifeval
+from .loader import load_policy, load_tokenizer
+
+ITEM_FIELDS = ("id", "prompt", "instruction_id_list", "kwargs")
+
+
+def read_items(path: str | Path) -> list[dict]:
+    """IFEval items; :class:`InputError` for an empty set, a missing field or an unknown instruction."""
+    items = read_jsonl(path, required=ITEM_FIELDS)
+    known = ifeval.registry()
+    for number, item in enumerate(items, start=1):
+        if len(item["instruction_id_list"]) != len(item["kwargs"]):
+            raise InputError(path, f"line {number}.kwargs", "needs one kwargs dict per instruction")
+        for iid in item["instruction_id_list"]:
+            if iid not in known:
+                raise InputError(path, f"line {number}.instruction_id_list", f"unknown instruction {iid!r}")
+    return items
+
+
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int) -> list[dict]:
+    """Greedy chat completions, batched with left padding, longest prompts first.
+
+    Returns per prompt ``{text, new_tokens, truncated}`` (truncated: no EOS within
+    ``max_new_tokens``).
+    """
+    import torch
+
+    tokenizer.padding_side = "left"
+    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+             for p in prompts]
+    order = sorted(range(len(chats)), key=lambda i: -len(chats[i]))
+    out: list[dict | None] = [None] * len(chats)
+    started = time.time()
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        enc = tokenizer([chats[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        with torch.no_grad():
+            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        new = gen[:, enc["input_ids"].shape[1]:]
+        for row, i in enumerate(idx):
+            tokens = new[row].tolist()
+            ended = tokenizer.eos_token_id in tokens
+            length = tokens.index(tokenizer.eos_token_id) if ended else len(tokens)
+            out[i] = {"text": tokenizer.decode(tokens[:length], skip_special_tokens=True),
+                      "new_tokens": length, "truncated": not ended}
+        done = min(start + batch_size, len(order))
+        print(f"[generate] {done}/{len(order)} prompts, {time.time() - started:.0f} s", flush=True)
+    return out  # type: ignore[return-value]
+
+
+def score_responses(items: list[dict], responses: list[dict]) -> list[dict]:
+    """Per-item IFEval verdicts; ``score`` is prompt-level strict (1.0 / 0.0)."""
+    rows = []
+    for item, resp in zip(items, responses):
+        verdict = ifeval.check(item, resp["text"])
+        rows.append({"id": item["id"], "subset": item.get("subset"), "instruction_id_list": item["instruction_id_list"],
+                     "response": resp["text"], "new_tokens": resp["new_tokens"], "truncated": resp["truncated"],
+                     "strict": bool(verdict["prompt_level_strict_acc"]), "loose": bool(verdict["prompt_level_loose_acc"]),
+                     "inst_strict": [bool(v) for v in verdict["inst_level_strict_acc"]],
+                     "inst_loose": [bool(v) for v in verdict["inst_level_loose_acc"]],
+                     "score": float(verdict["prompt_level_strict_acc"])})
+    return rows
+
+
+def summarise(rows: list[dict], metric: str) -> dict:
+    """The final summary of SPEC from scored rows."""
+    n = len(rows)
+    k = sum(r["strict"] for r in rows)
+    inst_strict = [v for r in rows for v in r["inst_strict"]]
+    inst_loose = [v for r in rows for v in r["inst_loose"]]
+    per_instruction: dict[str, list[bool]] = defaultdict(list)
+    for r in rows:
+        for iid, ok in zip(r["instruction_id_list"], r["inst_strict"]):
+            per_instruction[iid].append(ok)
+    subsets: dict[str, list[bool]] = defaultdict(list)
+    for r in rows:
+        if r.get("subset"):
+            subsets[r["subset"]].append(r["strict"])
+    truncated = sum(r["truncated"] for r in rows) / n
+    advisories = []
+    if truncated > 0.1:
+        advisories.append(f"{truncated:.0%} of responses hit max_new_tokens; verdicts on them may be pessimistic")
+    return {
+        "metric": metric, "direction": "maximize", "value": k / n,
+        "uncertainty": {"value": binomial_se(k, n), "kind": "binomial_se"},
+        "n": n, "successes": k,
+        "diagnostics": {
+            "prompt_level_loose_acc": sum(r["loose"] for r in rows) / n,
+            "inst_level_strict_acc": sum(inst_strict) / len(inst_strict),
+            "inst_level_loose_acc": sum(inst_loose) / len(inst_loose),
+            "per_instruction_strict_acc": {iid: sum(v) / len(v) for iid, v in sorted(per_instruction.items())},
+            "subsets": {name: {"n": len(v), "strict_acc": sum(v) / len(v), "se": binomial_se(sum(v), len(v))}
+                        for name, v in sorted(subsets.items())},
+            "mean_new_tokens": sum(r["new_tokens"] for r in rows) / n,
+            "truncated_fraction": truncated,
+            "sentence_tokenizer": ifeval.SENTENCE_TOKENIZER_SOURCE,
+            "checkers": ifeval.checker_versions(),
+        },
+        "advisories": advisories,
+    }
+
+
+def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
+             cfg: dict) -> tuple[dict, list[dict]]:
+    """Score ``checkpoint`` (``None``: the fixed start) on ``items_file``.
+
+    cfg keys: ``max_new_tokens`` (tokens), ``batch_size`` (prompts), ``dtype`` (``auto``).
+    Returns ``(summary, rows)``.
+    """
+    items = read_items(items_file)
+    tokenizer = load_tokenizer(fixed_start)
+    model = load_policy(fixed_start, checkpoint, dtype=cfg.get("dtype", "auto"))
+    started = time.time()
+    responses = generate(model, tokenizer, [it["prompt"] for it in items], int(cfg["max_new_tokens"]),
+                         int(cfg["batch_size"]))
+    gen_s = time.time() - started
+    rows = score_responses(items, responses)
+    summary = summarise(rows, metric.format(n=len(items)))
+    summary["diagnostics"]["generation"] = {"seconds": gen_s, "max_new_tokens": int(cfg["max_new_tokens"]),
+                                            "new_tokens_per_s": sum(r["new_tokens"] for r in rows) / max(gen_s, 1e-9),
+                                            "greedy": True, "chat_template": True}
+    return summary, rows
