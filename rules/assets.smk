@@ -26,7 +26,7 @@ rule assets:
         cfg=lambda w: json.dumps(
             {
                 "data": task_cfg(w)["data"],
-                "fixed_start_sha256": task_cfg(w)["fixed_start"].get("sha256"),
+                "fixed_start_sha256": task_cfg(w).get("fixed_start_sha256"),
             },
             sort_keys=True,
         ),

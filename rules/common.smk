@@ -5,10 +5,20 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from replaykit.config import check_config
 from replaykit.harness.budget import Budget
+from replaykit.harness.errors import InputError
 from replaykit.tasks import get_task
 
-validate(config, schema="../config/schema.yaml")
+try:
+    check_config(
+        config,
+        Path(workflow.basedir) / "config" / "schema.yaml",
+        " + ".join(workflow.configfiles) or "config",
+    )
+except InputError as exc:
+    sys.exit(f"error: {exc}")
+validate(config, schema="../config/schema.yaml")  # fills the schema's defaults
 
 # The interpreter that runs snakemake runs every step (the project venv).
 PY = sys.executable
@@ -37,8 +47,9 @@ def run_name(candidate, seed):
 
 
 def get_fixed_start(w):
+    """A name in `models` (built by rule fixed_start_model) or a local model directory."""
     fs = task_cfg(w)["fixed_start"]
-    return f"results/models/{fs['model']}" if "model" in fs else fs["path"]
+    return f"results/models/{fs}" if fs in config.get("models", {}) else fs
 
 
 def get_recipe_files(w):

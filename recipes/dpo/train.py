@@ -25,7 +25,7 @@ import torch
 import yaml
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback, set_seed
 from trl import DPOConfig, DPOTrainer
 
 from replaykit.harness.fileio import atomic_write_json
@@ -142,6 +142,7 @@ def main() -> int:
     callback = ReplayCallback(request, max_steps)
     trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=peft_config, callbacks=[callback])
+    trainer.remove_callback(PrinterCallback)  # our progress line replaces the raw log dicts
 
     resume = None
     if request["resume"]:

@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 _CHUNK = 1 << 20  # bytes read at a time
+_SKIP = {"__pycache__", ".snakemake_timestamp"}
 
 
 def sha256_file(path: str | Path) -> str:
@@ -24,13 +25,14 @@ def sha256_bytes(data: bytes) -> str:
 def tree_files(root: str | Path) -> dict[str, str]:
     """``{relative posix path: sha256}`` of every regular file under ``root`` (sorted).
 
-    Hidden temporary entries (names starting with ``.tmp``) and ``__pycache__`` are skipped.
+    Skipped: temporary entries (names starting with ``.tmp``), ``__pycache__``, and the
+    ``.snakemake_timestamp`` file Snakemake adds to ``directory()`` outputs.
     """
     root = Path(root)
     out: dict[str, str] = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if any(part.startswith(".tmp") or part == "__pycache__" for part in rel.parts):
+        if any(part.startswith(".tmp") or part in _SKIP for part in rel.parts):
             continue
         if path.is_file():
             out[rel.as_posix()] = sha256_file(path)

@@ -74,6 +74,14 @@ def _fmt(value, se=None) -> str:
     return f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else "")
 
 
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _sec(value) -> str:
+    return "-" if value is None else f"{value:.0f} s"
+
+
 def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: str | Path,
                  shipped_official: str | Path, published: dict, n_boot: int, out_dir: str | Path) -> dict:
     """Write ``summary.json``, ``report.md`` and (last) ``.complete`` of the task's final result.
@@ -149,9 +157,9 @@ def render_report(task: str, summary: dict, docs: list[dict]) -> str:
         util = doc.get("utilisation") or {}
         lines += [f"## Run `{doc['run']}` (seed {doc['seed']})", "",
                   f"Stopped: {doc.get('stop_reason')}; publications: {doc.get('publication_count')}; "
-                  f"budget used: {_fmt(util.get('budget_fraction'))} of the outer limit "
-                  f"(setup {_fmt(util.get('setup_s'))} s, training {_fmt(util.get('train_s'))} s, "
-                  f"export {_fmt(util.get('export_s'))} s, idle {_fmt(util.get('idle_s'))} s).", "",
+                  f"budget used: {_pct(util.get('budget_fraction'))} of the outer limit "
+                  f"(setup {_sec(util.get('setup_s'))}, training {_sec(util.get('train_s'))}, "
+                  f"export {_sec(util.get('export_s'))}, idle {_sec(util.get('idle_s'))}).", "",
                   "| checkpoint | valid | final score ± SE | loose acc | inst. strict acc | marker | summary |",
                   "|---|---|---|---|---|---|---|"]
         for c in doc["checkpoints"]:
@@ -162,7 +170,7 @@ def render_report(task: str, summary: dict, docs: list[dict]) -> str:
         lines.append("")
     lin = summary["lineage"]
     lines += ["## Lineage", "",
-              f"asset manifest `{lin['asset_manifest_sha256']}` → patch `{lin['patch_sha256']}` → "
+              f"asset manifest `{lin['asset_manifest_sha256']}` → patch `{lin['patch_sha256'] or 'none (shipped recipe)'}` → "
               f"replay record `{lin['record']}` (`{lin['record_sha256']}`) → `{summary['official']['scores']}/summary.json`", ""]
     if summary["advisories"]:
         lines += ["## Advisories", ""] + [f"- {a}" for a in summary["advisories"]] + [""]

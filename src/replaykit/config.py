@@ -1,0 +1,32 @@
+"""Checks of the workflow configuration that give one clear line per problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .harness.budget import Budget
+from .harness.errors import InputError
+
+
+def check_config(config: dict, schema_file: str | Path, source: str) -> None:
+    """Validate ``config`` against the JSON schema, then the rules a schema cannot state.
+
+    Raises :class:`InputError` naming ``source`` (the config file(s)) and the dotted path of
+    the first offending field, e.g. ``tasks.dpo.budget.outer_limit_s``.
+    """
+    schema = yaml.safe_load(Path(schema_file).read_text())
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is not None:
+        field = ".".join(str(p) for p in error.absolute_path) or "-"
+        raise InputError(source, field, error.message)
+    for name, task in config["tasks"].items():
+        try:
+            Budget.from_config(task["budget"])
+        except ValueError as exc:
+            raise InputError(source, f"tasks.{name}.budget", str(exc)) from None
+        candidate = task.get("candidate", "shipped")
+        if candidate != "shipped" and candidate not in task.get("candidates", {}):
+            raise InputError(source, f"tasks.{name}.candidate", f"{candidate!r} is not a key of candidates")

@@ -1,0 +1,100 @@
+"""Shared fixtures: a tiny random Llama with a locally trained tokenizer, and a copy of the
+workflow to run Snakemake in (so tests never touch the repository's results/)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def make_tiny_llama(out: Path) -> Path:
+    """A 2-layer Llama (hidden 32) with a byte-level BPE tokenizer trained on the task's own
+    instruction texts, ChatML template, eos ``<|im_end|>``. Random weights, seed 0."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from replaykit.tasks.dpo import instructions
+
+    corpus = [a for _, q, a in instructions.TRAIN_TOPICS] + [q for _, q, _ in instructions.TRAIN_TOPICS]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=special,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                        pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+def tiny_config(fixed_start: Path, **task_overrides) -> dict:
+    """The embedded dpo config, shrunk to run the whole DAG in about a minute."""
+    task = {
+        "fixed_start": str(fixed_start),
+        "data": {"source": "embedded", "train_seed": 1, "n_train_pairs": 24, "topic_split_seed": 11,
+                 "public_seed": 2, "n_proxy": 4, "hidden_seed": 3, "n_final": 8},
+        "recipe": {"profile": "embedded",
+                   "overrides": {"max_steps": 5, "save_steps": 1, "max_length": 128,
+                                 "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1,
+                                 "lora": {"r": 4, "alpha": 8}}},
+        "candidate": "shipped", "candidates": {}, "seeds": [42], "threads": 1,
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"dtype": "auto", "runtime": 5},
+        "evaluation": {"max_new_tokens": 8, "batch_size": 8, "dtype": "auto", "runtime": 5},
+        "final": {"n_boot": 1000},
+        "references": {"published": {"fixed_start": 0.397094, "shipped": 0.508475}},
+    }
+    task.update(task_overrides)
+    return {"models": {}, "tasks": {"dpo": task}}
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    """A copy of the workflow (Snakefile, rules, config, recipes) to run Snakemake in."""
+    for name in ("Snakefile", "rules", "config", "recipes"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    return tmp_path
+
+
+def write_config(workdir: Path, config: dict) -> Path:
+    path = workdir / "config" / "config.yaml"  # replaces the default: --configfile would merge into it
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the venv's snakemake in ``workdir`` (no default profile) and capture its output."""
+    cmd = [str(VENV_BIN / "snakemake"), *args, "--workflow-profile", "none"]
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result

@@ -1,0 +1,52 @@
+import json
+
+import pytest
+
+from replaykit.harness.hashing import sha256_tree
+from replaykit.harness.publish import published, publish_checkpoint, read_ledger, retained_after
+
+
+def _src(tmp_path, content):
+    src = tmp_path / f"src-{content}"
+    src.mkdir()
+    (src / "weights.bin").write_text(content)
+    return src
+
+
+def test_retention_rule_by_hand():
+    assert retained_after([], 1) == [1]
+    assert retained_after([1, 2, 3], 4) == [2, 3, 4]
+    assert retained_after([10, 20, 30], 40, keep=2) == [30, 40]
+
+
+def test_publish_five_keeps_three_greatest(tmp_path):
+    root = tmp_path / "replay"
+    for progress in (2, 4, 6, 8, 10):
+        entry = publish_checkpoint(_src(tmp_path, str(progress)), root, progress)
+    assert published(root) == [6, 8, 10]
+    assert entry["count"] == 5 and entry["retained"] == [6, 8, 10]
+    ledger = read_ledger(root)
+    assert [e["progress"] for e in ledger] == [2, 4, 6, 8, 10]
+    assert [e["count"] for e in ledger] == [1, 2, 3, 4, 5]
+    assert (root / "checkpoint-10" / "weights.bin").read_text() == "10"
+    assert ledger[-1]["sha256"] == sha256_tree(root / "checkpoint-10")
+    assert not [p for p in root.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_progress_must_strictly_increase(tmp_path):
+    root = tmp_path / "replay"
+    publish_checkpoint(_src(tmp_path, "a"), root, 5)
+    with pytest.raises(ValueError):
+        publish_checkpoint(_src(tmp_path, "b"), root, 5)
+    with pytest.raises(ValueError):
+        publish_checkpoint(_src(tmp_path, "c"), root, 3)
+
+
+def test_leftover_temporary_is_not_a_checkpoint(tmp_path):
+    root = tmp_path / "replay"
+    (root / ".tmp-checkpoint-7").mkdir(parents=True)  # a crash between copy and rename
+    (root / "checkpoint-x").mkdir()
+    assert published(root) == []
+    publish_checkpoint(_src(tmp_path, "a"), root, 7)
+    assert published(root) == [7]
+    assert json.loads((root / "publications.jsonl").read_text().splitlines()[0])["progress"] == 7

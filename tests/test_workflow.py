@@ -1,0 +1,251 @@
+"""The whole DAG on a tiny random Llama, bad inputs, and recovery after kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import VENV_BIN, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.slow
+TARGET = "results/dpo/final"
+RUN = Path("results/dpo/shipped-seed42")
+
+
+def read(path):
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_llama, tmp_path_factory):
+    """One complete tiny run, shared by the checks below (they must not modify it)."""
+    from conftest import ROOT
+    import shutil
+
+    work = tmp_path_factory.mktemp("tiny-run")
+    for name in ("Snakefile", "rules", "config", "recipes"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    write_config(work, tiny_config(tiny_llama))
+    started = time.time()
+    snakemake(work, TARGET, "--cores", "2", "--resources", "gpu=1", check=True)
+    return work, time.time() - started
+
+
+def test_tiny_dag_completes_with_receipts(finished):
+    work, seconds = finished
+    final = work / TARGET
+    assert (final / ".complete").exists() and (final / "report.md").exists()
+    record = read(work / RUN / "replay/record.json")
+    # max_steps 5, save every step: 5 publications, the 3 greatest retained
+    assert record["publication_count"] == 5
+    assert record["retained"] == [3, 4, 5]
+    assert sorted(p.name for p in (work / RUN / "replay").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4", "checkpoint-5"]
+    assert record["stop_reason"] == "max_steps" and record["steps"] == 5
+    for key in ("started_at", "ended_at", "wall_s", "budget", "utilisation", "patch_sha256",
+                "asset_manifest_sha256", "seed", "project", "libraries", "publications"):
+        assert key in record
+    assert "running" not in json.dumps(record)
+    print(f"tiny DAG: {seconds:.0f} s")
+
+
+def test_official_is_best_valid_recomputed_from_rows(finished):
+    work, _ = finished
+    values = {}
+    for progress in (3, 4, 5):
+        assert read(work / RUN / f"validation/checkpoint-{progress}.json")["valid"] is True
+        rows = [json.loads(l) for l in (work / RUN / f"final-scores/checkpoint-{progress}/rows.jsonl").read_text().splitlines()]
+        assert len(rows) == 8
+        values[progress] = sum(r["strict"] for r in rows) / len(rows)
+        summary = read(work / RUN / f"final-scores/checkpoint-{progress}/summary.json")
+        p = values[progress]
+        assert summary["value"] == pytest.approx(p)
+        assert summary["uncertainty"]["value"] == pytest.approx((p * (1 - p) / 8) ** 0.5)
+    best = max(values.values())
+    expected = max(p for p, v in values.items() if v == best)  # ties -> greater progress
+    final = read(work / TARGET / "summary.json")
+    assert final["value"] == pytest.approx(best)
+    assert final["official"]["progress"] == expected
+    assert final["metric"] == "ifeval_strict_accuracy_hidden8"
+    # the candidate is the shipped recipe: its paired difference with itself is exactly 0
+    assert final["comparisons"]["vs_shipped"]["difference"] == 0.0
+    assert final["seeds"]["n"] == 1
+    report = (work / TARGET / "report.md").read_text()
+    for progress in (3, 4, 5):
+        assert f"checkpoint-{progress}" in report
+    assert f"{final['value']:.4f}" in report
+
+
+def test_lineage_chain_resolves(finished):
+    work, _ = finished
+    final = read(work / TARGET / "summary.json")
+    official = read(work / final["official"]["official"])
+    record = read(work / official["record"])
+    from replaykit.harness.hashing import sha256_file
+
+    assert sha256_file(work / official["record"]) == final["lineage"]["record_sha256"]
+    assert sha256_file(work / record["asset_manifest"]) == final["lineage"]["asset_manifest_sha256"]
+    manifest = read(work / record["asset_manifest"])
+    assert {e["split"] for e in manifest["files"].values()} == {"public", "hidden"}
+
+
+def test_hidden_split_is_read_by_scoring_rules_only():
+    text = {p.stem: p.read_text() for p in (Path(__file__).parents[1] / "rules").glob("*.smk")}
+    blocks = {}
+    for source in text.values():
+        for chunk in source.split("\nrule ")[1:] + source.split("\ncheckpoint ")[1:]:
+            name = chunk.split(":", 1)[0].strip()
+            blocks[name] = chunk.split("\nrule ")[0].split("\ncheckpoint ")[0]
+    readers = sorted(name for name, body in blocks.items() if "assets/hidden" in body and "output:" in body
+                     and "assets/hidden" in body.split("output:")[0])
+    assert readers == ["reference_fixed_start", "score_final"]
+
+
+def test_rerun_has_nothing_to_do(finished):
+    work, _ = finished
+    out = snakemake(work, TARGET, "--cores", "1", "--resources", "gpu=1", "-n")
+    assert "Nothing to be done" in out.stdout + out.stderr
+
+
+def _copy_finished(finished, tmp_path):
+    import shutil
+
+    work, _ = finished
+    dest = tmp_path / "copy"
+    shutil.copytree(work, dest, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    return dest
+
+
+def test_corrupt_checkpoint_is_invalid_and_run_still_completes(finished, tmp_path):
+    work = _copy_finished(finished, tmp_path)
+    weights = work / RUN / "replay/checkpoint-5/adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    snakemake(work, TARGET, "--cores", "2", "--resources", "gpu=1", "--forcerun", "validate", check=True)
+    marker = read(work / RUN / "validation/checkpoint-5.json")
+    assert marker["valid"] is False and marker["reason"]
+    final = read(work / TARGET / "summary.json")
+    assert final["official"]["progress"] in (3, 4)
+    assert "invalid" in (work / TARGET / "report.md").read_text()
+
+
+def test_bad_config_is_one_clear_line(workdir, tiny_llama):
+    cfg = tiny_config(tiny_llama)
+    cfg["tasks"]["dpo"]["budget"]["outer_limit_s"] = "ten minutes"
+    write_config(workdir, cfg)
+    out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1", "-n")
+    assert out.returncode != 0
+    assert "error: config/config.yaml: tasks.dpo.budget.outer_limit_s: 'ten minutes' is not of type 'number'" in out.stderr
+
+
+def test_budget_that_does_not_fit_is_refused(workdir, tiny_llama):
+    cfg = tiny_config(tiny_llama, budget={"outer_limit_s": 100, "internal_deadline_s": 90, "export_reserve_s": 30})
+    write_config(workdir, cfg)
+    out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1", "-n")
+    assert out.returncode != 0 and "tasks.dpo.budget: budget: internal_deadline_s + export_reserve_s" in out.stderr
+
+
+def _failing_log(workdir, name):
+    return (workdir / "logs" / "dpo" / name).read_text().strip().splitlines()[-1]
+
+
+def test_patch_outside_workspace_is_refused(workdir, tiny_llama):
+    patch = workdir / "evil.diff"
+    patch.write_text("--- a/../../Snakefile\n+++ b/../../Snakefile\n@@ -1 +1 @@\n-x\n+y\n")
+    write_config(workdir, tiny_config(tiny_llama, candidate="evil", candidates={"evil": str(patch)}))
+    out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1")
+    assert out.returncode != 0
+    line = _failing_log(workdir, "evil-seed42/workspace.log")
+    assert line.startswith("error: ") and "evil.diff" in line and "leaves the workspace" in line
+    assert not (workdir / "results/dpo/evil-seed42/replay").exists()  # refused before training
+
+
+def test_malformed_patch_is_refused(workdir, tiny_llama):
+    patch = workdir / "broken.diff"
+    patch.write_text("this is not a diff\n")
+    write_config(workdir, tiny_config(tiny_llama, candidate="broken", candidates={"broken": str(patch)}))
+    out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1")
+    assert out.returncode != 0
+    assert "not a unified diff" in _failing_log(workdir, "broken-seed42/workspace.log")
+
+
+def test_nan_loss_stops_with_a_clear_error(workdir, tiny_llama):
+    import difflib
+
+    original = (workdir / "recipes/dpo/configs/embedded.yaml").read_text().splitlines(keepends=True)
+    changed = ["beta: .nan\n" if line.startswith("beta:") else line for line in original]
+    patch = workdir / "nan.diff"
+    patch.write_text("".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    write_config(workdir, tiny_config(tiny_llama, candidate="nan", candidates={"nan": str(patch)}))
+    out = snakemake(workdir, "results/dpo/nan-seed42/replay/record.json", "--cores", "1", "--resources", "gpu=1")
+    assert out.returncode != 0
+    line = _failing_log(workdir, "nan-seed42/replay.log")
+    assert line.startswith("error: ") and "NaN loss at step 1" in line
+    failure = read(workdir / "results/dpo/nan-seed42/replay/last-failure.json")
+    assert "NaN loss" in failure["error"]
+
+
+def test_hash_mismatch_stops_replay_and_keeps_results(finished, tmp_path):
+    work = _copy_finished(finished, tmp_path)
+    train = work / "results/dpo/assets/public/train_prefs.jsonl"
+    train.write_text(train.read_text().replace("Cats", "Dogs", 1))
+    out = snakemake(work, TARGET, "--cores", "1", "--resources", "gpu=1", "--forcerun", "replay")
+    assert out.returncode != 0
+    line = _failing_log(work, "shipped-seed42/replay.log")
+    assert "train_prefs.jsonl: sha256: does not match the asset manifest" in line
+    assert (work / TARGET / ".complete").exists()  # the earlier final result is untouched
+
+
+def test_empty_prompt_set_is_refused(workdir, tiny_llama):
+    empty = workdir / "empty.jsonl"
+    empty.write_text("")
+    prefs = workdir / "prefs.jsonl"
+    prefs.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n")
+    cfg = tiny_config(tiny_llama, data={"source": "local", "train_prefs": str(prefs), "ifeval_prompts": str(empty),
+                                        "public_seed": 1, "n_proxy": 1})
+    write_config(workdir, cfg)
+    out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1")
+    assert out.returncode != 0
+    line = _failing_log(workdir, "assets.log")
+    assert line == f"error: {empty}: -: no rows (empty set)"
+
+
+def _orphans(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if marker in l and ("train.py" in l or "replaykit replay" in l)]
+
+
+def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
+    cfg = tiny_config(tiny_llama)
+    cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 40
+    write_config(workdir, cfg)
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    cmd = [str(VENV_BIN / "snakemake"), TARGET, "--cores", "1", "--resources", "gpu=1", "--workflow-profile", "none"]
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    log = workdir / "logs/dpo/shipped-seed42/replay.log"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (log.exists() and "[publish] checkpoint-3" in log.read_text()):
+        time.sleep(0.5)
+    assert "[publish] checkpoint-3" in log.read_text()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(15)  # SIGTERM grace of the driver
+    assert _orphans(str(workdir)) == [] and _orphans("results/dpo/shipped-seed42") == []
+    published_before = sorted(p.name for p in (workdir / RUN / "replay").glob("checkpoint-*"))
+    assert published_before  # kept: publications live outside Snakemake's declared outputs
+
+    # the documented recovery
+    snakemake(workdir, "--unlock", check=True)
+    snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1", "--rerun-incomplete", check=True)
+    record = read(workdir / RUN / "replay/record.json")
+    assert record["resumed"] is True and record["steps"] == 40
+    counts = [e["count"] for e in record["publications"]]
+    assert counts == list(range(1, len(counts) + 1))
+    assert record["retained"] == [38, 39, 40]
+    assert (workdir / TARGET / ".complete").exists()

@@ -1,0 +1,77 @@
+"""Candidate patches: applied when they stay inside the workspace, refused otherwise."""
+
+import pytest
+
+from replaykit.harness.errors import InputError
+from replaykit.harness.hashing import sha256_file, sha256_tree
+from replaykit.harness.workspace import build_workspace, patch_paths
+
+
+@pytest.fixture
+def recipe(tmp_path):
+    root = tmp_path / "recipes" / "demo"
+    (root / "configs").mkdir(parents=True)
+    (root / "train.py").write_text("print('train')\n")
+    (root / "configs" / "embedded.yaml").write_text("beta: 0.1\nmax_steps: 24\n")
+    return root
+
+
+GOOD = """diff --git a/configs/embedded.yaml b/configs/embedded.yaml
+--- a/configs/embedded.yaml
++++ b/configs/embedded.yaml
+@@ -1,2 +1,2 @@
+-beta: 0.1
++beta: 0.2
+ max_steps: 24
+"""
+
+
+def _write(tmp_path, text, name="cand.diff"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_good_patch_applies_and_is_recorded(tmp_path, recipe):
+    patch = _write(tmp_path, GOOD)
+    out = tmp_path / "run" / "workspace"
+    info = build_workspace(recipe, out, tmp_path / "run" / "workspace.json", patch)
+    assert (out / "configs" / "embedded.yaml").read_text() == "beta: 0.2\nmax_steps: 24\n"
+    assert (recipe / "configs" / "embedded.yaml").read_text().startswith("beta: 0.1")  # recipe untouched
+    assert info["patch_sha256"] == sha256_file(patch)
+    assert info["workspace_sha256"] == sha256_tree(out)
+    assert info["patch_touches"] == ["configs/embedded.yaml"]
+
+
+def test_no_patch_is_a_plain_copy(tmp_path, recipe):
+    info = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
+    assert info["patch_sha256"] is None
+    assert info["workspace_sha256"] == info["recipe_sha256"]
+
+
+@pytest.mark.parametrize("text, field", [
+    (GOOD.replace("a/configs/embedded.yaml", "/etc/passwd", 1).replace("--- a/configs", "--- /etc/passwd"), "absolute"),
+    (GOOD.replace("configs/embedded.yaml", "../../outside.yaml"), "leaves the workspace"),
+    (GOOD.replace("b/configs/embedded.yaml", "b/configs/../../x.yaml"), "leaves the workspace"),
+    ("just some text\nwithout headers\n", "not a unified diff"),
+    ("", "empty"),
+    ("diff --git a/link b/link\nnew file mode 120000\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+/etc\n", "symlink"),
+])
+def test_refused_patches_leave_nothing(tmp_path, recipe, text, field):
+    patch = _write(tmp_path, text)
+    out = tmp_path / "run" / "workspace"
+    with pytest.raises(InputError, match=field) as exc:
+        build_workspace(recipe, out, tmp_path / "run" / "workspace.json", patch)
+    assert str(patch) in str(exc.value)
+    assert not out.exists() and not (tmp_path / "run" / "workspace.json").exists()
+
+
+def test_patch_that_does_not_apply(tmp_path, recipe):
+    patch = _write(tmp_path, GOOD.replace("-beta: 0.1", "-beta: 0.7"))
+    with pytest.raises(InputError, match="does not apply"):
+        build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json", patch)
+    assert not (tmp_path / "ws").exists()
+
+
+def test_patch_paths_strip_git_prefixes(tmp_path):
+    assert patch_paths(_write(tmp_path, GOOD)) == ["configs/embedded.yaml"]
