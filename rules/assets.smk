@@ -5,12 +5,14 @@ rule fixed_start_model:
         manifest="results/models/{model}.manifest.json",
     params:
         spec=lambda w: json.dumps(config["models"][w.model], sort_keys=True),
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/models/{model}.log",
     benchmark:
         "benchmarks/models/{model}.tsv"
     shell:
-        "{PY} -m replaykit fixed-start --spec {params.spec:q} --out {output.model}"
+        "python -m replaykit fixed-start --spec {params.spec:q} --out {output.model}"
         " --manifest {output.manifest} > {log} 2>&1"
 
 
@@ -30,11 +32,13 @@ rule assets:
             },
             sort_keys=True,
         ),
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/assets.log",
     benchmark:
         "benchmarks/{task}/assets.tsv"
     shell:
-        "{PY} -m replaykit assets --task {wildcards.task} --cfg {params.cfg:q}"
+        "python -m replaykit assets --task {wildcards.task} --cfg {params.cfg:q}"
         " --fixed-start {input.fixed_start} --public {output.public} --hidden {output.hidden}"
         " --manifest {output.manifest} > {log} 2>&1"

@@ -3,6 +3,7 @@ import re
 import sys
 from pathlib import Path
 
+from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from replaykit.config import check_config
@@ -20,8 +21,13 @@ except InputError as exc:
     sys.exit(f"error: {exc}")
 validate(config, schema="../config/schema.yaml")  # fills the schema's defaults
 
-# The interpreter that runs snakemake runs every step (the project venv).
-PY = sys.executable
+# Steps run `python -m replaykit` of the venv that runs snakemake (its bin/ goes first on
+# PATH); with `--sdm conda`, of the rule's conda environment, with the project's src/ on
+# PYTHONPATH.
+if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+    shell.prefix(f"set -euo pipefail; export PYTHONPATH={Path(workflow.basedir) / 'src'}; ")
+else:
+    shell.prefix(f"set -euo pipefail; export PATH={Path(sys.executable).parent}:$PATH; ")
 RUN_RE = r"[A-Za-z0-9_.]+-seed\d+"
 
 

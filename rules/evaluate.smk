@@ -12,12 +12,14 @@ rule validate:
     resources:
         gpu=1,
         runtime=lambda w: task_cfg(w)["validation"]["runtime"],
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/validate-{progress}.log",
     benchmark:
         "benchmarks/{task}/{run}/validate-{progress}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m replaykit validate --task {wildcards.task}"
+        "OMP_NUM_THREADS={threads} python -m replaykit validate --task {wildcards.task}"
         " --checkpoint {input.checkpoint} --fixed-start {input.fixed_start} --cfg {params.cfg:q}"
         " --out {output.marker} > {log} 2>&1"
 
@@ -39,12 +41,14 @@ rule score_final:
     resources:
         gpu=1,
         runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/score-final-{progress}.log",
     benchmark:
         "benchmarks/{task}/{run}/score-final-{progress}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m replaykit score --task {wildcards.task} --split final"
+        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
         " --items {params.items_file} --cfg {params.cfg:q}"
         " --out-dir results/{wildcards.task}/{wildcards.run}/final-scores/checkpoint-{wildcards.progress}"
@@ -68,12 +72,14 @@ rule score_proxy:
     resources:
         gpu=1,
         runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/score-proxy-{progress}.log",
     benchmark:
         "benchmarks/{task}/{run}/score-proxy-{progress}.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m replaykit score --task {wildcards.task} --split proxy"
+        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split proxy"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
         " --items {params.items_file} --cfg {params.cfg:q}"
         " --out-dir results/{wildcards.task}/{wildcards.run}/proxy-scores/checkpoint-{wildcards.progress}"
@@ -95,11 +101,13 @@ rule reference_fixed_start:
     resources:
         gpu=1,
         runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/reference-fixed-start.log",
     benchmark:
         "benchmarks/{task}/reference-fixed-start.tsv"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m replaykit score --task {wildcards.task} --split final"
+        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
         " --fixed-start {input.fixed_start} --items {params.items_file} --cfg {params.cfg:q}"
         " --out-dir results/{wildcards.task}/reference/fixed-start/final-scores > {log} 2>&1"

@@ -9,10 +9,12 @@ rule official:
     params:
         direction=lambda w: get_task(w.task).METRIC["direction"],
         score_dirs=lambda w, input: [str(Path(p).parent) for p in input.scores],
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/official.log",
     shell:
-        "{PY} -m replaykit official --task {wildcards.task} --run {wildcards.run}"
+        "python -m replaykit official --task {wildcards.task} --run {wildcards.run}"
         " --record {input.record} --direction {params.direction} --markers {input.markers}"
         " --scores {params.score_dirs} --out {output} > {log} 2>&1"
 
@@ -36,9 +38,11 @@ rule final:
     params:
         published=lambda w: json.dumps(task_cfg(w)["references"]["published"], sort_keys=True),
         n_boot=lambda w: task_cfg(w)["final"]["n_boot"],
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/final.log",
     shell:
-        "{PY} -m replaykit final --task {wildcards.task} --officials {input.officials}"
+        "python -m replaykit final --task {wildcards.task} --officials {input.officials}"
         " --shipped-official {input.shipped} --fixed-start-scores results/{wildcards.task}/reference/fixed-start/final-scores"
         " --published {params.published:q} --n-boot {params.n_boot} --out-dir {output} > {log} 2>&1"

@@ -6,10 +6,12 @@ rule workspace:
     output:
         workspace=directory("results/{task}/{run}/workspace"),
         record="results/{task}/{run}/workspace.json",
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/workspace.log",
     shell:
-        "{PY} -m replaykit workspace --recipe recipes/{wildcards.task} --patch '{input.patch}'"
+        "python -m replaykit workspace --recipe recipes/{wildcards.task} --patch '{input.patch}'"
         " --out {output.workspace} --record {output.record} > {log} 2>&1"
 
 
@@ -35,12 +37,14 @@ checkpoint replay:
     resources:
         gpu=1,
         runtime=lambda w: get_budget(w).runtime_minutes(setup_s=120),
+    conda:
+        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/replay.log",
     benchmark:
         "benchmarks/{task}/{run}/replay.tsv"
     shell:
-        "exec {PY} -m replaykit replay --task {wildcards.task} --run {wildcards.run}"
+        "exec python -m replaykit replay --task {wildcards.task} --run {wildcards.run}"
         " --workspace {input.workspace} --workspace-record {input.workspace_record}"
         " --manifest {input.manifest} --fixed-start {input.fixed_start} --public {input.public}"
         " --publish-dir {params.publish_dir} --state-dir {params.state_dir} --record {output.record}"

@@ -20,12 +20,14 @@ CHAT_TEMPLATE = (
 )
 
 
-def make_tiny_llama(out: Path) -> Path:
-    """A 2-layer Llama (hidden 32) with a byte-level BPE tokenizer trained on the task's own
-    instruction texts, ChatML template, eos ``<|im_end|>``. Random weights, seed 0."""
+def make_tiny_model(out: Path, model_type: str = "llama") -> Path:
+    """A 2-layer causal LM of the given architecture (``llama``: SmolLM2's; ``mistral``:
+    Zephyr's and Mistral-7B's), hidden size 32, random weights (seed 0), with a byte-level
+    BPE tokenizer trained on the task's own instruction texts, ChatML template, eos
+    ``<|im_end|>``."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from replaykit.tasks.dpo import instructions
 
@@ -40,18 +42,18 @@ def make_tiny_llama(out: Path) -> Path:
                                         pad_token="<|endoftext|>", unk_token="<|endoftext|>")
     tokenizer.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(out)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory) -> Path:
-    return make_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama", "llama")
 
 
 def tiny_config(fixed_start: Path, **task_overrides) -> dict:
@@ -75,13 +77,17 @@ def tiny_config(fixed_start: Path, **task_overrides) -> dict:
     return {"models": {}, "tasks": {"dpo": task}}
 
 
+def copy_workflow(dest: Path) -> Path:
+    """Copy the workflow (Snakefile, rules, config, recipes, envs) to run Snakemake in."""
+    for name in ("Snakefile", "rules", "config", "recipes", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    return dest
+
+
 @pytest.fixture
 def workdir(tmp_path) -> Path:
-    """A copy of the workflow (Snakefile, rules, config, recipes) to run Snakemake in."""
-    for name in ("Snakefile", "rules", "config", "recipes"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    return tmp_path
+    return copy_workflow(tmp_path)
 
 
 def write_config(workdir: Path, config: dict) -> Path:
@@ -92,7 +98,7 @@ def write_config(workdir: Path, config: dict) -> Path:
 
 def snakemake(workdir: Path, *args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
     """Run the venv's snakemake in ``workdir`` (no default profile) and capture its output."""
-    cmd = [str(VENV_BIN / "snakemake"), *args, "--workflow-profile", "none"]
+    cmd = [str(VENV_BIN / "snakemake"), "--workflow-profile", "none", *args]
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VENV_BIN, snakemake, tiny_config, write_config
+from conftest import VENV_BIN, copy_workflow, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 TARGET = "results/dpo/final"
@@ -25,13 +25,7 @@ def read(path):
 @pytest.fixture(scope="module")
 def finished(tiny_llama, tmp_path_factory):
     """One complete tiny run, shared by the checks below (they must not modify it)."""
-    from conftest import ROOT
-    import shutil
-
-    work = tmp_path_factory.mktemp("tiny-run")
-    for name in ("Snakefile", "rules", "config", "recipes"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    work = copy_workflow(tmp_path_factory.mktemp("tiny-run"))
     write_config(work, tiny_config(tiny_llama))
     started = time.time()
     snakemake(work, TARGET, "--cores", "2", "--resources", "gpu=1", check=True)

@@ -33,16 +33,25 @@ def _embedded(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
     return pairs, proxy, final, info
 
 
+def to_explicit_prompt(row: dict) -> dict:
+    """UltraFeedback-binarized rows carry whole conversations in ``chosen``/``rejected``;
+    TRL's explicit-prompt format wants ``prompt`` = the turns before the last, and the last
+    assistant turn alone in ``chosen``/``rejected`` (as alignment-handbook does)."""
+    chosen, rejected = row["chosen"], row["rejected"]
+    if isinstance(chosen, list) and len(chosen) > 1:
+        return {"prompt": chosen[:-1], "chosen": chosen[-1:], "rejected": rejected[-1:]}
+    return {k: row[k] for k in PAIR_FIELDS}
+
+
 def _local(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
     import random
 
-    pairs = read_jsonl(cfg["train_prefs"], required=PAIR_FIELDS)
+    path = cfg["train_prefs"]
+    pairs = [to_explicit_prompt(r) for r in read_jsonl(path, required=PAIR_FIELDS)]
     for number, row in enumerate(pairs, start=1):
         if row["chosen"] == row["rejected"]:
-            raise InputError(cfg["train_prefs"], f"line {number}.chosen", "chosen and rejected are identical")
+            raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
     items = read_items(cfg["ifeval_prompts"])
-    for item in items:
-        item["id"] = str(item["id"])
     order = list(range(len(items)))
     random.Random(int(cfg["public_seed"])).shuffle(order)
     n_proxy = int(cfg["n_proxy"])

@@ -19,14 +19,21 @@ from ...harness.stats import binomial_se
 from . import ifeval
 from .loader import load_policy, load_tokenizer
 
-ITEM_FIELDS = ("id", "prompt", "instruction_id_list", "kwargs")
+ITEM_FIELDS = ("prompt", "instruction_id_list", "kwargs")
 
 
 def read_items(path: str | Path) -> list[dict]:
-    """IFEval items; :class:`InputError` for an empty set, a missing field or an unknown instruction."""
+    """IFEval items (``id`` or IFEval's ``key``, ``prompt``, ``instruction_id_list``, ``kwargs``).
+
+    Raises :class:`InputError` for an empty set, a missing field or an unknown instruction.
+    """
     items = read_jsonl(path, required=ITEM_FIELDS)
     known = ifeval.registry()
     for number, item in enumerate(items, start=1):
+        if "id" not in item:
+            if "key" not in item:
+                raise InputError(path, f"line {number}.id", "required field missing (id or key)")
+            item["id"] = str(item["key"])
         if len(item["instruction_id_list"]) != len(item["kwargs"]):
             raise InputError(path, f"line {number}.kwargs", "needs one kwargs dict per instruction")
         for iid in item["instruction_id_list"]:
