@@ -243,3 +243,47 @@ def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
     assert counts == list(range(1, len(counts) + 1))
     assert record["retained"] == [38, 39, 40]
     assert (workdir / TARGET / ".complete").exists()
+
+
+def test_missing_fixed_start_is_one_clear_line(workdir, tmp_path):
+    write_config(workdir, tiny_config(tmp_path / "no-such-model"))
+    out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1", "-n")
+    assert out.returncode != 0
+    assert f"error: config/config.yaml: tasks.dpo.fixed_start: '{tmp_path / 'no-such-model'}' is neither" in out.stderr
+
+
+def test_candidate_patch_over_two_seeds(workdir, tiny_llama):
+    import difflib
+    import statistics
+
+    original = (workdir / "recipes/dpo/configs/embedded.yaml").read_text().splitlines(keepends=True)
+    changed = ["beta: 0.5\n" if line.startswith("beta:") else line for line in original]
+    patch = workdir / "beta05.diff"
+    patch.write_text("".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    cfg = tiny_config(tiny_llama, candidate="beta05", candidates={"beta05": str(patch)}, seeds=[42, 43])
+    cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 3
+    write_config(workdir, cfg)
+    snakemake(workdir, TARGET, "--cores", "2", "--resources", "gpu=1", check=True)
+
+    from replaykit.harness.hashing import sha256_file
+
+    final = read(workdir / TARGET / "summary.json")
+    officials = [read(workdir / f"results/dpo/beta05-seed{s}/official.json") for s in (42, 43)]
+    values = [o["official"]["value"] for o in officials]
+    assert final["seeds"]["n"] == 2
+    assert final["seeds"]["mean"] == pytest.approx(statistics.mean(values))
+    assert final["seeds"]["sd"] == pytest.approx(statistics.stdev(values))
+    assert final["value"] == values[0] and final["official"]["run"] == "beta05-seed42"
+    assert final["lineage"]["patch_sha256"] == sha256_file(patch)
+    assert "beta: 0.5" in (workdir / "results/dpo/beta05-seed42/workspace/configs/embedded.yaml").read_text()
+    # the shipped reference is the unpatched recipe, replayed with the first seed
+    shipped = read(workdir / "results/dpo/shipped-seed42/official.json")
+    assert shipped["patch_sha256"] is None
+    assert final["references"]["shipped"]["value"] == shipped["official"]["value"]
+    def rows(score_dir):
+        lines = (workdir / score_dir / "rows.jsonl").read_text().splitlines()
+        return {json.loads(l)["id"]: json.loads(l)["score"] for l in lines}
+
+    cand, ship = rows(officials[0]["official"]["scores"]), rows(shipped["official"]["scores"])
+    assert final["comparisons"]["vs_shipped"]["difference"] == pytest.approx(
+        sum(cand[i] - ship[i] for i in cand) / len(cand))
