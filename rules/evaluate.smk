@@ -50,7 +50,7 @@ rule score_final:
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
-        " --items {params.items_file} --cfg {params.cfg:q}"
+        " --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
         " --out-dir results/{wildcards.task}/{wildcards.run}/final-scores/checkpoint-{wildcards.progress}"
         " > {log} 2>&1"
 
@@ -81,7 +81,7 @@ rule score_proxy:
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split proxy"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
-        " --items {params.items_file} --cfg {params.cfg:q}"
+        " --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
         " --out-dir results/{wildcards.task}/{wildcards.run}/proxy-scores/checkpoint-{wildcards.progress}"
         " > {log} 2>&1"
 

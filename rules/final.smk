@@ -20,11 +20,19 @@ rule official:
 
 
 rule proxy:
-    """Proxy scores of every retained checkpoint of a run (exploration only)."""
+    """Proxy scores of every retained checkpoint of a run, in one file (exploration only)."""
     input:
         get_proxy_scores,
     output:
-        touch("results/{task}/{run}/proxy-scores/.complete"),
+        "results/{task}/{run}/proxy.json",
+    params:
+        score_dirs=lambda w, input: [str(Path(p).parent) for p in input],
+    conda:
+        "../envs/replaykit.yaml"
+    log:
+        "logs/{task}/{run}/proxy.log",
+    shell:
+        "python -m replaykit proxy-table --scores {params.score_dirs} --out {output} > {log} 2>&1"
 
 
 rule final:

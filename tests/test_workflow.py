@@ -29,7 +29,9 @@ def finished(tiny_llama, tmp_path_factory):
     write_config(work, tiny_config(tiny_llama))
     started = time.time()
     snakemake(work, TARGET, "--cores", "2", "--resources", "gpu=1", check=True)
-    return work, time.time() - started
+    seconds = time.time() - started
+    snakemake(work, str(RUN / "proxy.json"), "--cores", "2", "--resources", "gpu=1", check=True)
+    return work, seconds
 
 
 def test_tiny_dag_completes_with_receipts(finished):
@@ -74,6 +76,17 @@ def test_official_is_best_valid_recomputed_from_rows(finished):
     for progress in (3, 4, 5):
         assert f"checkpoint-{progress}" in report
     assert f"{final['value']:.4f}" in report
+
+
+def test_proxy_is_kept_apart_from_final_numbers(finished):
+    work, _ = finished
+    proxy = read(work / RUN / "proxy.json")
+    assert sorted(proxy["checkpoints"]) == ["checkpoint-3", "checkpoint-4", "checkpoint-5"]
+    for name, entry in proxy["checkpoints"].items():
+        assert entry["metric"] == "ifeval_strict_accuracy_public4" and entry["n"] == 4
+        assert read(work / entry["summary"])["split"] == "proxy"
+    final_text = (work / TARGET / "summary.json").read_text() + (work / TARGET / "report.md").read_text()
+    assert "proxy" not in final_text and "public4" not in final_text
 
 
 def test_lineage_chain_resolves(finished):

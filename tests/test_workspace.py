@@ -75,3 +75,33 @@ def test_patch_that_does_not_apply(tmp_path, recipe):
 
 def test_patch_paths_strip_git_prefixes(tmp_path):
     assert patch_paths(_write(tmp_path, GOOD)) == ["configs/embedded.yaml"]
+
+
+def test_scoring_refuses_a_workspace_on_sys_path(tmp_path, monkeypatch):
+    import sys
+
+    from replaykit.cli import assert_workspace_free
+
+    ws = tmp_path / "results" / "dpo" / "shipped-seed42" / "workspace"
+    ws.mkdir(parents=True)
+    assert_workspace_free(ws)  # not on sys.path: fine
+    monkeypatch.syspath_prepend(str(ws))
+    with pytest.raises(RuntimeError, match="must not see the workspace"):
+        assert_workspace_free(ws)
+
+
+def test_scoring_refuses_a_module_imported_from_the_workspace(tmp_path, monkeypatch):
+    import importlib.util
+    import sys
+
+    from replaykit.cli import assert_workspace_free
+
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    (ws / "recipe_helper.py").write_text("X = 1\n")
+    spec = importlib.util.spec_from_file_location("recipe_helper", ws / "recipe_helper.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "recipe_helper", module)
+    with pytest.raises(RuntimeError, match="recipe_helper"):
+        assert_workspace_free(ws)

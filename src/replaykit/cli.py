@@ -15,8 +15,9 @@ from pathlib import Path
 
 from .harness.errors import InputError
 from .harness.fileio import atomic_write_json, atomic_write_jsonl, read_json
-from .harness.hashing import sha256_file, tree_files
+from .harness.hashing import sha256_file, sha256_tree, tree_files
 from .harness.provenance import git_commit, library_versions, utc_now
+from .harness.replay import ReplayError
 
 
 def _json_arg(text: str) -> dict:
@@ -41,8 +42,6 @@ def cmd_assets(a) -> None:
     cfg = _json_arg(a.cfg)
     pin = cfg.get("fixed_start_sha256")
     files = tree_files(fixed_start)
-    from .harness.hashing import sha256_tree
-
     tree = sha256_tree(fixed_start)
     if pin and pin != tree:
         raise InputError(fixed_start, "sha256", f"tree hash {tree} differs from the pinned {pin}")
@@ -94,20 +93,30 @@ def cmd_validate(a) -> None:
     print(f"[validate] {checkpoint.name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
 
 
-def _assert_workspace_free(workspace_marker: str = "/workspace") -> None:
-    """Scoring imports nothing from a workspace (isolation rule)."""
-    bad = [p for p in sys.path if workspace_marker in p]
-    loaded = [m for m, mod in list(sys.modules.items())
-              if workspace_marker in (getattr(mod, "__file__", None) or "")]
+def assert_workspace_free(workspace: str | Path | None) -> None:
+    """Isolation rule: scoring has the workspace off ``sys.path`` and imports nothing from it.
+
+    Raises RuntimeError naming the offending path or module.
+    """
+    if not workspace:
+        return
+    root = Path(workspace).resolve()
+
+    def inside(path: str) -> bool:
+        resolved = Path(path or ".").resolve()
+        return resolved == root or root in resolved.parents
+
+    bad = [p for p in sys.path if inside(p)]
+    loaded = [m for m, mod in list(sys.modules.items()) if getattr(mod, "__file__", None) and inside(mod.__file__)]
     if bad or loaded:
-        raise RuntimeError(f"scoring must not see the workspace: sys.path={bad} modules={loaded}")
+        raise RuntimeError(f"scoring must not see the workspace {root}: sys.path={bad} modules={loaded}")
 
 
 def cmd_score(a) -> None:
     from .harness.receipts import write_summary
     from .tasks import get_task
 
-    _assert_workspace_free()
+    assert_workspace_free(a.workspace)
     task = get_task(a.task)
     cfg = _json_arg(a.cfg)
     metric = task.METRIC[a.split]
@@ -120,15 +129,12 @@ def cmd_score(a) -> None:
         rows = []
     else:
         summary, rows = task.evaluate(a.checkpoint or None, a.fixed_start, a.items, metric, cfg)
-        _assert_workspace_free()
+        assert_workspace_free(a.workspace)
     summary["split"] = a.split
     summary["checkpoint"] = a.checkpoint or None
     summary["items_sha256"] = sha256_file(a.items)
     summary["scored_at"] = utc_now()
-    if "receipt" in summary:
-        del summary["receipt"]
-    if (out_dir / ".complete").exists():
-        (out_dir / ".complete").unlink()
+    (out_dir / ".complete").unlink(missing_ok=True)  # receipts come last: none while rewriting
     atomic_write_jsonl(out_dir / "rows.jsonl", rows)
     write_summary(out_dir, summary)
     print(f"[score] {a.split} {summary['metric']} = {summary['value']} (n={summary['n']})")
@@ -141,6 +147,18 @@ def cmd_official(a) -> None:
     scores = {int(Path(s).name.split("-")[-1]): s for s in a.scores}
     official_result(task=a.task, run=a.run, record_path=a.record, markers=markers, scores=scores,
                     direction=a.direction, out=a.out)
+
+
+def cmd_proxy_table(a) -> None:
+    from .harness.receipts import read_complete_summary
+
+    table = {}
+    for score_dir in a.scores:
+        s = read_complete_summary(score_dir)
+        table[Path(score_dir).name] = {"metric": s["metric"], "value": s["value"],
+                                       "se": s["uncertainty"]["value"], "n": s["n"], "summary": f"{score_dir}/summary.json"}
+    atomic_write_json(a.out, {"split": "proxy", "note": "exploration only; never mixed with final numbers",
+                              "checkpoints": table})
 
 
 def cmd_final(a) -> None:
@@ -196,6 +214,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--split", choices=("proxy", "final"), required=True)
     s.add_argument("--checkpoint", default="", help="omit to score the fixed start")
     s.add_argument("--marker", default="", help="validation marker; an invalid checkpoint is not scored")
+    s.add_argument("--workspace", default="", help="the run's workspace, which must stay off sys.path")
     s.add_argument("--cfg", default="{}")
     s.set_defaults(func=cmd_score)
 
@@ -205,6 +224,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--markers", nargs="+", required=True)
     s.add_argument("--scores", nargs="+", required=True)
     s.set_defaults(func=cmd_official)
+
+    s = sub.add_parser("proxy-table", help="proxy scores of a run's checkpoints in one file")
+    s.add_argument("--scores", nargs="+", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_proxy_table)
 
     s = sub.add_parser("final", help="the task's final result, references and report")
     for arg in ("--task", "--fixed-start-scores", "--shipped-official", "--out-dir"):
@@ -223,13 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # noqa: BLE001 - one clear line, traceback in the log above it
-        from .harness.replay import ReplayError
-
-        if isinstance(exc, ReplayError):
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        raise
+    except ReplayError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
