@@ -48,6 +48,20 @@ def load_recipe(profile: str, overrides: dict) -> dict:
     return recipe
 
 
+def last_complete_state(trainer_dir: Path) -> str | None:
+    """The newest trainer checkpoint that was saved whole. A job killed mid-save leaves a
+    ``checkpoint-N`` without a readable ``trainer_state.json``, which the Trainer writes last."""
+    def whole(path: Path) -> bool:
+        try:
+            json.loads((path / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return path.name.split("-")[1].isdigit()
+
+    saved = [p for p in trainer_dir.glob("checkpoint-*") if whole(p)]
+    return str(max(saved, key=lambda p: int(p.name.split("-")[1]))) if saved else None
+
+
 class ReplayCallback(TrainerCallback):
     """Deadline, NaN guard, progress lines and atomic publication of each saved adapter."""
 
@@ -146,8 +160,7 @@ def main() -> int:
 
     resume = None
     if request["resume"]:
-        saved = sorted((state_dir / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        resume = str(saved[-1]) if saved else None
+        resume = last_complete_state(state_dir / "trainer")
         print(f"[train] resuming from {resume}" if resume else "[train] no trainer state to resume; starting at step 0",
               flush=True)
     train_start = time.time()

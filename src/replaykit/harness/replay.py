@@ -132,6 +132,8 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         atomic_write_json(identity_file, {"identity": identity, **identity_doc})
     (state_dir / "train_result.json").unlink(missing_ok=True)
     (publish_dir / "last-failure.json").unlink(missing_ok=True)
+    for leftover in publish_dir.glob(".tmp-*"):  # a publication or removal cut short by a kill
+        shutil.rmtree(leftover)
 
     request = {"fixed_start": str(Path(fixed_start).resolve()), "public_dir": str(Path(public_dir).resolve()),
                "publish_dir": str(publish_dir.resolve()), "state_dir": str(state_dir.resolve()),
