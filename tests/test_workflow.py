@@ -161,33 +161,34 @@ def _failing_log(workdir, name):
     return (workdir / "logs" / "dpo" / name).read_text().strip().splitlines()[-1]
 
 
-def test_patch_outside_workspace_is_refused(workdir, tiny_llama):
-    patch = workdir / "evil.diff"
-    patch.write_text("--- a/../../Snakefile\n+++ b/../../Snakefile\n@@ -1 +1 @@\n-x\n+y\n")
-    write_config(workdir, tiny_config(tiny_llama, candidate="evil", candidates={"evil": str(patch)}))
+@pytest.mark.parametrize("name, text, message", [
+    ("evil", "--- a/../../Snakefile\n+++ b/../../Snakefile\n@@ -1 +1 @@\n-x\n+y\n", "leaves the workspace"),
+    ("broken", "this is not a diff\n", "not a unified diff"),
+])
+def test_bad_patch_is_refused_before_training(workdir, tiny_llama, name, text, message):
+    patch = workdir / f"{name}.diff"
+    patch.write_text(text)
+    write_config(workdir, tiny_config(tiny_llama, candidate=name, candidates={name: str(patch)}))
     out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1")
     assert out.returncode != 0
-    line = _failing_log(workdir, "evil-seed42/workspace.log")
-    assert line.startswith("error: ") and "evil.diff" in line and "leaves the workspace" in line
-    assert not (workdir / "results/dpo/evil-seed42/replay").exists()  # refused before training
+    line = _failing_log(workdir, f"{name}-seed42/workspace.log")
+    assert line.startswith(f"error: {patch}: ") and message in line
+    assert not (workdir / f"results/dpo/{name}-seed42/replay").exists()
 
 
-def test_malformed_patch_is_refused(workdir, tiny_llama):
-    patch = workdir / "broken.diff"
-    patch.write_text("this is not a diff\n")
-    write_config(workdir, tiny_config(tiny_llama, candidate="broken", candidates={"broken": str(patch)}))
-    out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1")
-    assert out.returncode != 0
-    assert "not a unified diff" in _failing_log(workdir, "broken-seed42/workspace.log")
-
-
-def test_nan_loss_stops_with_a_clear_error(workdir, tiny_llama):
+def config_patch(workdir, name, key, value):
+    """A candidate patch that sets ``key: value`` in the recipe's embedded profile."""
     import difflib
 
     original = (workdir / "recipes/dpo/configs/embedded.yaml").read_text().splitlines(keepends=True)
-    changed = ["beta: .nan\n" if line.startswith("beta:") else line for line in original]
-    patch = workdir / "nan.diff"
+    changed = [f"{key}: {value}\n" if line.startswith(f"{key}:") else line for line in original]
+    patch = workdir / f"{name}.diff"
     patch.write_text("".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    return patch
+
+
+def test_nan_loss_stops_with_a_clear_error(workdir, tiny_llama):
+    patch = config_patch(workdir, "nan", "beta", ".nan")
     write_config(workdir, tiny_config(tiny_llama, candidate="nan", candidates={"nan": str(patch)}))
     out = snakemake(workdir, "results/dpo/nan-seed42/replay/record.json", "--cores", "1", "--resources", "gpu=1")
     assert out.returncode != 0
@@ -266,13 +267,9 @@ def test_missing_fixed_start_is_one_clear_line(workdir, tmp_path):
 
 
 def test_candidate_patch_over_two_seeds(workdir, tiny_llama):
-    import difflib
     import statistics
 
-    original = (workdir / "recipes/dpo/configs/embedded.yaml").read_text().splitlines(keepends=True)
-    changed = ["beta: 0.5\n" if line.startswith("beta:") else line for line in original]
-    patch = workdir / "beta05.diff"
-    patch.write_text("".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    patch = config_patch(workdir, "beta05", "beta", "0.5")
     cfg = tiny_config(tiny_llama, candidate="beta05", candidates={"beta05": str(patch)}, seeds=[42, 43])
     cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 3
     write_config(workdir, cfg)
@@ -300,3 +297,17 @@ def test_candidate_patch_over_two_seeds(workdir, tiny_llama):
     cand, ship = rows(officials[0]["official"]["scores"]), rows(shipped["official"]["scores"])
     assert final["comparisons"]["vs_shipped"]["difference"] == pytest.approx(
         sum(cand[i] - ship[i] for i in cand) / len(cand))
+
+
+def test_internal_deadline_stops_training_and_exits_0(workdir, tiny_llama):
+    cfg = tiny_config(tiny_llama, budget={"outer_limit_s": 240, "internal_deadline_s": 30, "export_reserve_s": 60})
+    cfg["tasks"]["dpo"]["recipe"]["overrides"].update(max_steps=100_000, save_steps=25)
+    write_config(workdir, cfg)
+    snakemake(workdir, str(RUN / "replay/record.json"), "--cores", "1", "--resources", "gpu=1", check=True)
+    record = read(workdir / RUN / "replay/record.json")
+    assert record["stop_reason"] == "deadline"
+    assert 0 < record["steps"] < 100_000
+    assert record["retained"][-1] == record["steps"]  # the last state is saved at the deadline
+    assert len(record["retained"]) <= 3
+    assert record["wall_s"] < 30 + 60  # stopped inside internal deadline + export reserve
+    assert record["utilisation"]["budget_fraction"] == pytest.approx(record["wall_s"] / 240)
