@@ -17,6 +17,6 @@ include: "rules/final.smk"
 
 
 rule all:
+    default_target: True
     input:
         expand("results/{task}/final", task=sorted(config["tasks"])),
-    default_target: True

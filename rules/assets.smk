@@ -3,14 +3,14 @@ rule fixed_start_model:
     output:
         model=directory("results/models/{model}"),
         manifest="results/models/{model}.manifest.json",
-    params:
-        spec=lambda w: json.dumps(config["models"][w.model], sort_keys=True),
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/models/{model}.log",
     benchmark:
         "benchmarks/models/{model}.tsv"
+    conda:
+        "../envs/replaykit.yaml"
+    params:
+        spec=lambda w: json.dumps(config["models"][w.model], sort_keys=True),
     shell:
         "python -m replaykit fixed-start --spec {params.spec:q} --out {output.model}"
         " --manifest {output.manifest} > {log} 2>&1"
@@ -24,6 +24,12 @@ rule assets:
         public=directory("results/{task}/assets/public"),
         hidden=directory("results/{task}/assets/hidden"),
         manifest="results/{task}/assets/manifest.json",
+    log:
+        "logs/{task}/assets.log",
+    benchmark:
+        "benchmarks/{task}/assets.tsv"
+    conda:
+        "../envs/replaykit.yaml"
     params:
         cfg=lambda w: json.dumps(
             {
@@ -32,12 +38,6 @@ rule assets:
             },
             sort_keys=True,
         ),
-    conda:
-        "../envs/replaykit.yaml"
-    log:
-        "logs/{task}/assets.log",
-    benchmark:
-        "benchmarks/{task}/assets.tsv"
     shell:
         "python -m replaykit assets --task {wildcards.task} --cfg {params.cfg:q}"
         " --fixed-start {input.fixed_start} --public {output.public} --hidden {output.hidden}"

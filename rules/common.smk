@@ -25,9 +25,13 @@ validate(config, schema="../config/schema.yaml")  # fills the schema's defaults
 # PATH); with `--sdm conda`, of the rule's conda environment, with the project's src/ on
 # PYTHONPATH.
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
-    shell.prefix(f"set -euo pipefail; export PYTHONPATH={Path(workflow.basedir) / 'src'}; ")
+    shell.prefix(
+        f"set -euo pipefail; export PYTHONPATH={Path(workflow.basedir) / 'src'}; "
+    )
 else:
-    shell.prefix(f"set -euo pipefail; export PATH={Path(sys.executable).parent}:$PATH; ")
+    shell.prefix(
+        f"set -euo pipefail; export PATH={Path(sys.executable).parent}:$PATH; "
+    )
 RUN_RE = r"[A-Za-z0-9_.]+-seed\d+"
 
 
@@ -129,7 +133,9 @@ def get_officials(w):
 
 
 def get_shipped_official(w):
-    return f"results/{w.task}/{run_name('shipped', task_cfg(w)['seeds'][0])}/official.json"
+    return (
+        f"results/{w.task}/{run_name('shipped', task_cfg(w)['seeds'][0])}/official.json"
+    )
 
 
 def split_items(w, split):

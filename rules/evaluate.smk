@@ -6,18 +6,18 @@ rule validate:
         fixed_start=get_fixed_start,
     output:
         marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
-    params:
-        cfg=as_json("validation"),
-    threads: lambda w: task_cfg(w)["threads"]
-    resources:
-        gpu=1,
-        runtime=lambda w: task_cfg(w)["validation"]["runtime"],
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/validate-{progress}.log",
     benchmark:
         "benchmarks/{task}/{run}/validate-{progress}.tsv"
+    conda:
+        "../envs/replaykit.yaml"
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: task_cfg(w)["validation"]["runtime"],
+    params:
+        cfg=as_json("validation"),
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit validate --task {wildcards.task}"
         " --checkpoint {input.checkpoint} --fixed-start {input.fixed_start} --cfg {params.cfg:q}"
@@ -34,19 +34,19 @@ rule score_final:
     output:
         summary="results/{task}/{run}/final-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/final-scores/checkpoint-{progress}/.complete",
-    params:
-        cfg=as_json("evaluation"),
-        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
-    threads: lambda w: task_cfg(w)["threads"]
-    resources:
-        gpu=1,
-        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/score-final-{progress}.log",
     benchmark:
         "benchmarks/{task}/{run}/score-final-{progress}.tsv"
+    conda:
+        "../envs/replaykit.yaml"
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    params:
+        cfg=as_json("evaluation"),
+        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
@@ -65,19 +65,19 @@ rule score_proxy:
     output:
         summary="results/{task}/{run}/proxy-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/proxy-scores/checkpoint-{progress}/.complete",
-    params:
-        cfg=as_json("evaluation"),
-        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'proxy')}",
-    threads: lambda w: task_cfg(w)["threads"]
-    resources:
-        gpu=1,
-        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/score-proxy-{progress}.log",
     benchmark:
         "benchmarks/{task}/{run}/score-proxy-{progress}.tsv"
+    conda:
+        "../envs/replaykit.yaml"
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    params:
+        cfg=as_json("evaluation"),
+        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'proxy')}",
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split proxy"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
@@ -94,19 +94,19 @@ rule reference_fixed_start:
     output:
         summary="results/{task}/reference/fixed-start/final-scores/summary.json",
         receipt="results/{task}/reference/fixed-start/final-scores/.complete",
-    params:
-        cfg=as_json("evaluation"),
-        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
-    threads: lambda w: task_cfg(w)["threads"]
-    resources:
-        gpu=1,
-        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/{task}/reference-fixed-start.log",
     benchmark:
         "benchmarks/{task}/reference-fixed-start.tsv"
+    conda:
+        "../envs/replaykit.yaml"
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+    params:
+        cfg=as_json("evaluation"),
+        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
         " --fixed-start {input.fixed_start} --items {params.items_file} --cfg {params.cfg:q}"

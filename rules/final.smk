@@ -6,13 +6,13 @@ rule official:
         scores=get_final_scores,
     output:
         "results/{task}/{run}/official.json",
+    log:
+        "logs/{task}/{run}/official.log",
+    conda:
+        "../envs/replaykit.yaml"
     params:
         direction=lambda w: get_task(w.task).METRIC["direction"],
         score_dirs=lambda w, input: [str(Path(p).parent) for p in input.scores],
-    conda:
-        "../envs/replaykit.yaml"
-    log:
-        "logs/{task}/{run}/official.log",
     shell:
         "python -m replaykit official --task {wildcards.task} --run {wildcards.run}"
         " --record {input.record} --direction {params.direction} --markers {input.markers}"
@@ -25,12 +25,12 @@ rule proxy:
         get_proxy_scores,
     output:
         "results/{task}/{run}/proxy.json",
-    params:
-        score_dirs=lambda w, input: [str(Path(p).parent) for p in input],
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/proxy.log",
+    conda:
+        "../envs/replaykit.yaml"
+    params:
+        score_dirs=lambda w, input: [str(Path(p).parent) for p in input],
     shell:
         "python -m replaykit proxy-table --scores {params.score_dirs} --out {output} > {log} 2>&1"
 
@@ -43,13 +43,15 @@ rule final:
         fixed_start="results/{task}/reference/fixed-start/final-scores/.complete",
     output:
         directory("results/{task}/final"),
-    params:
-        published=lambda w: json.dumps(task_cfg(w)["references"]["published"], sort_keys=True),
-        n_boot=lambda w: task_cfg(w)["final"]["n_boot"],
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/{task}/final.log",
+    conda:
+        "../envs/replaykit.yaml"
+    params:
+        published=lambda w: json.dumps(
+            task_cfg(w)["references"]["published"], sort_keys=True
+        ),
+        n_boot=lambda w: task_cfg(w)["final"]["n_boot"],
     shell:
         "python -m replaykit final --task {wildcards.task} --officials {input.officials}"
         " --shipped-official {input.shipped} --fixed-start-scores results/{wildcards.task}/reference/fixed-start/final-scores"

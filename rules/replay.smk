@@ -6,10 +6,10 @@ rule workspace:
     output:
         workspace=directory("results/{task}/{run}/workspace"),
         record="results/{task}/{run}/workspace.json",
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/workspace.log",
+    conda:
+        "../envs/replaykit.yaml"
     shell:
         "python -m replaykit workspace --recipe recipes/{wildcards.task} --patch '{input.patch}'"
         " --out {output.workspace} --record {output.record} > {log} 2>&1"
@@ -17,7 +17,8 @@ rule workspace:
 
 checkpoint replay:
     """Formal replay under the budget. Checkpoints are published atomically next to the
-    record (replay/checkpoint-N, at most 3) and outlive a failed job; the record is last."""
+    record (replay/checkpoint-N, at most 3) and outlive a failed job; the record is last.
+    """
     input:
         workspace="results/{task}/{run}/workspace",
         workspace_record="results/{task}/{run}/workspace.json",
@@ -26,23 +27,25 @@ checkpoint replay:
         fixed_start=get_fixed_start,
     output:
         record="results/{task}/{run}/replay/record.json",
-    params:
-        budget=as_json("budget"),
-        profile=lambda w: task_cfg(w)["recipe"]["profile"],
-        overrides=lambda w: json.dumps(task_cfg(w)["recipe"]["overrides"], sort_keys=True),
-        seed=lambda w: parse_run(w.run)[1],
-        publish_dir=replay_dir,
-        state_dir=lambda w: f"results/{w.task}/{w.run}/replay-state",
-    threads: lambda w: task_cfg(w)["threads"]
-    resources:
-        gpu=1,
-        runtime=lambda w: get_budget(w).runtime_minutes(setup_s=120),
-    conda:
-        "../envs/replaykit.yaml"
     log:
         "logs/{task}/{run}/replay.log",
     benchmark:
         "benchmarks/{task}/{run}/replay.tsv"
+    conda:
+        "../envs/replaykit.yaml"
+    threads: lambda w: task_cfg(w)["threads"]
+    resources:
+        gpu=1,
+        runtime=lambda w: get_budget(w).runtime_minutes(setup_s=120),
+    params:
+        budget=as_json("budget"),
+        profile=lambda w: task_cfg(w)["recipe"]["profile"],
+        overrides=lambda w: json.dumps(
+            task_cfg(w)["recipe"]["overrides"], sort_keys=True
+        ),
+        seed=lambda w: parse_run(w.run)[1],
+        publish_dir=replay_dir,
+        state_dir=lambda w: f"results/{w.task}/{w.run}/replay-state",
     shell:
         "exec python -m replaykit replay --task {wildcards.task} --run {wildcards.run}"
         " --workspace {input.workspace} --workspace-record {input.workspace_record}"

@@ -1,0 +1,20 @@
+"""The workflow passes `snakemake --lint` and `snakefmt --check` (STYLE: Snakemake workflows)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def test_snakemake_lint_is_clean():
+    out = subprocess.run([str(BIN / "snakemake"), "--lint", "--workflow-profile", "none"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert "Congratulations, your workflow is in a good condition!" in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_snakefmt_check_is_clean():
+    out = subprocess.run([str(BIN / "snakefmt"), "--check", "Snakefile", "rules"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
