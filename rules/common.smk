@@ -94,7 +94,13 @@ def replay_dir(w):
 def retained(w):
     """Progress values retained by a finished replay (read from its record)."""
     record = checkpoints.replay.get(task=w.task, run=w.run).output.record
-    return json.loads(Path(record).read_text())["retained"]
+    try:
+        return json.loads(Path(record).read_text())["retained"]
+    except (ValueError, KeyError) as exc:
+        sys.exit(
+            f"error: {record}: retained: unreadable replay record ({exc}); "
+            "remove it and rerun with --rerun-incomplete"
+        )
 
 
 def get_markers(w):

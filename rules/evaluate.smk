@@ -31,6 +31,7 @@ rule score_final:
         checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
         fixed_start=get_fixed_start,
         hidden="results/{task}/assets/hidden",
+        manifest="results/{task}/assets/manifest.json",
     output:
         summary="results/{task}/{run}/final-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/final-scores/checkpoint-{progress}/.complete",
@@ -50,7 +51,7 @@ rule score_final:
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
-        " --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
+        " --manifest {input.manifest} --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
         " --out-dir results/{wildcards.task}/{wildcards.run}/final-scores/checkpoint-{wildcards.progress}"
         " > {log} 2>&1"
 
@@ -62,6 +63,7 @@ rule score_proxy:
         checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
         fixed_start=get_fixed_start,
         public="results/{task}/assets/public",
+        manifest="results/{task}/assets/manifest.json",
     output:
         summary="results/{task}/{run}/proxy-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/proxy-scores/checkpoint-{progress}/.complete",
@@ -81,7 +83,7 @@ rule score_proxy:
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split proxy"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
-        " --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
+        " --manifest {input.manifest} --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
         " --out-dir results/{wildcards.task}/{wildcards.run}/proxy-scores/checkpoint-{wildcards.progress}"
         " > {log} 2>&1"
 
@@ -91,6 +93,7 @@ rule reference_fixed_start:
     input:
         fixed_start=get_fixed_start,
         hidden="results/{task}/assets/hidden",
+        manifest="results/{task}/assets/manifest.json",
     output:
         summary="results/{task}/reference/fixed-start/final-scores/summary.json",
         receipt="results/{task}/reference/fixed-start/final-scores/.complete",
@@ -109,5 +112,6 @@ rule reference_fixed_start:
         items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
-        " --fixed-start {input.fixed_start} --items {params.items_file} --cfg {params.cfg:q}"
-        " --out-dir results/{wildcards.task}/reference/fixed-start/final-scores > {log} 2>&1"
+        " --fixed-start {input.fixed_start} --manifest {input.manifest} --items {params.items_file}"
+        " --cfg {params.cfg:q} --out-dir results/{wildcards.task}/reference/fixed-start/final-scores"
+        " > {log} 2>&1"

@@ -141,6 +141,16 @@ def test_corrupt_checkpoint_is_invalid_and_run_still_completes(finished, tmp_pat
     assert "invalid" in (work / TARGET / "report.md").read_text()
 
 
+def test_truncated_record_is_one_clear_line(finished, tmp_path):
+    work = _copy_finished(finished, tmp_path)
+    record = work / RUN / "replay/record.json"
+    record.write_text(record.read_text()[:300])
+    out = snakemake(work, TARGET, "--cores", "1", "--resources", "gpu=1", "-n")
+    assert out.returncode != 0
+    assert f"error: {RUN}/replay/record.json: retained: unreadable replay record" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_bad_config_is_one_clear_line(workdir, tiny_llama):
     cfg = tiny_config(tiny_llama)
     cfg["tasks"]["dpo"]["budget"]["outer_limit_s"] = "ten minutes"
@@ -253,6 +263,19 @@ def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
     snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1", "--rerun-incomplete", check=True)
     record = read(workdir / RUN / "replay/record.json")
     assert record["resumed"] is True and record["steps"] == 40
+    assert len(record["attempts"]) == 2  # one budget across attempts
+    assert record["utilisation"]["wall_s_all_attempts"] > record["wall_s"]
+    # after the resume, each published adapter is the one the trainer saved at that step
+    from replaykit.harness.hashing import sha256_file
+
+    hashes = set()
+    for progress in record["retained"]:
+        published = workdir / RUN / f"replay/checkpoint-{progress}/adapter_model.safetensors"
+        trained = workdir / RUN / f"replay-state/trainer/checkpoint-{progress}/adapter_model.safetensors"
+        if trained.exists():  # the trainer keeps its 2 newest states
+            assert sha256_file(published) == sha256_file(trained)
+        hashes.add(sha256_file(published))
+    assert len(hashes) == 3
     counts = [e["count"] for e in record["publications"]]
     assert counts == list(range(1, len(counts) + 1))
     assert record["retained"] == [38, 39, 40]

@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,6 +69,8 @@ class ReplayCallback(TrainerCallback):
     def __init__(self, request: dict, max_steps: int):
         self.deadline = request["deadline_unix"]
         self.publish_dir = Path(request["publish_dir"])
+        self.state_dir = Path(request["state_dir"])
+        self.publish_s = 0.0
         self.keep = request["keep"]
         self.max_steps = max_steps
         self.stop_reason = "max_steps"
@@ -97,13 +100,19 @@ class ReplayCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
+        # Export the adapter only (not the optimizer state) through a scratch folder that is
+        # NOT inside the trainer checkpoint: a subfolder with an adapter there would be loaded
+        # as a second adapter when the Trainer resumes from that checkpoint.
+        started = time.time()
         saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        export = saved / "publish"
-        export.mkdir(exist_ok=True)
-        for name in ADAPTER_FILES:  # publish the adapter only, not the optimizer state
-            if not (export / name).exists():
-                os.link(saved / name, export / name)
-        entry = publish_checkpoint(export, self.publish_dir, state.global_step, keep=self.keep)
+        export = Path(tempfile.mkdtemp(prefix=".export-", dir=self.state_dir))
+        try:
+            for name in ADAPTER_FILES:
+                shutil.copy2(saved / name, export / name)
+            entry = publish_checkpoint(export, self.publish_dir, state.global_step, keep=self.keep)
+        finally:
+            shutil.rmtree(export, ignore_errors=True)
+        self.publish_s += time.time() - started
         print(f"[publish] checkpoint-{state.global_step} (publication {entry['count']}, retained {entry['retained']})",
               flush=True)
         return control
@@ -171,7 +180,8 @@ def main() -> int:
     train_end = time.time()
     history = [h for h in trainer.state.log_history if "loss" in h]
     result = {"stop_reason": callback.stop_reason, "steps": trainer.state.global_step,
-              "train_start_unix": train_start, "train_end_unix": train_end, "export_end_unix": time.time(),
+              "train_start_unix": train_start, "train_end_unix": train_end,
+              "publish_s": callback.publish_s,
               "metrics": {k: v for k, v in (history[-1] if history else {}).items()
                           if isinstance(v, (int, float)) and math.isfinite(v)}}
     if callback.nan_step is not None:

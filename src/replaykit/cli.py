@@ -117,11 +117,16 @@ def cmd_score(a) -> None:
     from .tasks import get_task
 
     assert_workspace_free(a.workspace)
+    from .harness.replay import verify_assets
+
+    verify_assets(a.manifest, a.fixed_start, split={"final": "hidden", "proxy": "public"}[a.split])
     task = get_task(a.task)
     cfg = _json_arg(a.cfg)
     metric = task.METRIC[a.split]
     out_dir = Path(a.out_dir)
     marker = read_json(a.marker, required=("valid", "reason")) if a.marker else {"valid": True, "reason": "fixed start"}
+    if not isinstance(marker["valid"], bool):
+        raise InputError(a.marker, "valid", f"must be true or false, got {marker['valid']!r}")
     if not marker["valid"]:
         summary = {"metric": metric.format(n=0), "direction": task.METRIC["direction"], "value": None,
                    "uncertainty": {"value": None, "kind": "binomial_se"}, "n": 0, "diagnostics": {},
@@ -164,9 +169,11 @@ def cmd_proxy_table(a) -> None:
 def cmd_final(a) -> None:
     from .harness.results import final_result
 
+    from .tasks import get_task
+
     s = final_result(task=a.task, officials=a.officials, fixed_start_scores=a.fixed_start_scores,
                      shipped_official=a.shipped_official, published=_json_arg(a.published), n_boot=a.n_boot,
-                     out_dir=a.out_dir)
+                     out_dir=a.out_dir, report_diagnostics=tuple(getattr(get_task(a.task), "REPORT_DIAGNOSTICS", ())))
     print(f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
           f"(normalised {s['normalised_score']})")
 
@@ -209,7 +216,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("score", help="frozen evaluator on the proxy or final split")
-    for arg in ("--task", "--fixed-start", "--items", "--out-dir"):
+    for arg in ("--task", "--fixed-start", "--items", "--out-dir", "--manifest"):
         s.add_argument(arg, required=True)
     s.add_argument("--split", choices=("proxy", "final"), required=True)
     s.add_argument("--checkpoint", default="", help="omit to score the fixed start")

@@ -22,7 +22,20 @@ def check_config(config: dict, schema_file: str | Path, source: str) -> None:
     if error is not None:
         field = ".".join(str(p) for p in error.absolute_path) or "-"
         raise InputError(source, field, error.message)
+    from .tasks import get_task
+
     for name, task in config["tasks"].items():
+        plugin = get_task(name)
+        try:
+            plugin.check_data(task["data"])
+        except KeyError as exc:
+            raise InputError(source, f"tasks.{name}.data.{exc.args[0]}", "required key missing") from None
+        except ValueError as exc:
+            key, _, message = str(exc).partition(": ")
+            raise InputError(source, f"tasks.{name}.data.{key}", message) from None
+        for cand, patch in task.get("candidates", {}).items():
+            if not Path(patch).is_file():
+                raise InputError(source, f"tasks.{name}.candidates.{cand}", f"patch file {patch!r} not found")
         try:
             Budget.from_config(task["budget"])
         except ValueError as exc:

@@ -5,7 +5,7 @@ temporary name (``.tmp-checkpoint-<progress>``, outside the ``checkpoint-N`` pat
 renamed into place, so it appears whole or not at all. After each publication only the
 ``keep`` (3) greatest progress values are retained; a removed checkpoint is first renamed
 to ``.tmp-trash-...`` so that a crash mid-delete never leaves a partial ``checkpoint-N``.
-Every publication is appended to ``publications.jsonl`` with its cumulative count.
+Every publication is recorded in ``publications.jsonl`` with its cumulative count.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
+from .fileio import atomic_write_text
 from .hashing import sha256_tree
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -39,10 +40,20 @@ def retained_after(existing: list[int], new: int, keep: int = KEEP) -> list[int]
 
 
 def read_ledger(root: str | Path) -> list[dict]:
+    """The publication ledger. A last line cut short by a kill during its append is dropped
+    (its checkpoint was renamed into place before the append, and is still listed on disk)."""
     path = Path(root) / LEDGER
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number != len(lines):
+                raise
+    return entries
 
 
 def _fsync_tree(root: Path) -> None:
@@ -89,8 +100,6 @@ def publish_checkpoint(src: str | Path, root: str | Path, progress: int, keep: i
             shutil.rmtree(trash)
     entry = {"progress": progress, "sha256": digest, "count": len(ledger) + 1,
              "time": time.time(), "retained": retained}
-    with open(root / LEDGER, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(entry, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    # rewritten whole (atomically), so a line cut short by a kill never corrupts later ones
+    atomic_write_text(root / LEDGER, "".join(json.dumps(e, sort_keys=True) + "\n" for e in ledger + [entry]))
     return entry

@@ -7,12 +7,13 @@ outer limit, checks retention, and writes the replay record last.
 
 Recipe contract (what ``train.py --request request.json`` receives and must produce):
 
+* knobs in ``configs/<profile>.yaml``; ``overrides`` replace keys it has (checked first);
 * request keys: ``fixed_start``, ``public_dir``, ``publish_dir``, ``state_dir``, ``seed``,
   ``deadline_unix`` (internal deadline, unix s), ``export_reserve_s``, ``profile``,
   ``overrides``, ``threads``, ``keep``, ``resume``.
 * publish checkpoints with :func:`replaykit.harness.publish.publish_checkpoint`;
 * write ``<state_dir>/train_result.json`` with ``stop_reason``, ``steps``,
-  ``train_start_unix``, ``train_end_unix``, ``export_end_unix`` and, on failure, ``error``;
+  ``train_start_unix``, ``train_end_unix``, ``publish_s`` and, on failure, ``error``;
 * exit 0 when it stopped by itself (``max_steps`` or ``deadline``), non-zero otherwise.
 """
 
@@ -37,6 +38,7 @@ from .publish import KEEP, published, read_ledger
 
 _PR_SET_PDEATHSIG = 1
 GRACE_S = 10.0  # SIGTERM -> SIGKILL grace for the training process group
+HEARTBEAT_S = 5.0  # how often the driver records that the current attempt is alive
 
 
 class ReplayError(RuntimeError):
@@ -51,11 +53,12 @@ def set_parent_death_signal(sig: int) -> None:
         pass
 
 
-def verify_assets(manifest_path: str | Path, fixed_start: str | Path) -> dict:
-    """Re-hash the fixed start and every *public* asset against the manifest.
+def verify_assets(manifest_path: str | Path, fixed_start: str | Path, split: str = "public") -> dict:
+    """Re-hash the fixed start and every asset file of ``split`` against the manifest.
 
-    Hidden (final-split) files are never opened here. Raises :class:`InputError` naming the
-    file that is missing or whose SHA-256 differs.
+    The replay verifies the public split (it never opens hidden files); scoring verifies the
+    hidden one, so a replay that tampered with it is caught. Raises :class:`InputError`
+    naming the file that is missing or whose SHA-256 differs.
     """
     manifest_path = Path(manifest_path)
     manifest = read_json(manifest_path, required=("fixed_start", "files"))
@@ -69,7 +72,7 @@ def verify_assets(manifest_path: str | Path, fixed_start: str | Path) -> dict:
             raise InputError(path, "sha256", f"does not match the asset manifest {manifest_path}")
     base = manifest_path.parent
     for rel, entry in manifest["files"].items():
-        if entry.get("split") != "public":
+        if entry.get("split") != split:
             continue
         path = base / rel
         if not path.is_file():
@@ -102,6 +105,50 @@ def _fresh_start(publish_dir: Path, state_dir: Path) -> None:
     state_dir.mkdir(parents=True)
 
 
+def check_overrides(workspace: Path, profile: str, overrides: dict) -> None:
+    """Recipe contract: knobs live in ``configs/<profile>.yaml`` of the workspace; overrides
+    may only replace keys it has. Checked before anything is removed or started."""
+    import yaml
+
+    path = workspace / "configs" / f"{profile}.yaml"
+    if not path.is_file():
+        raise InputError(path, "-", f"recipe profile {profile!r} not found in the workspace")
+    knobs = yaml.safe_load(path.read_text()) or {}
+    for key, value in overrides.items():
+        if key not in knobs:
+            raise InputError("config", f"recipe.overrides.{key}", f"not a key of {path}")
+        if isinstance(value, dict):
+            for sub in value:
+                if not isinstance(knobs[key], dict) or sub not in knobs[key]:
+                    raise InputError("config", f"recipe.overrides.{key}.{sub}", f"not a key of {path}")
+
+
+def asset_fingerprint(manifest: dict) -> str:
+    """What a replay reads from its assets: the fixed start and public files (their hashes),
+    not the manifest's own bytes (its creation time changes when the assets are rebuilt)."""
+    public = {k: v["sha256"] for k, v in manifest["files"].items() if v.get("split") == "public"}
+    return sha256_bytes(json.dumps({"fixed_start": manifest["fixed_start"]["files"], "public": public},
+                                   sort_keys=True).encode())
+
+
+class Attempts:
+    """Wall time of earlier attempts of the same replay (a killed attempt counts up to its last
+    heartbeat), so that the budget is one budget across resumes."""
+
+    def __init__(self, path: Path, started_unix: float):
+        self.path = path
+        self.previous = read_json(path) if path.exists() else []
+        self.current = {"started_unix": started_unix, "last_seen_unix": started_unix}
+
+    @property
+    def previous_s(self) -> float:
+        return sum(a["last_seen_unix"] - a["started_unix"] for a in self.previous)
+
+    def heartbeat(self, now: float) -> None:
+        self.current["last_seen_unix"] = now
+        atomic_write_json(self.path, self.previous + [self.current])
+
+
 def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: str | Path,
                manifest: str | Path, fixed_start: str | Path, public_dir: str | Path,
                publish_dir: str | Path, state_dir: str | Path, record_path: str | Path,
@@ -109,20 +156,25 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
                keep: int = KEEP) -> dict:
     """Run one formal replay (or resume the same one) and write its record.
 
-    Returns the record. Raises :class:`InputError` for bad assets or workspace, and
-    :class:`ReplayError` when the recipe fails; publications made before a failure are kept
-    (they live outside Snakemake's declared outputs) and ``last-failure.json`` says why.
+    The budget spans attempts: a resumed replay gets what earlier attempts left of the
+    internal deadline and of the outer limit.
+
+    Returns the record. Raises :class:`InputError` for bad assets, workspace or overrides
+    (before anything is removed), and :class:`ReplayError` when the recipe fails; publications
+    made before a failure are kept (they live outside Snakemake's declared outputs) and
+    ``last-failure.json`` says why.
     """
     started_unix, started_at = time.time(), utc_now()
     workspace, publish_dir, state_dir = Path(workspace), Path(publish_dir), Path(state_dir)
     ws_info = read_json(workspace_record, required=("workspace_sha256", "patch_sha256"))
     if sha256_tree(workspace) != ws_info["workspace_sha256"]:
         raise InputError(workspace, "workspace_sha256", f"workspace differs from its record {workspace_record}")
+    check_overrides(workspace, profile, overrides)
     manifest_sha = sha256_file(manifest)
-    verify_assets(manifest, fixed_start)
+    manifest_doc = verify_assets(manifest, fixed_start)
 
     identity_doc = {"task": task, "run": run, "workspace_sha256": ws_info["workspace_sha256"],
-                    "asset_manifest_sha256": manifest_sha, "seed": seed, "budget": budget.as_dict(),
+                    "assets": asset_fingerprint(manifest_doc), "seed": seed, "budget": budget.as_dict(),
                     "profile": profile, "overrides": overrides, "keep": keep}
     identity = sha256_bytes(json.dumps(identity_doc, sort_keys=True).encode())
     identity_file = state_dir / "identity.json"
@@ -132,40 +184,54 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         atomic_write_json(identity_file, {"identity": identity, **identity_doc})
     (state_dir / "train_result.json").unlink(missing_ok=True)
     (publish_dir / "last-failure.json").unlink(missing_ok=True)
-    for leftover in publish_dir.glob(".tmp-*"):  # a publication or removal cut short by a kill
+    for leftover in [*publish_dir.glob(".tmp-*"), *state_dir.glob(".export-*")]:  # cut short by a kill
         shutil.rmtree(leftover)
+    attempts = Attempts(state_dir / "attempts.json", started_unix)
+    attempts.heartbeat(started_unix)
+    spent_s = attempts.previous_s
+    deadline_unix = started_unix + budget.internal_deadline_s - spent_s
+    outer_unix = started_unix + budget.outer_limit_s - spent_s
 
     request = {"fixed_start": str(Path(fixed_start).resolve()), "public_dir": str(Path(public_dir).resolve()),
                "publish_dir": str(publish_dir.resolve()), "state_dir": str(state_dir.resolve()),
-               "seed": seed, "deadline_unix": started_unix + budget.internal_deadline_s,
+               "seed": seed, "deadline_unix": deadline_unix,
                "export_reserve_s": budget.export_reserve_s, "profile": profile, "overrides": overrides,
                "threads": threads, "keep": keep, "resume": resume}
     request_path = atomic_write_json(state_dir / "request.json", request)
 
     print(f"[replay] {task}/{run}: {'resuming' if resume else 'fresh formal replay'}; "
-          f"internal deadline {budget.internal_deadline_s:.0f} s, outer limit {budget.outer_limit_s:.0f} s", flush=True)
+          f"{spent_s:.0f} s spent by earlier attempts; internal deadline in {deadline_unix - started_unix:.0f} s, "
+          f"outer limit in {outer_unix - started_unix:.0f} s", flush=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
     proc = subprocess.Popen([sys.executable, "train.py", "--request", str(request_path.resolve())],
                             cwd=workspace, env=env, start_new_session=True,
                             preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))
 
     def on_signal(signum, _frame):
+        print(f"[replay] received signal {signum}: stopping the training process group", flush=True)
         _kill_group(proc)
+        attempts.heartbeat(time.time())
         raise SystemExit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
 
     outer_hit = False
+    last_beat = started_unix
     while proc.poll() is None:
-        if time.time() - started_unix > budget.outer_limit_s:
+        now = time.time()
+        if now > outer_unix:
             outer_hit = True
             print("[replay] outer limit reached: stopping the training process group", flush=True)
             _kill_group(proc)
             break
+        if now - last_beat >= HEARTBEAT_S:
+            attempts.heartbeat(now)
+            last_beat = now
         time.sleep(0.5)
     returncode = proc.wait()
     ended_unix = time.time()
+    attempts.heartbeat(ended_unix)
 
     result_path = state_dir / "train_result.json"
     result = read_json(result_path) if result_path.exists() else {}
@@ -175,7 +241,7 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     if outer_hit:
         result["stop_reason"] = "outer_limit"
     elif returncode != 0:
-        failure = result.get("error") or f"train.py exited with status {returncode}"
+        failure = result.get("error") or f"train.py exited with status {returncode} (see the log above)"
     if failure is None and not retained:
         failure = "no checkpoint was published"
     if failure is None and len(retained) > keep:
@@ -186,19 +252,21 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         raise ReplayError(f"{workspace}/train.py: {failure}")
 
     wall_s = ended_unix - started_unix
-    t0, t1, t2 = (result.get(k) for k in ("train_start_unix", "train_end_unix", "export_end_unix"))
+    total_s = spent_s + wall_s
+    t0, t1 = result.get("train_start_unix"), result.get("train_end_unix")
     setup_s = (t0 - started_unix) if t0 else None
     train_s = (t1 - t0) if t0 and t1 else None
-    export_s = (t2 - t1) if t1 and t2 else None
-    accounted = sum(x for x in (setup_s, train_s, export_s) if x is not None)
+    publish_s = result.get("publish_s")
+    accounted = sum(x for x in (setup_s, train_s) if x is not None)
     record = {
         "task": task, "run": run, "seed": seed, "identity": identity, "resumed": resume,
         "started_at": started_at, "ended_at": utc_now(), "wall_s": wall_s,
-        "budget": budget.as_dict(),
+        "attempts": attempts.previous + [attempts.current], "budget": budget.as_dict(),
         "utilisation": {
-            "budget_fraction": wall_s / budget.outer_limit_s,
-            "deadline_fraction": (train_s / budget.internal_deadline_s) if train_s is not None else None,
-            "setup_s": setup_s, "train_s": train_s, "export_s": export_s,
+            "wall_s_all_attempts": total_s,
+            "budget_fraction": total_s / budget.outer_limit_s,
+            "deadline_fraction": (spent_s + t1 - started_unix) / budget.internal_deadline_s if t1 else None,
+            "setup_s": setup_s, "train_s": train_s, "publish_s": publish_s,
             "idle_s": max(0.0, wall_s - accounted),
         },
         "stop_reason": result.get("stop_reason", "unknown"),
@@ -218,5 +286,5 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     }
     atomic_write_json(record_path, record)
     print(f"[replay] done: stop_reason={record['stop_reason']} steps={record['steps']} "
-          f"retained={retained} wall={wall_s:.1f} s", flush=True)
+          f"retained={retained} wall={wall_s:.1f} s ({total_s:.1f} s over all attempts)", flush=True)
     return record

@@ -31,13 +31,16 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
     checkpoints = []
     for progress in sorted(record["retained"]):
         marker = read_json(markers[progress], required=("valid", "reason"))
-        entry = {"progress": progress, "valid": bool(marker["valid"]), "reason": marker["reason"],
+        if not isinstance(marker["valid"], bool):
+            raise InputError(markers[progress], "valid", f"must be true or false, got {marker['valid']!r}")
+        entry = {"progress": progress, "valid": marker["valid"], "reason": marker["reason"],
                  "marker": str(markers[progress]), "scores": str(scores[progress]),
                  "score_status": status(scores[progress]), "value": None, "se": None}
         if entry["valid"]:
             summary = read_complete_summary(scores[progress])
             entry.update(value=summary["value"], se=summary["uncertainty"]["value"], n=summary["n"],
-                         metric=summary["metric"], diagnostics=summary["diagnostics"],
+                         metric=summary["metric"], uncertainty_kind=summary["uncertainty"]["kind"],
+                         diagnostics=summary["diagnostics"],
                          advisories=summary["advisories"])
         checkpoints.append(entry)
     best = best_valid(checkpoints, direction)
@@ -52,7 +55,13 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
 
 
 def _rows_by_id(score_dir: str | Path) -> dict[str, float]:
-    return {str(r["id"]): float(r["score"]) for r in read_jsonl(Path(score_dir) / "rows.jsonl", required=("id", "score"))}
+    path = Path(score_dir) / "rows.jsonl"
+    out: dict[str, float] = {}
+    for number, row in enumerate(read_jsonl(path, required=("id", "score")), start=1):
+        if str(row["id"]) in out:
+            raise InputError(path, f"line {number}.id", f"duplicate row id {row['id']!r}")
+        out[str(row["id"])] = float(row["score"])
+    return out
 
 
 def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: int) -> dict:
@@ -83,7 +92,8 @@ def _sec(value) -> str:
 
 
 def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: str | Path,
-                 shipped_official: str | Path, published: dict, n_boot: int, out_dir: str | Path) -> dict:
+                 shipped_official: str | Path, published: dict, n_boot: int, out_dir: str | Path,
+                 report_diagnostics: tuple[str, ...] = ()) -> dict:
     """Write ``summary.json``, ``report.md`` and (last) ``.complete`` of the task's final result.
 
     The headline is the official result of the first seed; with several seeds the summary
@@ -114,11 +124,13 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
                 for d, p in zip(docs, officials)]
     seeds = mean_sd([s["value"] for s in per_seed if s["value"] is not None])
     advisories = list(best.get("advisories", []))
-    if normalised is None:
+    if shipped_best is None:
+        advisories.append("the shipped reference has no valid checkpoint: no paired comparison or normalised score")
+    elif normalised is None:
         advisories.append("normalised score undefined: fixed-start and shipped references are equal")
     summary = {
         "metric": best["metric"], "direction": direction, "value": best["value"],
-        "uncertainty": {"value": best["se"], "kind": "binomial_se"}, "n": best["n"],
+        "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]}, "n": best["n"],
         "diagnostics": best.get("diagnostics", {}), "advisories": advisories,
         "official": {"run": primary["run"], "seed": primary["seed"], "progress": best["progress"],
                      "scores": best["scores"], "official": str(officials[0])},
@@ -128,13 +140,14 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
                     "record": primary["record"], "record_sha256": primary["record_sha256"]},
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "report.md", render_report(task, summary, docs))
+    atomic_write_text(out_dir / "report.md", render_report(task, summary, docs, report_diagnostics))
     write_summary(out_dir, summary)
     return summary
 
 
-def render_report(task: str, summary: dict, docs: list[dict]) -> str:
-    """A Markdown run report: checkpoints, official result, references, budget, lineage."""
+def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple[str, ...] = ()) -> str:
+    """A Markdown run report: checkpoints (with the task's ``diagnostics`` as columns),
+    official result, references, paired comparisons, seeds, budget use and lineage."""
     refs, comp = summary["references"], summary["comparisons"]
     lines = [f"# {task}: final result", "",
              f"**Official result**: {summary['metric']} = {_fmt(summary['value'], summary['uncertainty']['value'])} "
@@ -157,16 +170,17 @@ def render_report(task: str, summary: dict, docs: list[dict]) -> str:
         util = doc.get("utilisation") or {}
         lines += [f"## Run `{doc['run']}` (seed {doc['seed']})", "",
                   f"Stopped: {doc.get('stop_reason')}; publications: {doc.get('publication_count')}; "
-                  f"budget used: {_pct(util.get('budget_fraction'))} of the outer limit "
-                  f"(setup {_sec(util.get('setup_s'))}, training {_sec(util.get('train_s'))}, "
-                  f"export {_sec(util.get('export_s'))}, idle {_sec(util.get('idle_s'))}).", "",
-                  "| checkpoint | valid | final score ± SE | loose acc | inst. strict acc | marker | summary |",
-                  "|---|---|---|---|---|---|---|"]
+                  f"budget used: {_pct(util.get('budget_fraction'))} of the outer limit over all attempts "
+                  f"(this attempt: setup {_sec(util.get('setup_s'))}, training {_sec(util.get('train_s'))} "
+                  f"of which publishing {_sec(util.get('publish_s'))}, idle {_sec(util.get('idle_s'))}).", "",
+                  "| checkpoint | valid | final score ± SE | " + " | ".join(diagnostics) + (" | " if diagnostics else "")
+                  + "marker | summary |",
+                  "|---|---|---|" + "---|" * len(diagnostics) + "---|---|"]
         for c in doc["checkpoints"]:
             d = c.get("diagnostics") or {}
+            cells = "".join(f"{_fmt(d.get(name))} | " for name in diagnostics)
             lines.append(f"| checkpoint-{c['progress']} | {'valid' if c['valid'] else 'invalid: ' + c['reason']} | "
-                         f"{_fmt(c['value'], c['se'])} | {_fmt(d.get('prompt_level_loose_acc'))} | "
-                         f"{_fmt(d.get('inst_level_strict_acc'))} | `{c['marker']}` | `{c['scores']}/summary.json` |")
+                         f"{_fmt(c['value'], c['se'])} | {cells}`{c['marker']}` | `{c['scores']}/summary.json` |")
         lines.append("")
     lin = summary["lineage"]
     lines += ["## Lineage", "",

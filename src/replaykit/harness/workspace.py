@@ -18,14 +18,18 @@ from .errors import InputError
 from .fileio import atomic_write_json
 from .hashing import sha256_file, sha256_tree
 
-_HEADER_RE = re.compile(r"^(?:---|\+\+\+) (\S+)")
-_GIT_RE = re.compile(r"^diff --git (\S+) (\S+)$")
+_PATH = r'("(?:[^"\\]|\\.)*"|\S+)'  # a path, or a git C-quoted one with spaces / escapes
+_HEADER_RE = re.compile(rf"^(?:---|\+\+\+) {_PATH}")
+_GIT_RE = re.compile(rf"^diff --git {_PATH} {_PATH}$")
 _RENAME_RE = re.compile(r"^(?:rename|copy) (?:from|to) (.+)$")
 _MODE_RE = re.compile(r"^(?:new file mode|new mode|old mode|deleted file mode) (\d+)$")
 
 
-def _strip_prefix(path: str) -> str:
-    return path[2:] if path.startswith(("a/", "b/")) else path
+def _clean(path: str, prefixed: bool = True) -> str:
+    """Undo git's C-style quoting, then drop the ``a/`` / ``b/`` prefix of -p1 paths."""
+    if len(path) > 1 and path.startswith('"') and path.endswith('"'):
+        path = path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode("utf-8")
+    return path[2:] if prefixed and path.startswith(("a/", "b/")) else path
 
 
 def patch_paths(patch: str | Path) -> list[str]:
@@ -39,23 +43,22 @@ def patch_paths(patch: str | Path) -> list[str]:
     text = patch.read_text(encoding="utf-8", errors="replace")
     if not text.strip():
         raise InputError(patch, "-", "candidate patch is empty")
-    paths: list[tuple[int, str]] = []
+    paths: list[tuple[int, str, str]] = []  # (line, raw, cleaned)
     for number, line in enumerate(text.splitlines(), start=1):
         if m := _GIT_RE.match(line):
-            paths += [(number, m.group(1)), (number, m.group(2))]
+            paths += [(number, m.group(1), _clean(m.group(1))), (number, m.group(2), _clean(m.group(2)))]
         elif line.startswith(("--- ", "+++ ")) and (m := _HEADER_RE.match(line)):
-            paths.append((number, m.group(1)))
+            paths.append((number, m.group(1), _clean(m.group(1))))
         elif m := _RENAME_RE.match(line):
-            paths.append((number, "a/" + m.group(1)))
+            paths.append((number, m.group(1), _clean(m.group(1), prefixed=False)))
         elif (m := _MODE_RE.match(line)) and m.group(1) == "120000":
             raise InputError(patch, f"line {number}", "symlinks are not allowed in a candidate patch")
     if not paths:
         raise InputError(patch, "-", "not a unified diff (no ---/+++ headers)")
     out = []
-    for number, raw in paths:
+    for number, raw, rel in paths:
         if raw == "/dev/null":
             continue
-        rel = _strip_prefix(raw)
         pure = PurePosixPath(rel)
         if pure.is_absolute() or raw.startswith("/"):
             raise InputError(patch, f"line {number}", f"absolute path {raw!r} is outside the workspace")

@@ -2,12 +2,16 @@
 
 * ``METRIC``: ``{"final": name, "proxy": name, "direction": "maximize"|"minimize"}``
   (names may contain ``{n}``, filled with the number of scored rows);
+* ``check_data(data)`` - config check of ``tasks.<task>.data`` (``KeyError``/``ValueError``);
 * ``build_assets(cfg, fixed_start, public_dir, hidden_dir) -> dict`` - writes the task's
   data (public: training + proxy; hidden: the final split) and returns extra manifest fields;
 * ``validate(checkpoint, fixed_start, cfg) -> dict`` - the frozen loader's verdict
   ``{valid, reason, checks}``; never raises for a bad checkpoint;
-* ``evaluate(checkpoint, fixed_start, items_file, split, cfg) -> (summary, rows)`` - the
-  frozen evaluator; ``rows`` carry ``id`` and a numeric ``score`` for paired statistics.
+* ``evaluate(checkpoint, fixed_start, items_file, metric, cfg) -> (summary, rows)`` - the
+  frozen evaluator (``metric``: the name pattern from ``METRIC``); ``rows`` carry a unique
+  ``id`` and a numeric ``score`` for paired statistics;
+* ``split_file(split) -> str`` - where the proxy / final items lie under the assets folder;
+* ``REPORT_DIAGNOSTICS`` - diagnostics shown as report columns.
 
 Adding a task means adding such a subpackage, its recipe under ``recipes/<task>/`` and its
 config block; the harness and the rules stay as they are.

@@ -19,6 +19,7 @@ from .loader import validate  # noqa: F401  (plug-in interface)
 
 METRIC = {"final": "ifeval_strict_accuracy_hidden{n}", "proxy": "ifeval_strict_accuracy_public{n}",
           "direction": "maximize"}
+REPORT_DIAGNOSTICS = ("prompt_level_loose_acc", "inst_level_strict_acc", "truncated_fraction")
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train_prefs.jsonl", "proxy_prompts.jsonl", "final_prompts.jsonl"
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 
@@ -31,6 +32,26 @@ def _embedded(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
     info = {"source": "embedded", "dropped_pairs": dropped, "instruction_ids": sorted(instructions.INSTRUCTIONS),
             "train_topics": len(instructions.TRAIN_TOPICS), "public_topics": public_topics, "n_hidden_topics": len(hidden_topics)}
     return pairs, proxy, final, info
+
+
+EMBEDDED_KEYS = ("train_seed", "n_train_pairs", "topic_split_seed", "public_seed", "n_proxy", "hidden_seed", "n_final")
+LOCAL_KEYS = ("train_prefs", "ifeval_prompts", "public_seed", "n_proxy")
+
+
+def check_data(data: dict) -> None:
+    """Config check of ``tasks.dpo.data`` before any rule runs: raises ``KeyError(key)`` for a
+    missing key and ``ValueError("key: message")`` for a bad value."""
+    local = data.get("source") == "local"
+    for key in LOCAL_KEYS if local else EMBEDDED_KEYS:
+        if key not in data:
+            raise KeyError(key)
+    for key in ("n_train_pairs", "n_proxy", "n_final"):
+        if key in data and not (isinstance(data[key], int) and data[key] >= 1):
+            raise ValueError(f"{key}: must be an integer >= 1, got {data[key]!r}")
+    if local:
+        for key in ("train_prefs", "ifeval_prompts"):
+            if not Path(data[key]).is_file():
+                raise ValueError(f"{key}: file {data[key]!r} not found")
 
 
 def to_explicit_prompt(row: dict) -> dict:

@@ -29,11 +29,15 @@ def read_items(path: str | Path) -> list[dict]:
     """
     items = read_jsonl(path, required=ITEM_FIELDS)
     known = ifeval.registry()
+    seen: set[str] = set()
     for number, item in enumerate(items, start=1):
         if "id" not in item:
             if "key" not in item:
                 raise InputError(path, f"line {number}.id", "required field missing (id or key)")
             item["id"] = str(item["key"])
+        if str(item["id"]) in seen:
+            raise InputError(path, f"line {number}.id", f"duplicate id {item['id']!r}")
+        seen.add(str(item["id"]))
         if len(item["instruction_id_list"]) != len(item["kwargs"]):
             raise InputError(path, f"line {number}.kwargs", "needs one kwargs dict per instruction")
         for iid in item["instruction_id_list"]:

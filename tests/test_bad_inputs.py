@@ -1,0 +1,94 @@
+"""Bad inputs to the harness and the dpo plug-in: one clear InputError naming file and field."""
+
+import json
+
+import pytest
+import yaml
+
+from replaykit.config import check_config
+from replaykit.harness.errors import InputError
+from replaykit.harness.publish import publish_checkpoint, read_ledger
+from replaykit.harness.replay import check_overrides
+from replaykit.harness.results import _rows_by_id, official_result
+from replaykit.harness.workspace import patch_paths
+from conftest import ROOT
+
+SCHEMA = ROOT / "config" / "schema.yaml"
+
+
+def default_config():
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize("change, field, message", [
+    (lambda t: t["data"].pop("train_seed"), "tasks.dpo.data.train_seed", "required key missing"),
+    (lambda t: t["data"].update(n_final=0), "tasks.dpo.data.n_final", "less than the minimum of 1"),
+    (lambda t: t["data"].update(source="local", train_prefs="/nope.jsonl", ifeval_prompts="/nope2.jsonl"),
+     "tasks.dpo.data.train_prefs", "not found"),
+    (lambda t: t["evaluation"].update(dtype="float17"), "tasks.dpo.evaluation.dtype", "is not one of"),
+    (lambda t: t.update(candidate="other"), "tasks.dpo.candidate", "not a key of candidates"),
+    (lambda t: t.update(candidates={"c1": "/no/such.diff"}), "tasks.dpo.candidates.c1", "not found"),
+    (lambda t: t.update(seeds=[]), "tasks.dpo.seeds", "should be non-empty"),
+])
+def test_config_errors_name_the_field(change, field, message):
+    config = default_config()
+    change(config["tasks"]["dpo"])
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/config.yaml")
+    assert exc.value.path == "config/config.yaml" and exc.value.field == field
+    assert message in exc.value.message
+
+
+def test_default_config_passes():
+    check_config(default_config(), SCHEMA, "config/config.yaml")
+
+
+def test_unknown_override_is_refused_before_anything_runs(tmp_path):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "embedded.yaml").write_text("beta: 0.1\nlora: {r: 16}\n")
+    check_overrides(tmp_path, "embedded", {"beta": 0.2, "lora": {"r": 4}})
+    with pytest.raises(InputError, match="recipe.overrides.betta"):
+        check_overrides(tmp_path, "embedded", {"betta": 0.2})
+    with pytest.raises(InputError, match="recipe.overrides.lora.rank"):
+        check_overrides(tmp_path, "embedded", {"lora": {"rank": 4}})
+    with pytest.raises(InputError, match="profile 'fast' not found"):
+        check_overrides(tmp_path, "fast", {})
+
+
+def test_duplicate_row_ids_are_refused(tmp_path):
+    rows = [{"id": "a", "score": 1.0}, {"id": "b", "score": 0.0}, {"id": "a", "score": 0.0}]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match="line 3.id: duplicate row id 'a'"):
+        _rows_by_id(tmp_path)
+
+
+def test_marker_valid_must_be_a_boolean(tmp_path):
+    (tmp_path / "record.json").write_text(json.dumps({"retained": [5], "seed": 42}))
+    (tmp_path / "checkpoint-5.json").write_text(json.dumps({"valid": "false", "reason": "bad"}))
+    with pytest.raises(InputError, match="valid: must be true or false"):
+        official_result(task="dpo", run="r", record_path=tmp_path / "record.json",
+                        markers={5: tmp_path / "checkpoint-5.json"}, scores={5: tmp_path / "scores"},
+                        direction="maximize", out=tmp_path / "official.json")
+    assert not (tmp_path / "official.json").exists()
+
+
+def test_ledger_line_cut_short_by_a_kill(tmp_path):
+    root = tmp_path / "replay"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w").write_text("x")
+    publish_checkpoint(src, root, 1)
+    with open(root / "publications.jsonl", "a") as handle:
+        handle.write('{"progress": 2, "sha')  # killed mid-append
+    assert [e["progress"] for e in read_ledger(root)] == [1]
+    publish_checkpoint(src, root, 3)
+    assert [e["progress"] for e in read_ledger(root)] == [1, 3]
+
+
+def test_git_quoted_paths_are_decoded_before_the_check(tmp_path):
+    patch = tmp_path / "q.diff"
+    patch.write_text('--- "a/\\056\\056/x.py"\n+++ "b/\\056\\056/x.py"\n@@ -1 +1 @@\n-a\n+b\n')
+    with pytest.raises(InputError, match="leaves the workspace"):
+        patch_paths(patch)
+    patch.write_text('--- "a/sub dir/x.py"\n+++ "b/sub dir/x.py"\n@@ -1 +1 @@\n-a\n+b\n')
+    assert patch_paths(patch) == ["sub dir/x.py"]
