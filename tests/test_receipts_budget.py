@@ -39,3 +39,16 @@ def test_budget_rules():
         Budget(900, 800, 200)
     with pytest.raises(ValueError):
         Budget(900, 0, 10)
+
+
+def test_atomic_writes_get_the_usual_file_mode(tmp_path):
+    import os
+
+    from replaykit.harness.fileio import atomic_write_json
+
+    umask = os.umask(0)
+    os.umask(umask)
+    path = atomic_write_json(tmp_path / "x.json", {"a": 1})
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]  # no temporary left behind

@@ -98,6 +98,12 @@ def test_lineage_chain_resolves(finished):
 
     assert sha256_file(work / official["record"]) == final["lineage"]["record_sha256"]
     assert sha256_file(work / record["asset_manifest"]) == final["lineage"]["asset_manifest_sha256"]
+    assert record["asset_manifest"] == final["lineage"]["asset_manifest"]
+    workspace = read(work / record["workspace_record"])
+    assert workspace["patch_sha256"] is None and workspace["workspace_sha256"] == record["workspace_sha256"]
+    report = (work / TARGET / "report.md").read_text()
+    for name in (record["asset_manifest"], record["workspace_record"], official["record"]):
+        assert name in report
     manifest = read(work / record["asset_manifest"])
     assert {e["split"] for e in manifest["files"].values()} == {"public", "hidden"}
 

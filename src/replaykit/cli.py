@@ -150,8 +150,10 @@ def cmd_official(a) -> None:
 
     markers = {int(Path(m).stem.split("-")[-1]): m for m in a.markers}
     scores = {int(Path(s).name.split("-")[-1]): s for s in a.scores}
-    official_result(task=a.task, run=a.run, record_path=a.record, markers=markers, scores=scores,
-                    direction=a.direction, out=a.out)
+    doc = official_result(task=a.task, run=a.run, record_path=a.record, markers=markers, scores=scores,
+                          direction=a.direction, out=a.out)
+    best = doc["official"]
+    print(f"[official] {a.run}: " + (f"checkpoint-{best['progress']} = {best['value']}" if best else "no valid checkpoint"))
 
 
 def cmd_proxy_table(a) -> None:

@@ -276,7 +276,7 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         "retained": retained,
         "checkpoints": {str(p): {"path": str(publish_dir / f"checkpoint-{p}"),
                                  "sha256": sha256_tree(publish_dir / f"checkpoint-{p}")} for p in retained},
-        "workspace_sha256": ws_info["workspace_sha256"],
+        "workspace_record": str(workspace_record), "workspace_sha256": ws_info["workspace_sha256"],
         "patch": ws_info.get("patch"), "patch_sha256": ws_info["patch_sha256"],
         "asset_manifest": str(manifest), "asset_manifest_sha256": manifest_sha,
         "profile": profile, "overrides": overrides, "threads": threads,

@@ -46,7 +46,9 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
     best = best_valid(checkpoints, direction)
     doc = {"task": task, "run": run, "seed": record["seed"], "direction": direction,
            "record": str(record_path), "record_sha256": sha256_file(record_path),
-           "patch_sha256": record.get("patch_sha256"), "asset_manifest_sha256": record.get("asset_manifest_sha256"),
+           "patch_sha256": record.get("patch_sha256"), "asset_manifest": record.get("asset_manifest"),
+           "asset_manifest_sha256": record.get("asset_manifest_sha256"), "workspace_record": record.get("workspace_record"),
+           "budget": record.get("budget"),
            "stop_reason": record.get("stop_reason"), "utilisation": record.get("utilisation"),
            "publication_count": record.get("publication_count"),
            "checkpoints": checkpoints, "official": best}
@@ -72,6 +74,7 @@ def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: i
     ids = sorted(a)
     xa, xb = [a[i] for i in ids], [b[i] for i in ids]
     out = paired_bootstrap(xa, xb, n_boot=n_boot, seed=seed)
+    out.update(a=str(a_dir), b=str(b_dir))  # difference = a - b; McNemar's a_only / b_only
     if set(xa) | set(xb) <= {0.0, 1.0}:
         out["mcnemar"] = exact_mcnemar([v == 1.0 for v in xa], [v == 1.0 for v in xb])
     return out
@@ -136,7 +139,8 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
                      "scores": best["scores"], "official": str(officials[0])},
         "references": references, "comparisons": comparisons, "normalised_score": normalised,
         "seeds": {**seeds, "per_seed": per_seed},
-        "lineage": {"asset_manifest_sha256": primary["asset_manifest_sha256"], "patch_sha256": primary["patch_sha256"],
+        "lineage": {"asset_manifest": primary["asset_manifest"], "asset_manifest_sha256": primary["asset_manifest_sha256"],
+                    "workspace_record": primary["workspace_record"], "patch_sha256": primary["patch_sha256"],
                     "record": primary["record"], "record_sha256": primary["record_sha256"]},
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -158,7 +162,12 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
              f"| shipped recipe | {_fmt(refs['shipped']['value'], refs['shipped']['se'])} | `{refs['shipped']['official']}` |"]
     for name, value in sorted(refs["published"].items()):
         lines.append(f"| published {name} (full scale) | {_fmt(value)} | SPEC |")
-    lines += ["", f"Normalised score (fixed start = 0, shipped = 1): {_fmt(summary['normalised_score'])}", "",
+    same = summary["official"]["official"] == refs["shipped"]["official"]
+    lines += ["", f"Normalised score (fixed start = 0, shipped = 1): {_fmt(summary['normalised_score'])}"
+              + (" (this run is the shipped recipe, so it is 1 and its comparison with the shipped reference is 0)"
+                 if same else ""), "",
+              "The official result is the best of the retained checkpoints on the final split itself, so it is "
+              "optimistically biased by the choice among them; every checkpoint's value is listed below.", "",
               "## Paired comparisons (same rows)", "", "| vs | difference | 95 % CI (bootstrap) | McNemar p |", "|---|---|---|---|"]
     for name, c in comp.items():
         p = c.get("mcnemar", {}).get("p_value")
@@ -170,7 +179,8 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
         util = doc.get("utilisation") or {}
         lines += [f"## Run `{doc['run']}` (seed {doc['seed']})", "",
                   f"Stopped: {doc.get('stop_reason')}; publications: {doc.get('publication_count')}; "
-                  f"budget used: {_pct(util.get('budget_fraction'))} of the outer limit over all attempts "
+                  f"budget used: {_pct(util.get('budget_fraction'))} of the outer limit "
+                  f"({_sec((doc.get('budget') or {}).get('outer_limit_s'))}) over all attempts "
                   f"(this attempt: setup {_sec(util.get('setup_s'))}, training {_sec(util.get('train_s'))} "
                   f"of which publishing {_sec(util.get('publish_s'))}, idle {_sec(util.get('idle_s'))}).", "",
                   "| checkpoint | valid | final score ± SE | " + " | ".join(diagnostics) + (" | " if diagnostics else "")
@@ -184,8 +194,10 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
         lines.append("")
     lin = summary["lineage"]
     lines += ["## Lineage", "",
-              f"asset manifest `{lin['asset_manifest_sha256']}` → patch `{lin['patch_sha256'] or 'none (shipped recipe)'}` → "
-              f"replay record `{lin['record']}` (`{lin['record_sha256']}`) → `{summary['official']['scores']}/summary.json`", ""]
+              f"asset manifest `{lin['asset_manifest']}` (`{lin['asset_manifest_sha256']}`) → workspace "
+              f"`{lin['workspace_record']}` (patch `{lin['patch_sha256'] or 'none: the shipped recipe'}`) → "
+              f"replay record `{lin['record']}` (`{lin['record_sha256']}`) → `{summary['official']['official']}` → "
+              f"`{summary['official']['scores']}/summary.json`", ""]
     if summary["advisories"]:
         lines += ["## Advisories", ""] + [f"- {a}" for a in summary["advisories"]] + [""]
     return "\n".join(lines)
