@@ -144,6 +144,13 @@ def get_shipped_official(w):
     )
 
 
+def get_fixed_start_reference(w):
+    """The fixed-start reference's receipt, or nothing for a task without one (rm)."""
+    if not getattr(get_task(w.task), "FIXED_START_REFERENCE", True):
+        return []
+    return f"results/{w.task}/reference/fixed-start/final-scores/.complete"
+
+
 def split_items(w, split):
     return get_task(w.task).split_file(split)
 

@@ -40,7 +40,7 @@ rule final:
     input:
         officials=get_officials,
         shipped=get_shipped_official,
-        fixed_start="results/{task}/reference/fixed-start/final-scores/.complete",
+        fixed_start=get_fixed_start_reference,
     output:
         directory("results/{task}/final"),
     log:
@@ -52,7 +52,10 @@ rule final:
             task_cfg(w)["references"]["published"], sort_keys=True
         ),
         n_boot=lambda w: task_cfg(w)["final"]["n_boot"],
+        fixed_start_scores=lambda w, input: (
+            str(Path(input.fixed_start).parent) if input.fixed_start else ""
+        ),
     shell:
         "python -m replaykit final --task {wildcards.task} --officials {input.officials}"
-        " --shipped-official {input.shipped} --fixed-start-scores results/{wildcards.task}/reference/fixed-start/final-scores"
+        " --shipped-official {input.shipped} --fixed-start-scores '{params.fixed_start_scores}'"
         " --published {params.published:q} --n-boot {params.n_boot} --out-dir {output} > {log} 2>&1"

@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 
 import pytest
 
@@ -50,3 +52,18 @@ def test_leftover_temporary_is_not_a_checkpoint(tmp_path):
     publish_checkpoint(_src(tmp_path, "a"), root, 7)
     assert published(root) == [7]
     assert json.loads((root / "publications.jsonl").read_text().splitlines()[0])["progress"] == 7
+
+
+def test_published_checkpoints_get_the_usual_modes(tmp_path):
+    src = tmp_path / "scratch"
+    src.mkdir(mode=0o700)
+    (src / "weights.bin").write_bytes(b"w")
+    os.chmod(src / "weights.bin", 0o600)  # what mkdtemp / some writers leave
+    old = os.umask(0o022)
+    try:
+        publish_checkpoint(src, tmp_path / "out", 1)
+    finally:
+        os.umask(old)
+    published_dir = tmp_path / "out" / "checkpoint-1"
+    assert stat.S_IMODE(published_dir.stat().st_mode) == 0o755
+    assert stat.S_IMODE((published_dir / "weights.bin").stat().st_mode) == 0o644

@@ -1,23 +1,16 @@
-"""Units of the shipped dpo recipe (recipes/dpo/train.py), loaded from its file."""
+"""The recipes' Trainer glue (replaykit.harness.trainer) and the shipped dpo recipe's profiles."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "dpo" / "train.py"
+from replaykit.harness import trainer as train
+
+DPO_CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "dpo" / "configs"
 
 
-@pytest.fixture(scope="module")
-def train():
-    spec = importlib.util.spec_from_file_location("dpo_train", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_resume_skips_a_checkpoint_cut_short_by_a_kill(train, tmp_path):
+def test_resume_skips_a_checkpoint_cut_short_by_a_kill(tmp_path):
     for step in (2, 3, 4, 5):
         (tmp_path / f"checkpoint-{step}").mkdir()
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
@@ -28,9 +21,9 @@ def test_resume_skips_a_checkpoint_cut_short_by_a_kill(train, tmp_path):
     assert train.last_complete_state(tmp_path / "missing") is None
 
 
-def test_recipe_profiles_and_overrides(train):
-    embedded = train.load_recipe("embedded", {})
-    full = train.load_recipe("full", {})
+def test_recipe_profiles_and_overrides():
+    embedded = train.load_recipe(DPO_CONFIGS, "embedded", {})
+    full = train.load_recipe(DPO_CONFIGS, "full", {})
     # SPEC dpo, full scale: beta 0.01, LoRA r = alpha = 128, 4 x 4 = 16 pairs/step, 772 steps, lr 5e-6
     assert (full["beta"], full["lora"]["r"], full["lora"]["alpha"]) == (0.01, 128, 128)
     assert full["per_device_train_batch_size"] * full["gradient_accumulation_steps"] == 16
@@ -38,7 +31,7 @@ def test_recipe_profiles_and_overrides(train):
     assert (full["quantization"], full["optim"], full["loss_type"]) == ("nf4", "paged_adamw_32bit", "sigmoid")
     assert set(full["lora"]["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     assert embedded["max_steps"] // embedded["save_steps"] == 3  # three publications
-    merged = train.load_recipe("embedded", {"lora": {"r": 4}, "beta": 0.3})
+    merged = train.load_recipe(DPO_CONFIGS, "embedded", {"lora": {"r": 4}, "beta": 0.3})
     assert merged["lora"]["r"] == 4 and merged["lora"]["alpha"] == embedded["lora"]["alpha"] and merged["beta"] == 0.3
     with pytest.raises(SystemExit, match="betta: unknown recipe key"):
-        train.load_recipe("embedded", {"betta": 0.3})
+        train.load_recipe(DPO_CONFIGS, "embedded", {"betta": 0.3})

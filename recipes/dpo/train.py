@@ -17,114 +17,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import torch
-import yaml
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, set_seed
 from trl import DPOConfig, DPOTrainer
 
-from replaykit.harness.fileio import atomic_write_json
-from replaykit.harness.publish import publish_checkpoint
+from replaykit.harness.trainer import ReplayCallback, load_recipe, run_training
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-
-
-def load_recipe(profile: str, overrides: dict) -> dict:
-    """The recipe's knobs: ``configs/<profile>.yaml`` updated by ``overrides`` (known keys only)."""
-    path = HERE / "configs" / f"{profile}.yaml"
-    if not path.is_file():
-        raise SystemExit(f"{path}: -: recipe profile not found")
-    recipe = yaml.safe_load(path.read_text())
-    for key, value in overrides.items():
-        if key not in recipe:
-            raise SystemExit(f"{path}: {key}: unknown recipe key in overrides")
-        recipe[key] = {**recipe[key], **value} if isinstance(recipe[key], dict) else value
-    return recipe
-
-
-def last_complete_state(trainer_dir: Path) -> str | None:
-    """The newest trainer checkpoint that was saved whole. A job killed mid-save leaves a
-    ``checkpoint-N`` without a readable ``trainer_state.json``, which the Trainer writes last."""
-    def whole(path: Path) -> bool:
-        try:
-            json.loads((path / "trainer_state.json").read_text())
-        except (OSError, ValueError):
-            return False
-        return path.name.split("-")[1].isdigit()
-
-    saved = [p for p in trainer_dir.glob("checkpoint-*") if whole(p)]
-    return str(max(saved, key=lambda p: int(p.name.split("-")[1]))) if saved else None
-
-
-class ReplayCallback(TrainerCallback):
-    """Deadline, NaN guard, progress lines and atomic publication of each saved adapter."""
-
-    def __init__(self, request: dict, max_steps: int):
-        self.deadline = request["deadline_unix"]
-        self.publish_dir = Path(request["publish_dir"])
-        self.state_dir = Path(request["state_dir"])
-        self.publish_s = 0.0
-        self.keep = request["keep"]
-        self.max_steps = max_steps
-        self.stop_reason = "max_steps"
-        self.nan_step = None
-        self.started = time.time()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.max_steps:
-            control.should_save = True
-        elif time.time() >= self.deadline:
-            self.stop_reason = "deadline"
-            control.should_save = True
-            control.should_training_stop = True
-        return control
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(loss):
-            self.nan_step = state.global_step
-            control.should_save = False
-            control.should_training_stop = True
-        if loss is not None:
-            print(f"[train] step {state.global_step}/{self.max_steps} loss {loss:.4f} "
-                  f"reward_margin {logs.get('rewards/margins', float('nan')):.4f} "
-                  f"reward_acc {logs.get('rewards/accuracies', float('nan')):.3f} "
-                  f"elapsed {time.time() - self.started:.0f} s", flush=True)
-        return control
-
-    def on_save(self, args, state, control, **kwargs):
-        # Export the adapter only (not the optimizer state) through a scratch folder that is
-        # NOT inside the trainer checkpoint: a subfolder with an adapter there would be loaded
-        # as a second adapter when the Trainer resumes from that checkpoint.
-        started = time.time()
-        saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        export = Path(tempfile.mkdtemp(prefix=".export-", dir=self.state_dir))
-        try:
-            for name in ADAPTER_FILES:
-                shutil.copy2(saved / name, export / name)
-            entry = publish_checkpoint(export, self.publish_dir, state.global_step, keep=self.keep)
-        finally:
-            shutil.rmtree(export, ignore_errors=True)
-        self.publish_s += time.time() - started
-        print(f"[publish] checkpoint-{state.global_step} (publication {entry['count']}, retained {entry['retained']})",
-              flush=True)
-        return control
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--request", required=True, help="request.json written by the replay driver")
     request = json.loads(Path(parser.parse_args().request).read_text())
-    recipe = load_recipe(request["profile"], request["overrides"])
+    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
     state_dir = Path(request["state_dir"])
-    result_path = state_dir / "train_result.json"
     torch.set_num_threads(int(request["threads"]))
     set_seed(int(request["seed"]))
 
@@ -162,35 +74,12 @@ def main() -> int:
         logging_steps=1, logging_nan_inf_filter=False, report_to="none", disable_tqdm=True,
         dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
     )
-    callback = ReplayCallback(request, max_steps)
+    callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
+                              log_keys={"reward_margin": "rewards/margins", "reward_acc": "rewards/accuracies"})
     trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=peft_config, callbacks=[callback])
     trainer.remove_callback(PrinterCallback)  # our progress line replaces the raw log dicts
-
-    resume = None
-    if request["resume"]:
-        resume = last_complete_state(state_dir / "trainer")
-        print(f"[train] resuming from {resume}" if resume else "[train] no trainer state to resume; starting at step 0",
-              flush=True)
-    train_start = time.time()
-    if train_start >= request["deadline_unix"]:
-        callback.stop_reason = "deadline"
-    else:
-        trainer.train(resume_from_checkpoint=resume)
-    train_end = time.time()
-    history = [h for h in trainer.state.log_history if "loss" in h]
-    result = {"stop_reason": callback.stop_reason, "steps": trainer.state.global_step,
-              "train_start_unix": train_start, "train_end_unix": train_end,
-              "publish_s": callback.publish_s,
-              "metrics": {k: v for k, v in (history[-1] if history else {}).items()
-                          if isinstance(v, (int, float)) and math.isfinite(v)}}
-    if callback.nan_step is not None:
-        result.update(stop_reason="nan_loss", error=f"NaN loss at step {callback.nan_step}; earlier checkpoints kept")
-        atomic_write_json(result_path, result)
-        print(f"error: {result['error']}", flush=True)
-        return 3
-    atomic_write_json(result_path, result)
-    return 0
+    return run_training(trainer, callback, request)
 
 
 if __name__ == "__main__":

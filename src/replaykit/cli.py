@@ -129,7 +129,8 @@ def cmd_score(a) -> None:
         raise InputError(a.marker, "valid", f"must be true or false, got {marker['valid']!r}")
     if not marker["valid"]:
         summary = {"metric": metric.format(n=0), "direction": task.METRIC["direction"], "value": None,
-                   "uncertainty": {"value": None, "kind": "binomial_se"}, "n": 0, "diagnostics": {},
+                   "uncertainty": {"value": None, "kind": task.METRIC.get("uncertainty", "binomial_se")}, "n": 0,
+                   "diagnostics": {},
                    "advisories": [f"not scored: checkpoint invalid ({marker['reason']})"]}
         rows = []
     else:
@@ -173,9 +174,11 @@ def cmd_final(a) -> None:
 
     from .tasks import get_task
 
-    s = final_result(task=a.task, officials=a.officials, fixed_start_scores=a.fixed_start_scores,
+    plugin = get_task(a.task)
+    s = final_result(task=a.task, officials=a.officials, fixed_start_scores=a.fixed_start_scores or None,
                      shipped_official=a.shipped_official, published=_json_arg(a.published), n_boot=a.n_boot,
-                     out_dir=a.out_dir, report_diagnostics=tuple(getattr(get_task(a.task), "REPORT_DIAGNOSTICS", ())))
+                     out_dir=a.out_dir, report_diagnostics=tuple(getattr(plugin, "REPORT_DIAGNOSTICS", ())),
+                     scale=float(plugin.METRIC.get("scale", 1.0)))
     print(f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
           f"(normalised {s['normalised_score']})")
 
@@ -240,8 +243,9 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_proxy_table)
 
     s = sub.add_parser("final", help="the task's final result, references and report")
-    for arg in ("--task", "--fixed-start-scores", "--shipped-official", "--out-dir"):
+    for arg in ("--task", "--shipped-official", "--out-dir"):
         s.add_argument(arg, required=True)
+    s.add_argument("--fixed-start-scores", default="", help="omit for a task without a fixed-start reference")
     s.add_argument("--officials", nargs="+", required=True)
     s.add_argument("--published", default="{}")
     s.add_argument("--n-boot", type=int, default=10_000)

@@ -57,7 +57,13 @@ def read_ledger(root: str | Path) -> list[dict]:
 
 
 def _fsync_tree(root: Path) -> None:
+    """Flush every file to disk and give the tree the usual modes (scratch folders from
+    ``mkdtemp`` are 0700 and some writers make 0600 files; readers of results need more)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(root, 0o777 & ~umask)
     for path in root.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
         if path.is_file():
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())

@@ -56,25 +56,39 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
     return doc
 
 
-def _rows_by_id(score_dir: str | Path) -> dict[str, float]:
+def _rows_by_id(score_dir: str | Path) -> dict[str, dict]:
     path = Path(score_dir) / "rows.jsonl"
-    out: dict[str, float] = {}
+    out: dict[str, dict] = {}
     for number, row in enumerate(read_jsonl(path, required=("id", "score")), start=1):
         if str(row["id"]) in out:
             raise InputError(path, f"line {number}.id", f"duplicate row id {row['id']!r}")
-        out[str(row["id"])] = float(row["score"])
+        out[str(row["id"])] = {"score": float(row["score"]), "weight": row.get("weight"), "stratum": row.get("stratum")}
     return out
 
 
-def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: int) -> dict:
-    """Paired bootstrap CI (and an exact McNemar test for 0/1 scores) of ``a - b`` over shared rows."""
+def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: int, scale: float = 1.0) -> dict:
+    """Paired bootstrap CI (and an exact McNemar test for 0/1 scores) of ``a - b`` over shared rows.
+
+    Rows may carry a ``weight`` (their share of the metric) and a ``stratum`` (resampled
+    within); the difference and CI are multiplied by ``scale`` (e.g. 100 for a percent metric
+    over 0/1 rows). Raises :class:`InputError` when the two sets of rows, or their weights and
+    strata, differ.
+    """
     a, b = _rows_by_id(a_dir), _rows_by_id(b_dir)
     if set(a) != set(b):
         raise InputError(Path(a_dir) / "rows.jsonl", "id", f"rows differ from {Path(b_dir) / 'rows.jsonl'}")
     ids = sorted(a)
-    xa, xb = [a[i] for i in ids], [b[i] for i in ids]
-    out = paired_bootstrap(xa, xb, n_boot=n_boot, seed=seed)
-    out.update(a=str(a_dir), b=str(b_dir))  # difference = a - b; McNemar's a_only / b_only
+    for i in ids:
+        if (a[i]["weight"], a[i]["stratum"]) != (b[i]["weight"], b[i]["stratum"]):
+            raise InputError(Path(a_dir) / "rows.jsonl", f"{i}.weight", f"weight/stratum differ from {Path(b_dir) / 'rows.jsonl'}")
+    xa, xb = [a[i]["score"] for i in ids], [b[i]["score"] for i in ids]
+    weighted = any(a[i]["weight"] is not None for i in ids)
+    out = paired_bootstrap(xa, xb, n_boot=n_boot, seed=seed,
+                           weights=[a[i]["weight"] for i in ids] if weighted else None,
+                           strata=[str(a[i]["stratum"]) for i in ids] if any(a[i]["stratum"] for i in ids) else None)
+    for key in ("difference", "ci_low", "ci_high"):
+        out[key] *= scale
+    out.update(a=str(a_dir), b=str(b_dir), scale=scale)  # difference = a - b; McNemar's a_only / b_only
     if set(xa) | set(xb) <= {0.0, 1.0}:
         out["mcnemar"] = exact_mcnemar([v == 1.0 for v in xa], [v == 1.0 for v in xb])
     return out
@@ -94,42 +108,49 @@ def _sec(value) -> str:
     return "-" if value is None else f"{value:.0f} s"
 
 
-def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: str | Path,
+def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: str | Path | None,
                  shipped_official: str | Path, published: dict, n_boot: int, out_dir: str | Path,
-                 report_diagnostics: tuple[str, ...] = ()) -> dict:
+                 report_diagnostics: tuple[str, ...] = (), scale: float = 1.0) -> dict:
     """Write ``summary.json``, ``report.md`` and (last) ``.complete`` of the task's final result.
 
     The headline is the official result of the first seed; with several seeds the summary
-    also gives the mean and SD of the per-seed official values.
+    also gives the mean and SD of the per-seed official values. ``fixed_start_scores`` is
+    None for a task whose fixed start cannot be scored (``rm``: no reward head); there is
+    then no comparison with it and no normalised score. ``scale``: see :func:`paired_comparison`.
     """
     out_dir = Path(out_dir)
     docs = [read_json(p, required=("official", "checkpoints")) for p in officials]
     primary = docs[0]
     shipped = read_json(shipped_official, required=("official",))
-    fixed = read_complete_summary(fixed_start_scores)
+    fixed = read_complete_summary(fixed_start_scores) if fixed_start_scores else None
     best = primary["official"]
     if best is None:
         raise InputError(officials[0], "official", "no valid checkpoint: there is no official result")
     direction = primary["direction"]
     shipped_best = shipped["official"]
-    references = {"fixed_start": {"value": fixed["value"], "se": fixed["uncertainty"]["value"],
-                                  "scores": str(fixed_start_scores)},
+    references = {"fixed_start": ({"value": fixed["value"], "se": fixed["uncertainty"]["value"],
+                                   "scores": str(fixed_start_scores)} if fixed else None),
                   "shipped": {"value": shipped_best["value"] if shipped_best else None,
                               "se": shipped_best["se"] if shipped_best else None,
                               "official": str(shipped_official)},
                   "published": published or {}}
-    comparisons = {"vs_fixed_start": paired_comparison(best["scores"], fixed_start_scores, n_boot, seed=0)}
+    comparisons = {}
+    if fixed:
+        comparisons["vs_fixed_start"] = paired_comparison(best["scores"], fixed_start_scores, n_boot, seed=0, scale=scale)
     if shipped_best:
-        comparisons["vs_shipped"] = paired_comparison(best["scores"], shipped_best["scores"], n_boot, seed=0)
-    normalised = (normalised_score(best["value"], fixed["value"], shipped_best["value"]) if shipped_best else None)
+        comparisons["vs_shipped"] = paired_comparison(best["scores"], shipped_best["scores"], n_boot, seed=0, scale=scale)
+    normalised = (normalised_score(best["value"], fixed["value"], shipped_best["value"])
+                  if shipped_best and fixed else None)
     per_seed = [{"seed": d["seed"], "run": d["run"], "value": d["official"]["value"] if d["official"] else None,
                  "progress": d["official"]["progress"] if d["official"] else None, "official": str(p)}
                 for d, p in zip(docs, officials)]
     seeds = mean_sd([s["value"] for s in per_seed if s["value"] is not None])
     advisories = list(best.get("advisories", []))
+    if fixed is None:
+        advisories.append("no fixed-start reference: the fixed start cannot be scored by itself (no normalised score)")
     if shipped_best is None:
         advisories.append("the shipped reference has no valid checkpoint: no paired comparison or normalised score")
-    elif normalised is None:
+    elif normalised is None and fixed is not None:
         advisories.append("normalised score undefined: fixed-start and shipped references are equal")
     summary = {
         "metric": best["metric"], "direction": direction, "value": best["value"],
@@ -158,14 +179,20 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
              f"(n = {summary['n']}, {summary['direction']}), run `{summary['official']['run']}`, "
              f"checkpoint-{summary['official']['progress']}.", "",
              "## References", "", "| reference | value ± SE | source |", "|---|---|---|",
-             f"| fixed start | {_fmt(refs['fixed_start']['value'], refs['fixed_start']['se'])} | `{refs['fixed_start']['scores']}` |",
+             (f"| fixed start | {_fmt(refs['fixed_start']['value'], refs['fixed_start']['se'])} | `{refs['fixed_start']['scores']}` |"
+              if refs["fixed_start"] else "| fixed start | - | none: the fixed start cannot be scored by itself |"),
              f"| shipped recipe | {_fmt(refs['shipped']['value'], refs['shipped']['se'])} | `{refs['shipped']['official']}` |"]
     for name, value in sorted(refs["published"].items()):
         lines.append(f"| published {name} (full scale) | {_fmt(value)} | SPEC |")
     same = summary["official"]["official"] == refs["shipped"]["official"]
-    lines += ["", f"Normalised score (fixed start = 0, shipped = 1): {_fmt(summary['normalised_score'])}"
-              + (" (this run is the shipped recipe, so it is 1 and its comparison with the shipped reference is 0)"
-                 if same else ""), "",
+    if refs["fixed_start"] is None:
+        normalised = "Normalised score: none (no fixed-start reference to anchor it)" + (
+            "; this run is the shipped recipe, so its comparison with the shipped reference is 0" if same else "")
+    else:
+        normalised = (f"Normalised score (fixed start = 0, shipped = 1): {_fmt(summary['normalised_score'])}"
+                      + (" (this run is the shipped recipe, so it is 1 and its comparison with the shipped reference is 0)"
+                         if same else ""))
+    lines += ["", normalised, "",
               "The official result is the best of the retained checkpoints on the final split itself, so it is "
               "optimistically biased by the choice among them; every checkpoint's value is listed below.", "",
               "## Paired comparisons (same rows)", "", "| vs | difference | 95 % CI (bootstrap) | McNemar p |", "|---|---|---|---|"]

@@ -38,14 +38,22 @@ def mean_sd(values: Sequence[float]) -> dict:
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_000,
-                     seed: int = 0, confidence: float = 0.95) -> dict:
-    """Percentile bootstrap CI of ``mean(a - b)`` resampling rows (the same rows in both).
+                     seed: int = 0, confidence: float = 0.95, weights: Sequence[float] | None = None,
+                     strata: Sequence[str] | None = None) -> dict:
+    """Percentile bootstrap CI of ``sum_i w_i (a_i - b_i)`` resampling rows (the same rows in both).
+
+    Without ``weights`` (``w_i = 1/n``) the statistic is ``mean(a - b)``. With ``strata``, rows
+    are resampled within each stratum, so each stratum keeps its size -- and a metric whose
+    rows are weighted by stratum (e.g. RewardBench's subset weights) is recomputed exactly on
+    every resample.
 
     Args:
         a, b: per-row scores of two systems on the same rows, length n >= 1.
         n_boot: bootstrap resamples.
         seed: seed of the resampling generator (numpy PCG64).
         confidence: two-sided level of the interval.
+        weights: per-row weight of the statistic (equal within a stratum).
+        strata: per-row stratum label.
 
     Returns:
         ``{difference, ci_low, ci_high, confidence, n, n_boot, seed, method}``.
@@ -53,22 +61,30 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_00
     Raises:
         ValueError: different lengths or no rows.
 
-    Source: Efron & Tibshirani (1993), ch. 13 (percentile interval); paired resampling as in
-    Koehn (2004), "Statistical significance tests for machine translation evaluation".
+    Source: Efron & Tibshirani (1993), ch. 13 (percentile interval) and sec. 3.6 (stratified
+    resampling); paired resampling as in Koehn (2004), "Statistical significance tests for
+    machine translation evaluation".
     """
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"paired_bootstrap needs two equal-length, non-empty arrays ({a.shape} vs {b.shape})")
-    diff = a - b
+    w = np.full(a.size, 1.0 / a.size) if weights is None else np.asarray(weights, dtype=float)
+    labels = np.zeros(a.size, dtype=int) if strata is None else np.unique(np.asarray(strata), return_inverse=True)[1]
+    if w.shape != a.shape or labels.shape != a.shape:
+        raise ValueError("paired_bootstrap: weights and strata need one value per row")
+    contrib = w * (a - b)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, diff.size, size=(n_boot, diff.size))
-    means = diff[idx].mean(axis=1)
+    stats = np.zeros(n_boot)
+    for label in np.unique(labels):
+        members = contrib[labels == label]
+        idx = rng.integers(0, members.size, size=(n_boot, members.size))
+        stats += members[idx].sum(axis=1)
     tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    return {"difference": float(diff.mean()), "ci_low": float(low), "ci_high": float(high),
-            "confidence": confidence, "n": int(diff.size), "n_boot": n_boot, "seed": seed,
-            "method": "paired percentile bootstrap over rows"}
+    low, high = np.quantile(stats, [tail, 1.0 - tail])
+    method = "paired percentile bootstrap over rows" + (", stratified" if strata is not None else "")
+    return {"difference": float(contrib.sum()), "ci_low": float(low), "ci_high": float(high),
+            "confidence": confidence, "n": int(a.size), "n_boot": n_boot, "seed": seed, "method": method}
 
 
 def exact_mcnemar(a: Sequence[bool], b: Sequence[bool]) -> dict:

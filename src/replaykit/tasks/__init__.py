@@ -1,7 +1,9 @@
 """Task plug-ins. Each task is a subpackage ``replaykit.tasks.<name>`` exposing:
 
 * ``METRIC``: ``{"final": name, "proxy": name, "direction": "maximize"|"minimize"}``
-  (names may contain ``{n}``, filled with the number of scored rows);
+  (names may contain ``{n}``, filled with the number of scored rows), optionally ``scale``
+  (metric units per unit of a row's ``score``, e.g. 100 for percent) and ``uncertainty``
+  (the kind of SE);
 * ``check_data(data)`` - config check of ``tasks.<task>.data`` (``KeyError``/``ValueError``);
 * ``build_assets(cfg, fixed_start, public_dir, hidden_dir) -> dict`` - writes the task's
   data (public: training + proxy; hidden: the final split) and returns extra manifest fields;
@@ -9,9 +11,12 @@
   ``{valid, reason, checks}``; never raises for a bad checkpoint;
 * ``evaluate(checkpoint, fixed_start, items_file, metric, cfg) -> (summary, rows)`` - the
   frozen evaluator (``metric``: the name pattern from ``METRIC``); ``rows`` carry a unique
-  ``id`` and a numeric ``score`` for paired statistics;
+  ``id`` and a numeric ``score`` for paired statistics, optionally a ``weight`` (share of
+  the metric) and a ``stratum`` (resampled within);
 * ``split_file(split) -> str`` - where the proxy / final items lie under the assets folder;
-* ``REPORT_DIAGNOSTICS`` - diagnostics shown as report columns.
+* ``REPORT_DIAGNOSTICS`` - diagnostics shown as report columns;
+* ``FIXED_START_REFERENCE`` (optional, default True) - False when the fixed start cannot be
+  scored by itself (``rm``: no reward head), so the final result has no fixed-start reference.
 
 Adding a task means adding such a subpackage, its recipe under ``recipes/<task>/`` and its
 config block; the harness and the rules stay as they are.
@@ -24,7 +29,7 @@ from types import ModuleType
 
 from ..harness.errors import InputError
 
-KNOWN = ("dpo",)
+KNOWN = ("dpo", "rm")
 
 
 def get_task(name: str) -> ModuleType:

@@ -1,0 +1,105 @@
+"""Shipped recipe of the ``rm`` task: a Bradley–Terry reward model with a LoRA adapter.
+
+Loss: ``-log σ(r(x, y_c) - r(x, y_r) - margin)`` (+ ``center_rewards_coefficient ·
+mean((r_c + r_r)²)``), Bradley & Terry (1952) as used for RLHF reward models by Ouyang et al.
+(2022), arXiv:2203.02155; centring from Eisenstein et al. (2023), arXiv:2312.09244. Both
+options are present and 0 in the shipped configs. Implementation: TRL ``RewardTrainer`` on
+``AutoModelForSequenceClassification`` (one label: a new scalar head on the last token),
+PEFT LoRA on the attention and MLP projections with the head in ``modules_to_save`` (TRL
+neither trains nor saves it otherwise).
+
+Pairs are tokenized here with the fixed start's chat template and *left*-truncated to
+``max_length`` (TRL would drop long pairs instead), so the end of each response -- where
+the head reads -- is kept. The frozen evaluator formats sequences the same way.
+
+This directory is the editable workspace: a candidate patch may change anything here.
+It is run by the replay driver as ``python train.py --request request.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PrinterCallback, set_seed
+from trl import RewardConfig, RewardTrainer
+
+from replaykit.harness.trainer import ReplayCallback, load_recipe, run_training
+
+HERE = Path(__file__).resolve().parent
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:
+    """``chosen_ids``/``rejected_ids``: chat-templated prompt + response, last ``max_length`` tokens.
+
+    ``row`` is TRL's conversational format: ``prompt`` (messages), ``chosen``/``rejected``
+    (assistant messages), or plain strings for a single user turn and reply.
+    """
+    def ids(response):
+        prompt = row["prompt"] if isinstance(row["prompt"], list) else [{"role": "user", "content": row["prompt"]}]
+        reply = response if isinstance(response, list) else [{"role": "assistant", "content": response}]
+        out = tokenizer.apply_chat_template(prompt + reply, tokenize=True, return_dict=True)["input_ids"]
+        return list(out)[-max_length:]
+
+    return {"chosen_ids": ids(row["chosen"]), "rejected_ids": ids(row["rejected"])}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--request", required=True, help="request.json written by the replay driver")
+    request = json.loads(Path(parser.parse_args().request).read_text())
+    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
+    state_dir = Path(request["state_dir"])
+    torch.set_num_threads(int(request["threads"]))
+    set_seed(int(request["seed"]))  # also seeds the new head's initialisation
+
+    tokenizer = AutoTokenizer.from_pretrained(request["fixed_start"])
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForSequenceClassification.from_pretrained(request["fixed_start"], num_labels=1,
+                                                               dtype=getattr(torch, recipe["dtype"]))
+    model.config.pad_token_id = tokenizer.pad_token_id
+
+    rows = [json.loads(line) for line in (Path(request["public_dir"]) / "train_prefs.jsonl").read_text().splitlines()
+            if line.strip()]
+    pairs = [{**tokenize_pair(tokenizer, r, int(recipe["max_length"])), "margin": float(recipe["margin"])} for r in rows]
+    truncated = sum(len(p["chosen_ids"]) == recipe["max_length"] or len(p["rejected_ids"]) == recipe["max_length"]
+                    for p in pairs)
+    print(f"[data] {len(pairs)} pairs, {truncated} left-truncated to {recipe['max_length']} tokens", flush=True)
+    dataset = Dataset.from_list(pairs)
+
+    lora = recipe["lora"]
+    peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                             target_modules=lora["target_modules"], modules_to_save=lora["modules_to_save"],
+                             bias="none", task_type="SEQ_CLS")
+    max_steps = int(recipe["max_steps"])
+    args = RewardConfig(
+        output_dir=str(state_dir / "trainer"),
+        max_length=None,  # already left-truncated above
+        center_rewards_coefficient=recipe["center_rewards_coefficient"],
+        per_device_train_batch_size=recipe["per_device_train_batch_size"],
+        gradient_accumulation_steps=recipe["gradient_accumulation_steps"],
+        learning_rate=recipe["learning_rate"], weight_decay=recipe["weight_decay"],
+        lr_scheduler_type=recipe["lr_scheduler_type"], warmup_steps=recipe["warmup_steps"], max_steps=max_steps,
+        optim=recipe["optim"], bf16=recipe["dtype"] == "bfloat16",
+        gradient_checkpointing=recipe["gradient_checkpointing"],
+        seed=int(request["seed"]), data_seed=int(request["seed"]),
+        save_strategy="steps", save_steps=recipe["save_steps"], save_total_limit=2,
+        logging_steps=1, logging_nan_inf_filter=False, report_to="none", disable_tqdm=True,
+        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
+    )
+    callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
+                              log_keys={"accuracy": "accuracy", "margin": "margin"})
+    trainer = RewardTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                            peft_config=peft_config, callbacks=[callback])
+    trainer.remove_callback(PrinterCallback)  # our progress line replaces the raw log dicts
+    return run_training(trainer, callback, request)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

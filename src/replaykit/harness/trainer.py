@@ -1,0 +1,155 @@
+"""Glue between a Hugging Face ``Trainer`` and the replay contract, for shipped recipes.
+
+A recipe builds its trainer (TRL's ``DPOTrainer``, ``RewardTrainer``, ...), adds a
+:class:`ReplayCallback` and calls :func:`run_training`. The callback stops training at the
+internal deadline, stops on a non-finite loss, prints one progress line per logged step, and
+publishes the files of each saved checkpoint atomically (:mod:`.publish`);
+:func:`run_training` resumes from the last trainer state saved whole and writes
+``train_result.json`` as :mod:`.replay` expects. Nothing here knows a task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from .fileio import atomic_write_json
+from .publish import publish_checkpoint
+
+# exit status of a recipe stopped by a non-finite loss (the replay driver reports it)
+NAN_EXIT = 3
+
+
+def load_recipe(configs_dir: str | Path, profile: str, overrides: dict) -> dict:
+    """The recipe's knobs: ``<configs_dir>/<profile>.yaml`` updated by ``overrides``.
+
+    A dict-valued knob is updated key by key (``{"lora": {"r": 4}}`` keeps the other LoRA
+    keys). Raises ``SystemExit`` with ``<file>: <key>: <message>`` for a missing profile or
+    an override of a key the profile does not have.
+    """
+    import yaml
+
+    path = Path(configs_dir) / f"{profile}.yaml"
+    if not path.is_file():
+        raise SystemExit(f"{path}: -: recipe profile not found")
+    recipe = yaml.safe_load(path.read_text())
+    for key, value in overrides.items():
+        if key not in recipe:
+            raise SystemExit(f"{path}: {key}: unknown recipe key in overrides")
+        recipe[key] = {**recipe[key], **value} if isinstance(recipe[key], dict) else value
+    return recipe
+
+
+def last_complete_state(trainer_dir: str | Path) -> str | None:
+    """The newest trainer checkpoint that was saved whole. A job killed mid-save leaves a
+    ``checkpoint-N`` without a readable ``trainer_state.json``, which the Trainer writes last."""
+    def whole(path: Path) -> bool:
+        try:
+            json.loads((path / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return path.name.split("-")[1].isdigit()
+
+    saved = [p for p in Path(trainer_dir).glob("checkpoint-*") if whole(p)]
+    return str(max(saved, key=lambda p: int(p.name.split("-")[1]))) if saved else None
+
+
+class ReplayCallback(TrainerCallback):
+    """Deadline, NaN guard, progress lines and atomic publication of each saved checkpoint.
+
+    Args:
+        request: the replay driver's request (``deadline_unix``, ``publish_dir``,
+            ``state_dir``, ``keep``).
+        max_steps: optimizer steps of the recipe; the last one is always saved.
+        files: names, inside the Trainer's ``checkpoint-N``, of the artifact to publish
+            (e.g. the PEFT adapter's two files); optimizer state is never published.
+        log_keys: ``{label: log key}`` printed after the loss on each progress line.
+    """
+
+    def __init__(self, request: dict, max_steps: int, files: tuple[str, ...], log_keys: dict[str, str] | None = None):
+        self.deadline = request["deadline_unix"]
+        self.publish_dir = Path(request["publish_dir"])
+        self.state_dir = Path(request["state_dir"])
+        self.keep = request["keep"]
+        self.max_steps = max_steps
+        self.files = files
+        self.log_keys = log_keys or {}
+        self.publish_s = 0.0
+        self.stop_reason = "max_steps"
+        self.nan_step = None
+        self.started = time.time()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.max_steps:
+            control.should_save = True
+        elif time.time() >= self.deadline:
+            self.stop_reason = "deadline"
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        loss = logs.get("loss")
+        if loss is not None and not math.isfinite(loss):
+            self.nan_step = state.global_step
+            control.should_save = False
+            control.should_training_stop = True
+        if loss is not None:
+            extra = "".join(f" {label} {logs.get(key, float('nan')):.4f}" for label, key in self.log_keys.items())
+            print(f"[train] step {state.global_step}/{self.max_steps} loss {loss:.4f}{extra} "
+                  f"elapsed {time.time() - self.started:.0f} s", flush=True)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        # Export through a scratch folder that is NOT inside the trainer checkpoint: a
+        # subfolder holding an adapter there would be loaded as a second adapter on resume.
+        started = time.time()
+        saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        export = Path(tempfile.mkdtemp(prefix=".export-", dir=self.state_dir))
+        try:
+            for name in self.files:
+                shutil.copy2(saved / name, export / name)
+            entry = publish_checkpoint(export, self.publish_dir, state.global_step, keep=self.keep)
+        finally:
+            shutil.rmtree(export, ignore_errors=True)
+        self.publish_s += time.time() - started
+        print(f"[publish] checkpoint-{state.global_step} (publication {entry['count']}, retained {entry['retained']})",
+              flush=True)
+        return control
+
+
+def run_training(trainer, callback: ReplayCallback, request: dict) -> int:
+    """Train (resuming when the driver asks and a whole trainer state exists), then write
+    ``<state_dir>/train_result.json``. Returns the recipe's exit status: 0 when it stopped
+    by itself (``max_steps`` or ``deadline``), :data:`NAN_EXIT` on a non-finite loss."""
+    state_dir = Path(request["state_dir"])
+    resume = None
+    if request["resume"]:
+        resume = last_complete_state(state_dir / "trainer")
+        print(f"[train] resuming from {resume}" if resume else "[train] no trainer state to resume; starting at step 0",
+              flush=True)
+    train_start = time.time()
+    if train_start >= request["deadline_unix"]:
+        callback.stop_reason = "deadline"
+    else:
+        trainer.train(resume_from_checkpoint=resume)
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    result = {"stop_reason": callback.stop_reason, "steps": trainer.state.global_step,
+              "train_start_unix": train_start, "train_end_unix": time.time(),
+              "publish_s": callback.publish_s,
+              "metrics": {k: v for k, v in (history[-1] if history else {}).items()
+                          if isinstance(v, (int, float)) and math.isfinite(v)}}
+    if callback.nan_step is not None:
+        result.update(stop_reason="nan_loss", error=f"NaN loss at step {callback.nan_step}; earlier checkpoints kept")
+        atomic_write_json(state_dir / "train_result.json", result)
+        print(f"error: {result['error']}", flush=True)
+        return NAN_EXIT
+    atomic_write_json(state_dir / "train_result.json", result)
+    return 0

@@ -1,0 +1,98 @@
+"""The ``rm`` task: a Bradley–Terry reward model scored the RewardBench v1 way (SPEC: rm).
+
+Embedded default: SmolLM2-135M-Instruct backbone (the fixed start shared with ``dpo``);
+training pairs and a RewardBench-format evaluation set with known preferred answers built
+reproducibly (:mod:`.data`). Full scale: a local backbone directory, decontaminated
+UltraFeedback pairs and the RewardBench v1 ``filtered`` rows as local JSON-lines files.
+
+Splits: proxy = a stratified visible subset of the evaluation rows (``public/``); final =
+the whole evaluation set (``hidden/``, read by scoring rules only). The fixed start has no
+reward head, so this task has no fixed-start reference (``FIXED_START_REFERENCE = False``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ...harness.errors import InputError
+from ...harness.fileio import atomic_write_jsonl, read_jsonl
+from ..dpo import to_explicit_prompt
+from . import data
+from .evaluator import TRAIN_FILE, evaluate, read_items  # noqa: F401  (plug-in interface)
+from .loader import validate  # noqa: F401  (plug-in interface)
+
+METRIC = {"final": "rewardbench_v1_score", "proxy": "rewardbench_proxy_{n}", "direction": "maximize",
+          "scale": 100.0, "uncertainty": "subset_binomial_se_propagated"}
+REPORT_DIAGNOSTICS = ("Chat", "Chat Hard", "Reasoning", "Safety")
+FIXED_START_REFERENCE = False
+PROXY_FILE, FINAL_FILE = "proxy_rows.jsonl", "final_rows.jsonl"
+
+EMBEDDED_KEYS = ("train_seed", "n_train_pairs", "hidden_seed", "n_per_subset", "public_seed", "n_proxy")
+LOCAL_KEYS = ("train_prefs", "rewardbench", "public_seed", "n_proxy")
+
+
+def check_data(data_cfg: dict) -> None:
+    """Config check of ``tasks.rm.data``: ``KeyError(key)`` for a missing key,
+    ``ValueError("key: message")`` for a bad value."""
+    local = data_cfg.get("source") == "local"
+    for key in LOCAL_KEYS if local else EMBEDDED_KEYS:
+        if key not in data_cfg:
+            raise KeyError(key)
+    for key in ("n_train_pairs", "n_per_subset", "n_proxy"):
+        if key in data_cfg and not (isinstance(data_cfg[key], int) and data_cfg[key] >= 1):
+            raise ValueError(f"{key}: must be an integer >= 1, got {data_cfg[key]!r}")
+    if local:
+        for key in ("train_prefs", "rewardbench"):
+            if not Path(data_cfg[key]).is_file():
+                raise ValueError(f"{key}: file {data_cfg[key]!r} not found")
+
+
+def _train_pairs(path: str | Path) -> list[dict]:
+    pairs = [to_explicit_prompt(r) for r in read_jsonl(path, required=("prompt", "chosen", "rejected"))]
+    for number, row in enumerate(pairs, start=1):
+        if row["chosen"] == row["rejected"]:
+            raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
+    return pairs
+
+
+def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
+    """Write ``public/{train_prefs,proxy_rows}.jsonl`` and ``hidden/final_rows.jsonl``.
+
+    Raises :class:`InputError` for an empty set, identical chosen/rejected, an evaluation row
+    without a RewardBench section, or evaluation rows that share a prompt or a response with
+    the training pairs (the overlap must be 0).
+    """
+    if cfg.get("source") == "local":
+        pairs = _train_pairs(cfg["train_prefs"])
+        final = read_items(cfg["rewardbench"])
+        dropped, info = 0, {"source": "local", "train_prefs": str(cfg["train_prefs"]), "rewardbench": str(cfg["rewardbench"])}
+    else:
+        pairs = data.build_train_pairs(int(cfg["train_seed"]), int(cfg["n_train_pairs"]))
+        final, dropped = data.build_eval_rows(int(cfg["hidden_seed"]), int(cfg["n_per_subset"]), pairs)
+        info = {"source": "embedded", "subsets": list(data.SUBSETS)}
+    if not pairs or not final:
+        raise InputError("config", "data", "empty training or evaluation set")
+    overlap = data.overlap(final, pairs)
+    if overlap["prompts"] or overlap["responses"]:
+        raise InputError(cfg.get("rewardbench", "config"), "prompt",
+                         f"{overlap['prompts']} evaluation prompts and {overlap['responses']} responses also occur in "
+                         "the training pairs; decontaminate the training pairs")
+    proxy = data.stratified_subset(final, int(cfg["n_proxy"]), int(cfg["public_seed"]))
+    public_dir, hidden_dir = Path(public_dir), Path(hidden_dir)
+    for d in (public_dir, hidden_dir):
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+    atomic_write_jsonl(public_dir / TRAIN_FILE, pairs)
+    atomic_write_jsonl(public_dir / PROXY_FILE, proxy)
+    atomic_write_jsonl(hidden_dir / FINAL_FILE, final)
+    info.update({"n_train_pairs": len(pairs), "n_proxy": len(proxy), "n_final": len(final),
+                 "dropped_overlapping_eval_rows": dropped, "overlap_with_training": overlap,
+                 "proxy_is_subset_of_final": True})
+    return info
+
+
+def split_file(split: str) -> str:
+    """Relative path of a split's rows inside the assets directory."""
+    return {"proxy": f"public/{PROXY_FILE}", "final": f"hidden/{FINAL_FILE}"}[split]
