@@ -77,6 +77,34 @@ def tiny_config(fixed_start: Path, **task_overrides) -> dict:
     return {"models": {}, "tasks": {"dpo": task}}
 
 
+def rm_config(fixed_start: Path, **overrides) -> dict:
+    """The embedded rm config, shrunk onto a tiny model to run the whole DAG in about a minute."""
+    task = yaml.safe_load((ROOT / "config/config.yaml").read_text())["tasks"]["rm"]
+    task.update(fixed_start=str(fixed_start),
+                budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+                validation={"dtype": "float32", "runtime": 5},
+                evaluation={"max_length": 96, "batch_size": 16, "dtype": "float32", "runtime": 5},
+                final={"n_boot": 500})
+    task["data"] = {**task["data"], "n_train_pairs": 40, "n_per_subset": 3, "n_proxy": 10}
+    task["recipe"] = {"profile": "embedded", "overrides": {
+        "max_steps": 4, "save_steps": 1, "max_length": 96, "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 1, "lora": {"r": 4, "alpha": 8}}}
+    task.update(overrides)
+    return {"models": {}, "tasks": {"rm": task}}
+
+
+def ultrafeedback_rows(n: int) -> list[dict]:
+    """UltraFeedback-binarized-format rows: whole conversations in ``chosen``/``rejected``."""
+    rows = []
+    for i in range(n):
+        question = f"Name a colour, please ({i})."
+        rows.append({"prompt": question, "prompt_id": str(i),
+                     "chosen": [{"role": "user", "content": question}, {"role": "assistant", "content": "Blue."}],
+                     "rejected": [{"role": "user", "content": question}, {"role": "assistant", "content": f"No ({i})."}],
+                     "score_chosen": 8.0, "score_rejected": 2.0})
+    return rows
+
+
 def copy_workflow(dest: Path) -> Path:
     """Copy the workflow (Snakefile, rules, config, recipes, envs) to run Snakemake in."""
     for name in ("Snakefile", "rules", "config", "recipes", "envs"):

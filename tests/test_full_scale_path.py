@@ -10,20 +10,9 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, make_tiny_model, snakemake, write_config
+from conftest import ROOT, make_tiny_model, snakemake, ultrafeedback_rows, write_config
 
 pytestmark = pytest.mark.slow
-
-
-def ultrafeedback_rows(n):
-    rows = []
-    for i in range(n):
-        question = f"Name a colour, please ({i})."
-        rows.append({"prompt": question, "prompt_id": str(i),
-                     "chosen": [{"role": "user", "content": question}, {"role": "assistant", "content": "Blue."}],
-                     "rejected": [{"role": "user", "content": question}, {"role": "assistant", "content": "I refuse."}],
-                     "score_chosen": 8.0, "score_rejected": 2.0})
-    return rows
 
 
 def ifeval_rows(n):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, copy_workflow, make_tiny_model, snakemake, write_config
+from conftest import ROOT, copy_workflow, make_tiny_model, rm_config, snakemake, ultrafeedback_rows, write_config
 from replaykit.tasks.rm import rewardbench
 
 pytestmark = pytest.mark.slow
@@ -22,21 +22,6 @@ def read(path):
 
 def read_rows(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def rm_config(fixed_start, **overrides) -> dict:
-    task = yaml.safe_load((ROOT / "config/config.yaml").read_text())["tasks"]["rm"]
-    task.update(fixed_start=str(fixed_start),
-                budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-                validation={"dtype": "float32", "runtime": 5},
-                evaluation={"max_length": 96, "batch_size": 16, "dtype": "float32", "runtime": 5},
-                final={"n_boot": 500})
-    task["data"] = {**task["data"], "n_train_pairs": 40, "n_per_subset": 3, "n_proxy": 10}
-    task["recipe"] = {"profile": "embedded", "overrides": {
-        "max_steps": 4, "save_steps": 1, "max_length": 96, "per_device_train_batch_size": 2,
-        "gradient_accumulation_steps": 1, "lora": {"r": 4, "alpha": 8}}}
-    task.update(overrides)
-    return {"models": {}, "tasks": {"rm": task}}
 
 
 @pytest.fixture(scope="module")
@@ -100,16 +85,6 @@ def test_identical_pair_in_local_training_data_is_one_clear_line(workdir, tiny_l
     log = (workdir / "logs/rm/assets.log").read_text().strip().splitlines()
     assert log[-1] == f"error: {prefs}: line 2.chosen: chosen and rejected are identical"
     assert not (workdir / "results/rm/assets/manifest.json").exists()
-
-
-def ultrafeedback_rows(n):
-    rows = []
-    for i in range(n):
-        question = f"Name a colour, please ({i})."
-        rows.append({"prompt": question, "prompt_id": str(i),
-                     "chosen": [{"role": "user", "content": question}, {"role": "assistant", "content": "Blue."}],
-                     "rejected": [{"role": "user", "content": question}, {"role": "assistant", "content": f"No ({i})."}]})
-    return rows
 
 
 def rewardbench_rows():

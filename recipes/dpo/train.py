@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 from trl import DPOConfig, DPOTrainer
 
-from replaykit.harness.trainer import ReplayCallback, load_recipe, run_training
+from replaykit.harness.trainer import ReplayCallback, load_recipe, run_training, training_arguments
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -36,7 +36,6 @@ def main() -> int:
     parser.add_argument("--request", required=True, help="request.json written by the replay driver")
     request = json.loads(Path(parser.parse_args().request).read_text())
     recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
-    state_dir = Path(request["state_dir"])
     torch.set_num_threads(int(request["threads"]))
     set_seed(int(request["seed"]))
 
@@ -60,25 +59,12 @@ def main() -> int:
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                              target_modules=lora["target_modules"], bias="none", task_type="CAUSAL_LM")
     max_steps = int(recipe["max_steps"])
-    args = DPOConfig(
-        output_dir=str(state_dir / "trainer"),
-        beta=recipe["beta"], loss_type=[recipe["loss_type"]], max_length=recipe["max_length"],
-        per_device_train_batch_size=recipe["per_device_train_batch_size"],
-        gradient_accumulation_steps=recipe["gradient_accumulation_steps"],
-        learning_rate=recipe["learning_rate"], lr_scheduler_type=recipe["lr_scheduler_type"],
-        warmup_steps=math.ceil(recipe["warmup_ratio"] * max_steps), max_steps=max_steps,
-        optim=recipe["optim"], bf16=recipe["dtype"] == "bfloat16",
-        gradient_checkpointing=recipe["gradient_checkpointing"],
-        seed=int(request["seed"]), data_seed=int(request["seed"]),
-        save_strategy="steps", save_steps=recipe["save_steps"], save_total_limit=2,
-        logging_steps=1, logging_nan_inf_filter=False, report_to="none", disable_tqdm=True,
-        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
-    )
+    args = DPOConfig(beta=recipe["beta"], loss_type=[recipe["loss_type"]], max_length=recipe["max_length"],
+                     warmup_steps=math.ceil(recipe["warmup_ratio"] * max_steps), **training_arguments(recipe, request))
     callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
                               log_keys={"reward_margin": "rewards/margins", "reward_acc": "rewards/accuracies"})
     trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=peft_config, callbacks=[callback])
-    trainer.remove_callback(PrinterCallback)  # our progress line replaces the raw log dicts
     return run_training(trainer, callback, request)
 
 

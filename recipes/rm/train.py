@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, PrinterCallback, set_seed
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 from trl import RewardConfig, RewardTrainer
 
-from replaykit.harness.trainer import ReplayCallback, load_recipe, run_training
+from replaykit.harness.trainer import ReplayCallback, load_recipe, run_training, training_arguments
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -54,7 +54,6 @@ def main() -> int:
     parser.add_argument("--request", required=True, help="request.json written by the replay driver")
     request = json.loads(Path(parser.parse_args().request).read_text())
     recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
-    state_dir = Path(request["state_dir"])
     torch.set_num_threads(int(request["threads"]))
     set_seed(int(request["seed"]))  # also seeds the new head's initialisation
 
@@ -78,26 +77,14 @@ def main() -> int:
                              target_modules=lora["target_modules"], modules_to_save=lora["modules_to_save"],
                              bias="none", task_type="SEQ_CLS")
     max_steps = int(recipe["max_steps"])
-    args = RewardConfig(
-        output_dir=str(state_dir / "trainer"),
-        max_length=None,  # already left-truncated above
-        center_rewards_coefficient=recipe["center_rewards_coefficient"],
-        per_device_train_batch_size=recipe["per_device_train_batch_size"],
-        gradient_accumulation_steps=recipe["gradient_accumulation_steps"],
-        learning_rate=recipe["learning_rate"], weight_decay=recipe["weight_decay"],
-        lr_scheduler_type=recipe["lr_scheduler_type"], warmup_steps=recipe["warmup_steps"], max_steps=max_steps,
-        optim=recipe["optim"], bf16=recipe["dtype"] == "bfloat16",
-        gradient_checkpointing=recipe["gradient_checkpointing"],
-        seed=int(request["seed"]), data_seed=int(request["seed"]),
-        save_strategy="steps", save_steps=recipe["save_steps"], save_total_limit=2,
-        logging_steps=1, logging_nan_inf_filter=False, report_to="none", disable_tqdm=True,
-        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
-    )
+    args = RewardConfig(max_length=None,  # already left-truncated above
+                        center_rewards_coefficient=recipe["center_rewards_coefficient"],
+                        weight_decay=recipe["weight_decay"], warmup_steps=recipe["warmup_steps"],
+                        **training_arguments(recipe, request))
     callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
                               log_keys={"accuracy": "accuracy", "margin": "margin"})
     trainer = RewardTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                             peft_config=peft_config, callbacks=[callback])
-    trainer.remove_callback(PrinterCallback)  # our progress line replaces the raw log dicts
     return run_training(trainer, callback, request)
 
 

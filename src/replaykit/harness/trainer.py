@@ -46,6 +46,30 @@ def load_recipe(configs_dir: str | Path, profile: str, overrides: dict) -> dict:
     return recipe
 
 
+def training_arguments(recipe: dict, request: dict) -> dict:
+    """Keyword arguments of ``transformers.TrainingArguments`` (and TRL's configs) that the
+    replay contract fixes or the recipe's common knobs set: output under
+    ``<state_dir>/trainer``, the request's seed (also the data order), save every
+    ``save_steps`` (2 trainer states kept for resuming), a log line per step with NaN kept
+    visible, no reporting, the GPU when there is one. Recipe knobs read: batch size,
+    accumulation, learning rate and schedule, ``max_steps``, ``optim``, ``dtype``
+    (``bfloat16`` turns on bf16), ``gradient_checkpointing``, ``save_steps``."""
+    import torch
+
+    return dict(
+        output_dir=str(Path(request["state_dir"]) / "trainer"),
+        per_device_train_batch_size=recipe["per_device_train_batch_size"],
+        gradient_accumulation_steps=recipe["gradient_accumulation_steps"],
+        learning_rate=recipe["learning_rate"], lr_scheduler_type=recipe["lr_scheduler_type"],
+        max_steps=int(recipe["max_steps"]), optim=recipe["optim"], bf16=recipe["dtype"] == "bfloat16",
+        gradient_checkpointing=recipe["gradient_checkpointing"],
+        seed=int(request["seed"]), data_seed=int(request["seed"]),
+        save_strategy="steps", save_steps=recipe["save_steps"], save_total_limit=2,
+        logging_steps=1, logging_nan_inf_filter=False, report_to="none", disable_tqdm=True,
+        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
+    )
+
+
 def last_complete_state(trainer_dir: str | Path) -> str | None:
     """The newest trainer checkpoint that was saved whole. A job killed mid-save leaves a
     ``checkpoint-N`` without a readable ``trainer_state.json``, which the Trainer writes last."""
@@ -127,8 +151,12 @@ class ReplayCallback(TrainerCallback):
 
 def run_training(trainer, callback: ReplayCallback, request: dict) -> int:
     """Train (resuming when the driver asks and a whole trainer state exists), then write
-    ``<state_dir>/train_result.json``. Returns the recipe's exit status: 0 when it stopped
-    by itself (``max_steps`` or ``deadline``), :data:`NAN_EXIT` on a non-finite loss."""
+    ``<state_dir>/train_result.json``. The Trainer's raw log printer is replaced by the
+    callback's progress lines. Returns the recipe's exit status: 0 when it stopped by itself
+    (``max_steps`` or ``deadline``), :data:`NAN_EXIT` on a non-finite loss."""
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
     state_dir = Path(request["state_dir"])
     resume = None
     if request["resume"]:

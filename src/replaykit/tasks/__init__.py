@@ -32,6 +32,42 @@ from ..harness.errors import InputError
 KNOWN = ("dpo", "rm")
 
 
+def check_data_keys(data: dict, *, embedded: tuple[str, ...], local: tuple[str, ...],
+                    counts: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> None:
+    """The common part of a plug-in's ``check_data``: the keys its source needs
+    (``source: local`` or embedded), positive integer ``counts``, and local ``files`` that
+    exist. Raises ``KeyError(key)`` or ``ValueError("key: message")``."""
+    from pathlib import Path
+
+    is_local = data.get("source") == "local"
+    for key in local if is_local else embedded:
+        if key not in data:
+            raise KeyError(key)
+    for key in counts:
+        if key in data and not (isinstance(data[key], int) and data[key] >= 1):
+            raise ValueError(f"{key}: must be an integer >= 1, got {data[key]!r}")
+    if is_local:
+        for key in files:
+            if not Path(data[key]).is_file():
+                raise ValueError(f"{key}: file {data[key]!r} not found")
+
+
+def write_splits(public_dir, hidden_dir, public: dict[str, list[dict]], hidden: dict[str, list[dict]]) -> None:
+    """Replace ``public_dir`` and ``hidden_dir`` with fresh folders holding the given JSON-lines
+    files (name -> rows), each written atomically."""
+    import shutil
+    from pathlib import Path
+
+    from ..harness.fileio import atomic_write_jsonl
+
+    for folder, files in ((Path(public_dir), public), (Path(hidden_dir), hidden)):
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        for name, rows in files.items():
+            atomic_write_jsonl(folder / name, rows)
+
+
 def get_task(name: str) -> ModuleType:
     """Import the plug-in of task ``name``; :class:`InputError` for an unknown task."""
     if name not in KNOWN:

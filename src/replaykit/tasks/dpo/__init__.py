@@ -8,11 +8,11 @@ worded and checked by lm_eval's IFEval registry; preference pairs built reproduc
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from ...harness.errors import InputError
-from ...harness.fileio import atomic_write_jsonl, read_jsonl
+from ...harness.fileio import read_jsonl
+from .. import check_data_keys, write_splits
 from . import instructions
 from .evaluator import evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
@@ -41,17 +41,8 @@ LOCAL_KEYS = ("train_prefs", "ifeval_prompts", "public_seed", "n_proxy")
 def check_data(data: dict) -> None:
     """Config check of ``tasks.dpo.data`` before any rule runs: raises ``KeyError(key)`` for a
     missing key and ``ValueError("key: message")`` for a bad value."""
-    local = data.get("source") == "local"
-    for key in LOCAL_KEYS if local else EMBEDDED_KEYS:
-        if key not in data:
-            raise KeyError(key)
-    for key in ("n_train_pairs", "n_proxy", "n_final"):
-        if key in data and not (isinstance(data[key], int) and data[key] >= 1):
-            raise ValueError(f"{key}: must be an integer >= 1, got {data[key]!r}")
-    if local:
-        for key in ("train_prefs", "ifeval_prompts"):
-            if not Path(data[key]).is_file():
-                raise ValueError(f"{key}: file {data[key]!r} not found")
+    check_data_keys(data, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS, counts=("n_train_pairs", "n_proxy", "n_final"),
+                    files=("train_prefs", "ifeval_prompts"))
 
 
 def to_explicit_prompt(row: dict) -> dict:
@@ -95,14 +86,7 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     overlap = {p["prompt"] for p in proxy} & {p["prompt"] for p in final}
     if overlap:
         raise InputError("config", "data", f"{len(overlap)} prompts appear in both proxy and final splits")
-    public_dir, hidden_dir = Path(public_dir), Path(hidden_dir)
-    for d in (public_dir, hidden_dir):
-        if d.exists():
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
-    atomic_write_jsonl(public_dir / TRAIN_FILE, pairs)
-    atomic_write_jsonl(public_dir / PROXY_FILE, proxy)
-    atomic_write_jsonl(hidden_dir / FINAL_FILE, final)
+    write_splits(public_dir, hidden_dir, {TRAIN_FILE: pairs, PROXY_FILE: proxy}, {FINAL_FILE: final})
     info.update({"n_train_pairs": len(pairs), "n_proxy": len(proxy), "n_final": len(final),
                  "proxy_final_prompt_overlap": 0})
     return info

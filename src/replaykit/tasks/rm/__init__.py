@@ -12,11 +12,11 @@ reward head, so this task has no fixed-start reference (``FIXED_START_REFERENCE 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from ...harness.errors import InputError
-from ...harness.fileio import atomic_write_jsonl, read_jsonl
+from ...harness.fileio import read_jsonl
+from .. import check_data_keys, write_splits
 from ..dpo import to_explicit_prompt
 from . import data
 from .evaluator import TRAIN_FILE, evaluate, read_items  # noqa: F401  (plug-in interface)
@@ -35,17 +35,8 @@ LOCAL_KEYS = ("train_prefs", "rewardbench", "public_seed", "n_proxy")
 def check_data(data_cfg: dict) -> None:
     """Config check of ``tasks.rm.data``: ``KeyError(key)`` for a missing key,
     ``ValueError("key: message")`` for a bad value."""
-    local = data_cfg.get("source") == "local"
-    for key in LOCAL_KEYS if local else EMBEDDED_KEYS:
-        if key not in data_cfg:
-            raise KeyError(key)
-    for key in ("n_train_pairs", "n_per_subset", "n_proxy"):
-        if key in data_cfg and not (isinstance(data_cfg[key], int) and data_cfg[key] >= 1):
-            raise ValueError(f"{key}: must be an integer >= 1, got {data_cfg[key]!r}")
-    if local:
-        for key in ("train_prefs", "rewardbench"):
-            if not Path(data_cfg[key]).is_file():
-                raise ValueError(f"{key}: file {data_cfg[key]!r} not found")
+    check_data_keys(data_cfg, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS,
+                    counts=("n_train_pairs", "n_per_subset", "n_proxy"), files=("train_prefs", "rewardbench"))
 
 
 def _train_pairs(path: str | Path) -> list[dict]:
@@ -79,14 +70,7 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
                          f"{overlap['prompts']} evaluation prompts and {overlap['responses']} responses also occur in "
                          "the training pairs; decontaminate the training pairs")
     proxy = data.stratified_subset(final, int(cfg["n_proxy"]), int(cfg["public_seed"]))
-    public_dir, hidden_dir = Path(public_dir), Path(hidden_dir)
-    for d in (public_dir, hidden_dir):
-        if d.exists():
-            shutil.rmtree(d)
-        d.mkdir(parents=True)
-    atomic_write_jsonl(public_dir / TRAIN_FILE, pairs)
-    atomic_write_jsonl(public_dir / PROXY_FILE, proxy)
-    atomic_write_jsonl(hidden_dir / FINAL_FILE, final)
+    write_splits(public_dir, hidden_dir, {TRAIN_FILE: pairs, PROXY_FILE: proxy}, {FINAL_FILE: final})
     info.update({"n_train_pairs": len(pairs), "n_proxy": len(proxy), "n_final": len(final),
                  "dropped_overlapping_eval_rows": dropped, "overlap_with_training": overlap,
                  "proxy_is_subset_of_final": True})
