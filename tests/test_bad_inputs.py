@@ -92,3 +92,22 @@ def test_git_quoted_paths_are_decoded_before_the_check(tmp_path):
         patch_paths(patch)
     patch.write_text('--- "a/sub dir/x.py"\n+++ "b/sub dir/x.py"\n@@ -1 +1 @@\n-a\n+b\n')
     assert patch_paths(patch) == ["sub dir/x.py"]
+
+
+@pytest.mark.parametrize("row, field, message", [
+    ({"prompt": "Q?", "chosen": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A."}],
+      "rejected": "B."}, "line 1.rejected", "both be lists"),
+    ({"prompt": "Q?", "chosen": None, "rejected": "B."}, "line 1.chosen", "non-empty string"),
+    ({"prompt": "", "chosen": "A.", "rejected": "B."}, "line 1.prompt", "non-empty string"),
+    ({"prompt": "Q?", "chosen": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A."}],
+      "rejected": [{"role": "user", "content": "Other?"}, {"role": "assistant", "content": "B."}]},
+     "line 1.rejected", "differs from chosen's"),
+])
+def test_malformed_preference_rows_name_line_and_field(tmp_path, row, field, message):
+    from replaykit.tasks.dpo import read_pairs
+
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(InputError) as err:
+        read_pairs(path)
+    assert str(err.value).startswith(f"{path}: {field}: ") and message in str(err.value)

@@ -99,4 +99,14 @@ def test_stratified_subset_covers_every_subset(built):
     assert set(r["subset"] for r in proxy) == set(r["subset"] for r in rows)
     assert all(r in rows for r in proxy)
     assert proxy == data.stratified_subset(rows, 30, 2024)
-    assert 25 <= len(proxy) <= 35
+    assert len(proxy) == 30
+    # by hand: sizes a=10, b=4, c=1 (15 rows), n=6 -> one each, then 3 more over the spare
+    # rows (9, 3, 0): quotas 2.25, 0.75, 0 -> floors 2, 0 and the largest remainder (0.75) to b
+    toy = [{"subset": s} for s, k in (("a", 10), ("b", 4), ("c", 1)) for _ in range(k)]
+    assert Counter(r["subset"] for r in data.stratified_subset(toy, 6, 0)) == {"a": 3, "b": 2, "c": 1}
+    # RewardBench v1's real subset sizes: exactly 512 proxy rows, as SPEC names the metric
+    sizes = {**rewardbench.EXAMPLE_COUNTS, "math-prm": 447, "xstest-should-refuse": 154, "xstest-should-respond": 250}
+    full = [{"subset": s} for s, k in sizes.items() for _ in range(k)]
+    assert len(full) == 2985 and len(data.stratified_subset(full, 512, 2024)) == 512
+    with pytest.raises(ValueError, match="n_proxy"):
+        data.stratified_subset(toy, 2, 0)

@@ -73,22 +73,49 @@ def test_rm_scores_recomputed_from_rows(finished):
     assert {f["split"] for k, f in manifest["files"].items() if k.startswith("hidden/")} == {"hidden"}
 
 
-def test_identical_pair_in_local_training_data_is_one_clear_line(workdir, tiny_llama, tmp_path):
+def _copy_finished(finished, dest):
+    import shutil
+
+    shutil.copytree(finished, dest, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    return dest
+
+
+@pytest.mark.parametrize("prefs_rows, bench_rows, message", [
+    ([{"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."}, {"prompt": "Colour?", "chosen": "Blue.", "rejected": "Blue."}],
+     [{"id": "1", "subset": "math-prm", "prompt": "1+1?", "chosen": "2", "rejected": "3"}],
+     "{prefs}: line 2.chosen: chosen and rejected are identical"),
+    ([{"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."}],
+     [{"id": "1", "prompt": "1+1?", "chosen": "2", "rejected": "3"}],
+     "{bench}: line 1.subset: required field missing (it names the row's section)"),
+])
+def test_bad_local_rows_are_refused_before_anything_is_removed(finished, tmp_path, tiny_llama, prefs_rows, bench_rows,
+                                                              message):
+    work = _copy_finished(finished, tmp_path / "work")
     prefs, bench = tmp_path / "prefs.jsonl", tmp_path / "bench.jsonl"
-    prefs.write_text(json.dumps({"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."}) + "\n"
-                     + json.dumps({"prompt": "Colour?", "chosen": "Blue.", "rejected": "Blue."}) + "\n")
-    bench.write_text(json.dumps({"id": "1", "subset": "math-prm", "prompt": "1+1?", "chosen": "2", "rejected": "3"}) + "\n")
+    prefs.write_text("".join(json.dumps(r) + "\n" for r in prefs_rows))
+    bench.write_text("".join(json.dumps(r) + "\n" for r in bench_rows))
+    before = sorted(str(p.relative_to(work)) for p in (work / "results").rglob("*"))
     data = {"source": "local", "train_prefs": str(prefs), "rewardbench": str(bench), "public_seed": 1, "n_proxy": 1}
-    write_config(workdir, rm_config(tiny_llama, data=data))
-    result = snakemake(workdir, "results/rm/assets/manifest.json", "--cores", "1")
+    write_config(work, rm_config(tiny_llama, data=data))
+    result = snakemake(work, "results/rm/final", "--cores", "1", "--resources", "gpu=1")
     assert result.returncode != 0
-    log = (workdir / "logs/rm/assets.log").read_text().strip().splitlines()
-    assert log[-1] == f"error: {prefs}: line 2.chosen: chosen and rejected are identical"
-    assert not (workdir / "results/rm/assets/manifest.json").exists()
+    assert result.stderr.strip().splitlines()[-1] == "error: " + message.format(prefs=prefs, bench=bench)
+    assert sorted(str(p.relative_to(work)) for p in (work / "results").rglob("*")) == before
+
+
+def test_paired_comparison_between_checkpoints_equals_the_score_difference(finished):
+    from replaykit.harness.results import paired_comparison
+
+    a, b = finished / RUN / "final-scores/checkpoint-4", finished / RUN / "final-scores/checkpoint-2"
+    out = paired_comparison(a, b, n_boot=500, seed=0, scale=100.0)
+    assert out["difference"] == pytest.approx(read(a / "summary.json")["value"] - read(b / "summary.json")["value"])
+    assert out["ci_low"] <= out["difference"] <= out["ci_high"] and "mcnemar" not in out
+    assert out["method"].endswith("stratified")
 
 
 def rewardbench_rows():
-    subsets = [s for section in rewardbench.SUBSET_MAPPING.values() for s in section]
+    """Two rows in each of RewardBench v1's 23 subsets, in its file's format."""
+    subsets = [s for section in rewardbench.SUBSET_MAPPING.values() for s in section for _ in range(2)]
     return [{"id": str(i), "subset": s, "prompt": f"Prompt {i} for {s}?", "chosen": f"Good {i}.", "rejected": f"Bad {i}."}
             for i, s in enumerate(subsets)]
 
@@ -104,18 +131,20 @@ def test_full_scale_config_on_tiny_mistral(tmp_path):
     task = rm_config(model)["tasks"]["rm"]
     task.update({k: v for k, v in full.items() if k not in ("threads", "budget", "validation", "evaluation")})
     task["fixed_start"] = str(model)
-    task["data"] = {**full["data"], "train_prefs": str(prefs), "rewardbench": str(bench), "n_proxy": 10}
+    task["data"] = {**full["data"], "train_prefs": str(prefs), "rewardbench": str(bench), "n_proxy": 23}
     task["recipe"] = {"profile": "full", "overrides": {
         "dtype": "float32", "optim": "adamw_torch", "max_steps": 2, "save_steps": 1, "max_length": 48,
         "gradient_accumulation_steps": 2, "lora": {"r": 4, "alpha": 8}}}
     write_config(work, {"models": {}, "tasks": {"rm": task}})
     snakemake(work, "results/rm/final", "--cores", "1", "--resources", "gpu=1", check=True)
     manifest = read(work / "results/rm/assets/manifest.json")
-    assert manifest["data"]["source"] == "local" and manifest["data"]["n_final"] == 23
+    assert manifest["data"]["source"] == "local" and manifest["data"]["n_final"] == 46
+    assert manifest["data"]["n_proxy"] == 23  # one per subset: exactly n_proxy
     record = read(work / RUN / "replay/record.json")
     assert record["profile"] == "full" and record["retained"] == [1, 2]
     summary = read(work / "results/rm/final/summary.json")
-    assert summary["n"] == 23 and summary["references"]["published"] == {"shipped": 74.568936}
+    assert summary["n"] == 46 and summary["references"]["published"] == {"shipped": 74.568936}
+    assert summary["diagnostics"]["decomposition"]["visible"]["n"] == 23
     # every one of the 23 RewardBench subsets present: each section averages its subsets by fixed counts
     sections = summary["diagnostics"]["sections"]
     assert [len(sections[s]["subsets"]) for s in ("Chat", "Chat Hard", "Safety", "Reasoning")] == [5, 6, 5, 7]

@@ -71,7 +71,8 @@ def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: i
 
     Rows may carry a ``weight`` (their share of the metric) and a ``stratum`` (resampled
     within); the difference and CI are multiplied by ``scale`` (e.g. 100 for a percent metric
-    over 0/1 rows). Raises :class:`InputError` when the two sets of rows, or their weights and
+    over 0/1 rows). McNemar's test counts rows equally, so it is left out for weighted rows,
+    where it would test a different quantity from the difference reported. Raises :class:`InputError` when the two sets of rows, or their weights and
     strata, differ.
     """
     a, b = _rows_by_id(a_dir), _rows_by_id(b_dir)
@@ -89,7 +90,7 @@ def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: i
     for key in ("difference", "ci_low", "ci_high"):
         out[key] *= scale
     out.update(a=str(a_dir), b=str(b_dir), scale=scale)  # difference = a - b; McNemar's a_only / b_only
-    if set(xa) | set(xb) <= {0.0, 1.0}:
+    if not weighted and set(xa) | set(xb) <= {0.0, 1.0}:
         out["mcnemar"] = exact_mcnemar([v == 1.0 for v in xa], [v == 1.0 for v in xb])
     return out
 

@@ -40,29 +40,68 @@ LOCAL_KEYS = ("train_prefs", "ifeval_prompts", "public_seed", "n_proxy")
 
 def check_data(data: dict) -> None:
     """Config check of ``tasks.dpo.data`` before any rule runs: raises ``KeyError(key)`` for a
-    missing key and ``ValueError("key: message")`` for a bad value."""
+    missing key, ``ValueError("key: message")`` for a bad value and :class:`InputError` for a
+    bad row of a local file (read here, so a bad file never costs the assets already built)."""
     check_data_keys(data, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS, counts=("n_train_pairs", "n_proxy", "n_final"),
                     files=("train_prefs", "ifeval_prompts"))
+    if data.get("source") == "local":
+        read_pairs(data["train_prefs"])
+        read_items(data["ifeval_prompts"])
+
+
+def _is_messages(value) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                    for m in value))
 
 
 def to_explicit_prompt(row: dict) -> dict:
     """UltraFeedback-binarized rows carry whole conversations in ``chosen``/``rejected``;
     TRL's explicit-prompt format wants ``prompt`` = the turns before the last, and the last
-    assistant turn alone in ``chosen``/``rejected`` (as alignment-handbook does)."""
+    assistant turn alone in ``chosen``/``rejected`` (as alignment-handbook does). Raises
+    ValueError (``"field: message"``) when chosen and rejected are not both strings or both
+    conversations with the same turns before the last."""
     chosen, rejected = row["chosen"], row["rejected"]
-    if isinstance(chosen, list) and len(chosen) > 1:
-        return {"prompt": chosen[:-1], "chosen": chosen[-1:], "rejected": rejected[-1:]}
+    if isinstance(chosen, list) or isinstance(rejected, list):
+        if not (_is_messages(chosen) and _is_messages(rejected)):
+            raise ValueError("rejected: chosen and rejected must both be lists of {role, content} messages")
+        if len(chosen) > 1:
+            if chosen[:-1] != rejected[:-1]:
+                raise ValueError("rejected: the conversation before the last turn differs from chosen's")
+            return {"prompt": chosen[:-1], "chosen": chosen[-1:], "rejected": rejected[-1:]}
     return {k: row[k] for k in PAIR_FIELDS}
+
+
+def read_pairs(path: str | Path) -> list[dict]:
+    """Preference pairs of a local JSON-lines file in TRL's explicit-prompt format.
+
+    A row has ``prompt`` (a string or messages) and ``chosen``/``rejected`` (non-empty
+    strings, or conversations as UltraFeedback-binarized stores them). Raises
+    :class:`InputError` naming the file, line and field of a malformed row, or of a pair
+    whose chosen and rejected are identical.
+    """
+    pairs = []
+    for number, row in enumerate(read_jsonl(path, required=PAIR_FIELDS), start=1):
+        try:
+            pair = to_explicit_prompt(row)
+        except ValueError as exc:
+            field, _, message = str(exc).partition(": ")
+            raise InputError(path, f"line {number}.{field}", message) from None
+        if not (isinstance(pair["prompt"], str) and pair["prompt"].strip()) and not _is_messages(pair["prompt"]):
+            raise InputError(path, f"line {number}.prompt", "must be a non-empty string or a list of messages")
+        for field in ("chosen", "rejected"):
+            if not (isinstance(pair[field], str) and pair[field].strip()) and not _is_messages(pair[field]):
+                raise InputError(path, f"line {number}.{field}", "must be a non-empty string or a list of messages")
+        if pair["chosen"] == pair["rejected"]:
+            raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
+        pairs.append(pair)
+    return pairs
 
 
 def _local(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
     import random
 
-    path = cfg["train_prefs"]
-    pairs = [to_explicit_prompt(r) for r in read_jsonl(path, required=PAIR_FIELDS)]
-    for number, row in enumerate(pairs, start=1):
-        if row["chosen"] == row["rejected"]:
-            raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
+    pairs = read_pairs(cfg["train_prefs"])
     items = read_items(cfg["ifeval_prompts"])
     order = list(range(len(items)))
     random.Random(int(cfg["public_seed"])).shuffle(order)

@@ -15,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...harness.errors import InputError
-from ...harness.fileio import read_jsonl
+from ...harness.fileio import atomic_write_json
 from .. import check_data_keys, write_splits
-from ..dpo import to_explicit_prompt
+from ..dpo import read_pairs
 from . import data
-from .evaluator import TRAIN_FILE, evaluate, read_items  # noqa: F401  (plug-in interface)
+from .evaluator import OVERLAP_FILE, TRAIN_FILE, evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
 
 METRIC = {"final": "rewardbench_v1_score", "proxy": "rewardbench_proxy_{n}", "direction": "maximize",
@@ -37,25 +37,22 @@ def check_data(data_cfg: dict) -> None:
     ``ValueError("key: message")`` for a bad value."""
     check_data_keys(data_cfg, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS,
                     counts=("n_train_pairs", "n_per_subset", "n_proxy"), files=("train_prefs", "rewardbench"))
-
-
-def _train_pairs(path: str | Path) -> list[dict]:
-    pairs = [to_explicit_prompt(r) for r in read_jsonl(path, required=("prompt", "chosen", "rejected"))]
-    for number, row in enumerate(pairs, start=1):
-        if row["chosen"] == row["rejected"]:
-            raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
-    return pairs
+    if data_cfg.get("source") == "local":  # bad rows are refused before any rule removes old assets
+        read_pairs(data_cfg["train_prefs"])
+        read_items(data_cfg["rewardbench"])
 
 
 def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
-    """Write ``public/{train_prefs,proxy_rows}.jsonl`` and ``hidden/final_rows.jsonl``.
+    """Write ``public/{train_prefs,proxy_rows}.jsonl``, ``hidden/final_rows.jsonl`` (each row
+    marked ``visible`` when it is also a proxy row) and ``overlap.json`` in both folders (the
+    evaluation rows' overlap with the training pairs, computed here from the pairs as built).
 
     Raises :class:`InputError` for an empty set, identical chosen/rejected, an evaluation row
-    without a RewardBench section, or evaluation rows that share a prompt or a response with
-    the training pairs (the overlap must be 0).
+    without a RewardBench section, evaluation rows that share a prompt or a response with
+    the training pairs (the overlap must be 0), or an ``n_proxy`` that cannot be stratified.
     """
     if cfg.get("source") == "local":
-        pairs = _train_pairs(cfg["train_prefs"])
+        pairs = read_pairs(cfg["train_prefs"])
         final = read_items(cfg["rewardbench"])
         dropped, info = 0, {"source": "local", "train_prefs": str(cfg["train_prefs"]), "rewardbench": str(cfg["rewardbench"])}
     else:
@@ -69,8 +66,15 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
         raise InputError(cfg.get("rewardbench", "config"), "prompt",
                          f"{overlap['prompts']} evaluation prompts and {overlap['responses']} responses also occur in "
                          "the training pairs; decontaminate the training pairs")
-    proxy = data.stratified_subset(final, int(cfg["n_proxy"]), int(cfg["public_seed"]))
+    try:
+        proxy = data.stratified_subset(final, int(cfg["n_proxy"]), int(cfg["public_seed"]))
+    except ValueError as exc:
+        raise InputError("config", "data.n_proxy", str(exc).partition(": ")[2]) from None
+    visible = {str(r["id"]) for r in proxy}
+    final = [{**r, "visible": str(r["id"]) in visible} for r in final]
     write_splits(public_dir, hidden_dir, {TRAIN_FILE: pairs, PROXY_FILE: proxy}, {FINAL_FILE: final})
+    for folder in (public_dir, hidden_dir):
+        atomic_write_json(Path(folder) / OVERLAP_FILE, {**overlap, "train_file": f"public/{TRAIN_FILE}"})
     info.update({"n_train_pairs": len(pairs), "n_proxy": len(proxy), "n_final": len(final),
                  "dropped_overlapping_eval_rows": dropped, "overlap_with_training": overlap,
                  "proxy_is_subset_of_final": True})

@@ -250,23 +250,27 @@ def build_train_pairs(seed: int, n: int) -> list[dict]:
              "rejected": [{"role": "assistant", "content": r["rejected"]}]} for i, r in enumerate(rows[:n])]
 
 
-def pair_texts(row: dict) -> tuple[str, str, str]:
-    """(prompt, chosen, rejected) of a training pair as plain strings (last message of each)."""
-    def text(value):
-        return value[-1]["content"] if isinstance(value, list) else str(value)
+def text_of(value) -> str:
+    """A prompt or response as one string: itself, or the last message's content."""
+    return value[-1]["content"] if isinstance(value, list) else str(value)
 
-    return text(row["prompt"]), text(row["chosen"]), text(row["rejected"])
+
+def pair_texts(row: dict) -> tuple[str, str, str]:
+    """(prompt, chosen, rejected) of a pair or evaluation row as plain strings."""
+    return text_of(row["prompt"]), text_of(row["chosen"]), text_of(row["rejected"])
 
 
 def overlap(eval_rows: list[dict], train_pairs: list[dict]) -> dict:
-    """How many evaluation rows share their prompt, or either response, with a training pair."""
+    """How many evaluation rows share their prompt, or either response, with a training pair
+    (exact string match of the prompt's last message and of each response)."""
     prompts, responses = set(), set()
     for pair in train_pairs:
         p, c, r = pair_texts(pair)
         prompts.add(p)
         responses.update((c, r))
-    return {"prompts": sum(r["prompt"] in prompts for r in eval_rows),
-            "responses": sum(r["chosen"] in responses or r["rejected"] in responses for r in eval_rows),
+    texts = [pair_texts(r) for r in eval_rows]
+    return {"prompts": sum(p in prompts for p, _, _ in texts),
+            "responses": sum(c in responses or r in responses for _, c, r in texts),
             "eval_rows": len(eval_rows), "train_pairs": len(train_pairs)}
 
 
@@ -285,14 +289,32 @@ def build_eval_rows(seed: int, n_per_subset: int, train_pairs: list[dict]) -> tu
 
 
 def stratified_subset(rows: list[dict], n: int, seed: int) -> list[dict]:
-    """About ``n`` rows with every subset represented in proportion to its size (at least
-    one row each), chosen with ``seed``; rows keep their order."""
+    """Exactly ``n`` rows, every subset represented: one row each, the rest allocated in
+    proportion to subset sizes by largest remainder (ties to the larger subset, then by
+    name); rows drawn with ``seed`` and kept in their order.
+
+    Raises ValueError when ``n`` is below the number of subsets or above the number of rows.
+    """
     by_subset: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         by_subset[row["subset"]].append(i)
+    if not len(by_subset) <= n <= len(rows):
+        raise ValueError(f"n_proxy: must be between the number of subsets ({len(by_subset)}) and of rows ({len(rows)}), got {n}")
+    names = sorted(by_subset)
+    take = {s: 1 for s in names}
+    spare = {s: len(by_subset[s]) - 1 for s in names}
+    remaining = n - len(names)
+    total = sum(spare.values())
+    quotas = {s: remaining * spare[s] / total if total else 0.0 for s in names}
+    for s in names:
+        take[s] += int(quotas[s])
+    left = n - sum(take.values())
+    for s in sorted(names, key=lambda s: (-(quotas[s] - int(quotas[s])), -len(by_subset[s]), s)):
+        if left == 0:
+            break
+        if take[s] < len(by_subset[s]):
+            take[s] += 1
+            left -= 1
     rng = random.Random(seed)
-    keep: list[int] = []
-    for subset, idx in sorted(by_subset.items()):
-        take = max(1, round(n * len(idx) / len(rows)))
-        keep += rng.sample(idx, min(take, len(idx)))
+    keep = [i for s in names for i in rng.sample(by_subset[s], take[s])]
     return [rows[i] for i in sorted(keep)]
