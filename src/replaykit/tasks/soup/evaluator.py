@@ -1,0 +1,134 @@
+"""Frozen evaluator of the ``soup`` task: top-1 accuracy with a class-clustered standard error.
+
+Items are JSON lines ``{id, file, label}`` (``file`` relative to the items file's folder).
+Images are preprocessed with the architecture's open_clip evaluation transform and classified
+by :class:`.model.ImageClassifier`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from ...harness.errors import InputError
+from ...harness.fileio import read_jsonl
+from .model import create_classifier, ingredient_paths, load_state, read_config
+
+ITEM_FIELDS = ("id", "file", "label")
+
+
+def clustered_se(correct: list[int], clusters: list) -> float:
+    """Standard error of the mean of 0/1 outcomes with clusters (here: classes).
+
+    Cluster-robust (Liang & Zeger 1986) with the small-sample factor G / (G - 1):
+    ``SE = sqrt(G / (G - 1) * sum_g (sum_{i in g} (y_i - p))^2) / n``, where ``p`` is the
+    overall accuracy, ``n`` the number of items and ``G`` the number of clusters. With one
+    item per cluster it is the usual ``sqrt(p (1 - p) / (n - 1))``-type SE; when accuracy
+    varies between classes it is larger than the binomial SE. 0 for fewer than 2 clusters.
+    """
+    n = len(correct)
+    if n == 0:
+        raise ValueError("no items")
+    p = sum(correct) / n
+    sums: dict = defaultdict(float)
+    for y, g in zip(correct, clusters):
+        sums[g] += y - p
+    groups = len(sums)
+    if groups < 2:
+        return 0.0
+    return math.sqrt(groups / (groups - 1) * sum(v * v for v in sums.values())) / n
+
+
+def read_items(path: str | Path, n_classes: int | None = None) -> list[dict]:
+    """Items of a split; raises :class:`InputError` naming the line and field of a missing
+    image file, a label outside ``0 .. n_classes - 1`` or a duplicate id."""
+    items = read_jsonl(path, required=ITEM_FIELDS)
+    seen: set[str] = set()
+    for number, item in enumerate(items, start=1):
+        if str(item["id"]) in seen:
+            raise InputError(path, f"line {number}.id", f"duplicate id {item['id']!r}")
+        seen.add(str(item["id"]))
+        if not (Path(path).parent / item["file"]).is_file():
+            raise InputError(path, f"line {number}.file", f"image {item['file']!r} not found")
+        if not isinstance(item["label"], int) or (n_classes is not None and not 0 <= item["label"] < n_classes):
+            raise InputError(path, f"line {number}.label", f"must be a class index, got {item['label']!r}")
+    if not items:
+        raise InputError(path, "-", "no items")
+    return items
+
+
+def load_images(items_file: str | Path, items: list[dict], preprocess) -> torch.Tensor:
+    """``N × 3 × H × W`` preprocessed images, in item order."""
+    from PIL import Image
+
+    base = Path(items_file).parent
+    return torch.stack([preprocess(Image.open(base / it["file"]).convert("RGB")) for it in items])
+
+
+def predict(model, images: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """Top-1 class per image (``N``), batched, no gradients."""
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(images), batch_size):
+            out.append(model(images[start:start + batch_size].to(device)).argmax(1).cpu())
+    return torch.cat(out)
+
+
+def summarise(items: list[dict], predictions: list[int], metric: str, extra: dict) -> tuple[dict, list[dict]]:
+    rows = [{"id": str(it["id"]), "label": it["label"], "prediction": int(p), "score": float(int(p) == it["label"]),
+             "visible": bool(it.get("visible", False))} for it, p in zip(items, predictions)]
+    correct = [int(r["score"]) for r in rows]
+    labels = [r["label"] for r in rows]
+    n = len(rows)
+    per_class = defaultdict(list)
+    for r in rows:
+        per_class[r["label"]].append(r["score"])
+    summary = {"metric": metric, "direction": "maximize", "value": sum(correct) / n,
+               "uncertainty": {"value": clustered_se(correct, labels), "kind": "se_clustered_by_class"},
+               "n": n, "successes": sum(correct),
+               "diagnostics": {"per_class_accuracy": {str(k): sum(v) / len(v) for k, v in sorted(per_class.items())},
+                               "classes": len(per_class), **extra},
+               "advisories": []}
+    return summary, rows
+
+
+def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
+             cfg: dict) -> tuple[dict, list[dict]]:
+    """Score ``checkpoint/model.pt`` on ``items_file``; ``None`` scores the fixed-start
+    reference, the best single ingredient by accuracy on the public proxy split beside the
+    assets (``public/proxy.jsonl``; ties to the lower index).
+
+    cfg keys: ``batch_size`` (images), ``device`` (``auto``: CUDA when available).
+    """
+    config = read_config(fixed_start)
+    model, preprocess = create_classifier(fixed_start, config)
+    device = "cuda" if cfg.get("device", "auto") == "auto" and torch.cuda.is_available() else "cpu"
+    model.to(device).eval()
+    items = read_items(items_file, int(config["n_classes"]))
+    started = time.time()
+    images = load_images(items_file, items, preprocess)
+    extra: dict = {}
+    if checkpoint is None:
+        proxy_file = Path(items_file).resolve().parents[1] / "public" / "proxy.jsonl"
+        proxy = read_items(proxy_file, int(config["n_classes"]))
+        proxy_images = load_images(proxy_file, proxy, preprocess)
+        labels = torch.tensor([it["label"] for it in proxy])
+        accuracies = []
+        for path in ingredient_paths(fixed_start, config):
+            model.load_state_dict(load_state(path))
+            accuracies.append(float((predict(model, proxy_images, int(cfg["batch_size"])) == labels).float().mean()))
+        best = max(range(len(accuracies)), key=lambda i: (accuracies[i], -i))
+        model.load_state_dict(load_state(ingredient_paths(fixed_start, config)[best]))
+        extra["reference"] = {"kind": "best single ingredient by proxy accuracy", "ingredient": config["ingredients"][best],
+                              "proxy_accuracies": accuracies}
+    else:
+        model.load_state_dict(load_state(Path(checkpoint) / "model.pt"))
+    predictions = predict(model, images, int(cfg["batch_size"])).tolist()
+    extra["scoring"] = {"seconds": time.time() - started, "images": len(items), "device": device}
+    name = metric.format(n=len(items), dataset=items[0].get("dataset", "images"))
+    return summarise(items, predictions, name, extra)
