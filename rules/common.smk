@@ -15,7 +15,7 @@ try:
     check_config(
         config,
         Path(workflow.basedir) / "config" / "schema.yaml",
-        " + ".join(workflow.configfiles) or "config",
+        " + ".join(map(str, workflow.configfiles)) or "config",
     )
 except InputError as exc:
     sys.exit(f"error: {exc}")
@@ -149,6 +149,13 @@ def get_fixed_start_reference(w):
     if not getattr(get_task(w.task), "FIXED_START_REFERENCE", True):
         return []
     return f"results/{w.task}/reference/fixed-start/final-scores/.complete"
+
+
+def get_reference_public(w):
+    """The public split, for a task whose fixed-start reference selects on it (soup)."""
+    if getattr(get_task(w.task), "REFERENCE_USES_PUBLIC", False):
+        return f"results/{w.task}/assets/public"
+    return []
 
 
 def split_items(w, split):

@@ -93,7 +93,7 @@ rule reference_fixed_start:
     its best ingredient on the public proxy split)."""
     input:
         fixed_start=get_fixed_start,
-        public="results/{task}/assets/public",
+        public=get_reference_public,
         hidden="results/{task}/assets/hidden",
         manifest="results/{task}/assets/manifest.json",
     output:
@@ -115,5 +115,5 @@ rule reference_fixed_start:
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
         " --fixed-start {input.fixed_start} --manifest {input.manifest} --items {params.items_file}"
-        " --cfg {params.cfg:q} --out-dir results/{wildcards.task}/reference/fixed-start/final-scores"
+        " --cfg {params.cfg:q} --public '{input.public}' --out-dir results/{wildcards.task}/reference/fixed-start/final-scores"
         " > {log} 2>&1"

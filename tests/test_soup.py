@@ -63,6 +63,9 @@ def assets(fixed_start, tmp_path_factory):
 def test_builder_and_splits(fixed_start, assets):
     config = json.loads((fixed_start / "config.json").read_text())
     assert len(config["ingredients"]) == 3 and len(config["heldout_indices"]) == 40
+    # every digit is either held out or trained on, never both
+    assert not set(config["train_indices"]) & set(config["heldout_indices"])
+    assert len(config["train_indices"]) == 1797 - 40
     root, info = assets
     proxy = [json.loads(l) for l in (root / "public/proxy.jsonl").read_text().splitlines()]
     final = [json.loads(l) for l in (root / "hidden/final.jsonl").read_text().splitlines()]
@@ -96,17 +99,20 @@ def test_validator_affine_hull(fixed_start, tmp_path):
     assert not verdict["valid"] and "head.bias is not the coefficient-weighted sum" in verdict["reason"]
 
 
-def test_ingredient_with_other_keys_is_refused_by_name(fixed_start, tmp_path):
+@pytest.mark.parametrize("change, message", [
+    (lambda s: {**s, "head.weight": torch.zeros(11, s["head.weight"].shape[1])}, "head.weight has shape (11,"),
+    (lambda s: {**s, "extra.buffer": torch.zeros(2)}, "keys differ from ingredient_00.safetensors (extra ['extra.buffer']"),
+])
+def test_ingredient_with_other_keys_or_shapes_is_refused_by_name(fixed_start, tmp_path, change, message):
     from safetensors.torch import save_file
 
     broken = tmp_path / "broken"
     shutil.copytree(fixed_start, broken)
-    state = load_state(broken / "ingredients/ingredient_01.safetensors")
-    state["head.weight"] = torch.zeros(11, state["head.weight"].shape[1])
+    state = change(load_state(broken / "ingredients/ingredient_01.safetensors"))
     save_file(state, str(broken / "ingredients/ingredient_01.safetensors"))
     with pytest.raises(InputError) as err:
         soup.build_assets({"public_seed": 1, "proxy_per_class": 2}, broken, tmp_path / "p", tmp_path / "h")
-    assert "ingredient_01.safetensors" in str(err.value) and "head.weight has shape (11," in str(err.value)
+    assert "ingredient_01.safetensors" in str(err.value) and message in str(err.value)
     assert not (tmp_path / "p").exists()
 
 
@@ -124,9 +130,46 @@ def test_evaluator_matches_a_direct_forward(fixed_start, assets, tmp_path):
     correct = [int(p == it["label"]) for p, it in zip(direct.tolist(), items)]
     assert summary["value"] == pytest.approx(sum(correct) / 20)
     assert summary["uncertainty"]["value"] == pytest.approx(evaluator.clustered_se(correct, [it["label"] for it in items]))
-    reference, _ = evaluator.evaluate(None, fixed_start, root / "hidden/final.jsonl", "{dataset}_top1_full{n}", {"batch_size": 7})
-    accs = reference["diagnostics"]["reference"]["proxy_accuracies"]
-    assert reference["diagnostics"]["reference"]["ingredient"].endswith(f"ingredient_{accs.index(max(accs)):02d}.safetensors")
+
+
+
+def test_reference_selects_on_the_proxy_split(fixed_start, assets, tmp_path):
+    """Relabel a copy of the proxy so that ingredient 2 is right on every proxy image: the
+    reference must pick it, whatever the final split says."""
+    root, _ = assets
+    public = tmp_path / "public"
+    shutil.copytree(root / "public", public)
+    items = evaluator.read_items(public / "proxy.jsonl")
+    model, preprocess = soup.model.create_classifier(fixed_start)
+    model.load_state_dict(load_state(fixed_start / "ingredients/ingredient_02.safetensors"))
+    with torch.no_grad():
+        predicted = model.eval()(evaluator.load_images(public / "proxy.jsonl", items, preprocess)).argmax(1).tolist()
+    (public / "proxy.jsonl").write_text("".join(json.dumps({**it, "label": p}) + "\n" for it, p in zip(items, predicted)))
+    reference, _ = evaluator.evaluate(None, fixed_start, root / "hidden/final.jsonl", "{dataset}_top1_full{n}",
+                                      {"batch_size": 7, "public_dir": str(public)})
+    chosen = reference["diagnostics"]["reference"]
+    assert chosen["proxy_accuracies"][2] == 1.0  # true by construction of the relabelled proxy
+    first_perfect = chosen["proxy_accuracies"].index(1.0)  # ties go to the lower index
+    assert chosen["ingredient"] == f"ingredients/ingredient_{first_perfect:02d}.safetensors"
+    with pytest.raises(ValueError, match="public split"):
+        evaluator.evaluate(None, fixed_start, root / "hidden/final.jsonl", "m", {"batch_size": 7})
+
+
+def test_builder_refuses_a_held_out_count_larger_than_a_class(tmp_path):
+    with pytest.raises(InputError, match="heldout_per_class: must be between 3 and"):
+        ingredients.build({"seed": 0, "n_ingredients": 2, "pretrain_epochs": 1, "heldout_per_class": 500}, tmp_path / "x")
+
+
+def test_local_imagenetv2_folder_checks(tmp_path):
+    good = make_imagenetv2(tmp_path / "good", n_classes=3, per_class=2)
+    (good / "1" / ".DS_Store").write_bytes(b"junk")  # skipped
+    (good / "1" / "notes.txt").write_text("skipped")
+    assert [len(v) for v in soup._local_images(good, 3).values()] == [2, 2, 2]
+    with pytest.raises(InputError, match="needs class folders 0..3: missing 3; unexpected none"):
+        soup._local_images(good, 4)
+    (good / "2" / "broken.jpeg").write_bytes(b"not a jpeg")
+    with pytest.raises(InputError, match="broken.jpeg: -: not a readable image"):
+        soup._local_images(good, 3)
 
 
 @pytest.mark.slow
@@ -146,6 +189,23 @@ def test_soup_dag(fixed_start, tmp_path):
     assert abs(sum(coefficients["coefficients"]) - 1) < 1e-9 and coefficients["method"] == "greedy"
     assert summary["references"]["fixed_start"]["value"] is not None
     assert "vs_fixed_start" in summary["comparisons"]
+    # a candidate whose coefficients do not sum to 1: invalid, not scored, no official result
+    train_py = (ROOT / "recipes/soup/train.py").read_text()
+    assert "publish(n, [1.0 / n] * n, {})" in train_py
+    import difflib
+
+    patch = tmp_path / "badsum.diff"
+    patched = train_py.replace("publish(n, [1.0 / n] * n, {})", "publish(n, [0.5] * n, {})")
+    patch.write_text("".join(difflib.unified_diff(train_py.splitlines(True), patched.splitlines(True),
+                                                  "a/train.py", "b/train.py")))
+    task.update(candidates={"badsum": str(patch)}, recipe={"profile": "embedded", "overrides": {}})
+    write_config(work, {"models": {}, "tasks": {"soup": task}})
+    snakemake(work, "results/soup/badsum-seed42/official.json", "--cores", "2", "--resources", "gpu=1", check=True)
+    marker = json.loads((work / "results/soup/badsum-seed42/validation/checkpoint-3.json").read_text())
+    assert not marker["valid"] and "sum to 1.5" in marker["reason"]
+    scores = json.loads((work / "results/soup/badsum-seed42/final-scores/checkpoint-3/summary.json").read_text())
+    assert scores["value"] is None and scores["metric"] == "unscored_top1_full0"
+    assert json.loads((work / "results/soup/badsum-seed42/official.json").read_text())["official"] is None
 
 
 def make_vit_b32_start(out: Path, n_ingredients: int = 3, n_classes: int = 3) -> Path:

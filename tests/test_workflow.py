@@ -340,3 +340,19 @@ def test_internal_deadline_stops_training_and_exits_0(workdir, tiny_llama):
     assert len(record["retained"]) <= 3
     assert record["wall_s"] < 30 + 60  # stopped inside internal deadline + export reserve
     assert record["utilisation"]["budget_fraction"] == pytest.approx(record["wall_s"] / 240)
+
+
+def test_configfile_is_merged_and_named_in_errors(workdir, tiny_llama):
+    """`--configfile` (how full-scale configs are given) works, and a bad value in it is
+    reported with the files it came from."""
+    write_config(workdir, tiny_config(tiny_llama))
+    extra = workdir / "extra.yaml"
+    extra.write_text("tasks:\n  dpo:\n    seeds: [7]\n")
+    result = snakemake(workdir, "-n", TARGET, "--configfile", "config/config.yaml", str(extra))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "dpo/shipped-seed7" in result.stdout
+    extra.write_text("tasks:\n  dpo:\n    threads: 0\n")
+    result = snakemake(workdir, "-n", TARGET, "--configfile", "config/config.yaml", str(extra))
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "extra.yaml" in last and "tasks.dpo.threads" in last

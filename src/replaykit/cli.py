@@ -8,6 +8,7 @@ exit status 1. Nothing already produced is overwritten by a failing step.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import sys
 import time
@@ -120,17 +121,20 @@ def cmd_score(a) -> None:
     from .harness.replay import verify_assets
 
     verify_assets(a.manifest, a.fixed_start, split={"final": "hidden", "proxy": "public"}[a.split])
-    if not a.checkpoint:  # a fixed-start reference may pick among the fixed assets on the public split (soup)
-        verify_assets(a.manifest, a.fixed_start, split="public")
     task = get_task(a.task)
     cfg = _json_arg(a.cfg)
+    if a.public:  # a fixed-start reference that picks among the fixed assets on the public split (soup)
+        verify_assets(a.manifest, a.fixed_start, split="public")
+        cfg["public_dir"] = a.public
     metric = task.METRIC[a.split]
     out_dir = Path(a.out_dir)
     marker = read_json(a.marker, required=("valid", "reason")) if a.marker else {"valid": True, "reason": "fixed start"}
     if not isinstance(marker["valid"], bool):
         raise InputError(a.marker, "valid", f"must be true or false, got {marker['valid']!r}")
     if not marker["valid"]:
-        summary = {"metric": metric.format(n=0), "direction": task.METRIC["direction"], "value": None,
+        # names may hold other fields the evaluator fills (soup's {dataset}): keep those as they are
+        name = metric.format_map(collections.defaultdict(lambda: "unscored", n=0))
+        summary = {"metric": name, "direction": task.METRIC["direction"], "value": None,
                    "uncertainty": {"value": None, "kind": task.METRIC.get("uncertainty", "binomial_se")}, "n": 0,
                    "diagnostics": {},
                    "advisories": [f"not scored: checkpoint invalid ({marker['reason']})"]}
@@ -229,6 +233,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint", default="", help="omit to score the fixed start")
     s.add_argument("--marker", default="", help="validation marker; an invalid checkpoint is not scored")
     s.add_argument("--workspace", default="", help="the run's workspace, which must stay off sys.path")
+    s.add_argument("--public", default="", help="the public split, for a reference that selects on it (verified first)")
     s.add_argument("--cfg", default="{}")
     s.set_defaults(func=cmd_score)
 

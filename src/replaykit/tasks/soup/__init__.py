@@ -26,6 +26,8 @@ from .model import check_ingredients, read_config
 METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
           "uncertainty": "se_clustered_by_class"}
 REPORT_DIAGNOSTICS = ()
+REFERENCE_USES_PUBLIC = True  # the fixed-start reference is the best ingredient on the proxy split
+IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 PROXY_FILE, FINAL_FILE = "proxy.jsonl", "final.jsonl"
 EMBEDDED_KEYS = ("public_seed", "proxy_per_class")
 LOCAL_KEYS = ("imagenetv2_dir", "public_seed", "proxy_per_class")
@@ -60,6 +62,34 @@ def _write_split(folder: Path, name: str, images: list, prefix: str, dataset: st
     return items
 
 
+def _local_images(root: Path, n_classes: int) -> dict[int, list[Path]]:
+    """ImageNetV2 layout: folders ``0 .. n_classes - 1``, each with image files (dot-files and
+    other suffixes skipped). Every image is opened once here. Raises :class:`InputError`
+    naming a missing or unexpected class folder, an empty one, or an image that does not open."""
+    from PIL import Image
+
+    folders = {p.name: p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    expected = {str(c) for c in range(n_classes)}
+    missing, extra = sorted(expected - folders.keys(), key=int), sorted(folders.keys() - expected)
+    if missing or extra:
+        raise InputError(root, "-", f"needs class folders 0..{n_classes - 1}: missing {', '.join(missing[:5]) or 'none'}; "
+                                    f"unexpected {', '.join(extra[:5]) or 'none'}")
+    by_class = {}
+    for c in range(n_classes):
+        files = sorted(p for p in folders[str(c)].iterdir()
+                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise InputError(folders[str(c)], "-", f"no images ({', '.join(IMAGE_SUFFIXES)})")
+        for f in files:
+            try:
+                with Image.open(f) as image:
+                    image.verify()
+            except Exception as exc:  # PIL raises several types for a bad file
+                raise InputError(f, "-", f"not a readable image ({type(exc).__name__})") from None
+        by_class[c] = files
+    return by_class
+
+
 def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
     """Write ``public/proxy.jsonl`` + images and ``hidden/final.jsonl`` + images.
 
@@ -78,9 +108,7 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     per_class = int(cfg["proxy_per_class"])
     by_class: dict[int, list] = {}
     if cfg.get("source") == "local":
-        root = Path(cfg["imagenetv2_dir"])
-        for folder in sorted((p for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
-            by_class[int(folder.name)] = sorted(p for p in folder.iterdir() if p.is_file())
+        by_class = _local_images(Path(cfg["imagenetv2_dir"]), int(config["n_classes"]))
         dataset = "imagenetv2"
     else:
         from .ingredients import digits
@@ -100,7 +128,7 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
             if dataset == "digits":
                 image_id, image = f"digit-{member[1]:04d}", member[2]
             else:
-                image_id, image = f"{label:04d}-{member.stem}", member
+                image_id, image = f"{label:04d}-{member.name.replace('.', '_')}", member
             if k in chosen:
                 proxy.append((image_id, image, label, False))
             if k not in chosen or dataset != "digits":

@@ -16,6 +16,7 @@ import torch
 
 from ...harness.errors import InputError
 from ...harness.fileio import read_jsonl
+from ...harness.stats import binomial_se
 from .model import create_classifier, ingredient_paths, load_state, read_config
 
 ITEM_FIELDS = ("id", "file", "label")
@@ -27,8 +28,10 @@ def clustered_se(correct: list[int], clusters: list) -> float:
     Cluster-robust (Liang & Zeger 1986) with the small-sample factor G / (G - 1):
     ``SE = sqrt(G / (G - 1) * sum_g (sum_{i in g} (y_i - p))^2) / n``, where ``p`` is the
     overall accuracy, ``n`` the number of items and ``G`` the number of clusters. With one
-    item per cluster it is the usual ``sqrt(p (1 - p) / (n - 1))``-type SE; when accuracy
-    varies between classes it is larger than the binomial SE. 0 for fewer than 2 clusters.
+    item per cluster it is close to the binomial SE ``sqrt(p (1 - p) / n)``. It can be smaller
+    or larger than the binomial SE: it grows with the spread of accuracy between classes, and
+    it is unstable with few clusters (every class with the same accuracy gives about 0), so
+    the summary reports the binomial SE beside it. 0 for fewer than 2 clusters.
     """
     n = len(correct)
     if n == 0:
@@ -80,6 +83,7 @@ def predict(model, images: torch.Tensor, batch_size: int) -> torch.Tensor:
 
 
 def summarise(items: list[dict], predictions: list[int], metric: str, extra: dict) -> tuple[dict, list[dict]]:
+    """The final summary of SPEC and the scored rows (``score`` 1.0 when top-1 is right)."""
     rows = [{"id": str(it["id"]), "label": it["label"], "prediction": int(p), "score": float(int(p) == it["label"]),
              "visible": bool(it.get("visible", False))} for it, p in zip(items, predictions)]
     correct = [int(r["score"]) for r in rows]
@@ -88,12 +92,24 @@ def summarise(items: list[dict], predictions: list[int], metric: str, extra: dic
     per_class = defaultdict(list)
     for r in rows:
         per_class[r["label"]].append(r["score"])
+    advisories = []
+    if len(per_class) < 30:
+        advisories.append(f"the class-clustered SE rests on {len(per_class)} classes and is unstable; "
+                          f"binomial SE {binomial_se(sum(correct), n):.4f}")
+    decomposition = {}
+    for part, keep in (("visible", True), ("hidden_only", False)):
+        members = [r["score"] for r in rows if r["visible"] == keep]
+        decomposition[part] = {"n": len(members), "top1": sum(members) / len(members) if members else None}
+    if decomposition["visible"]["n"]:
+        advisories.append(f"{decomposition['visible']['n']} of {n} final images are also public proxy images that a "
+                          f"recipe selects on; top-1 on the hidden-only images: {decomposition['hidden_only']['top1']}")
     summary = {"metric": metric, "direction": "maximize", "value": sum(correct) / n,
                "uncertainty": {"value": clustered_se(correct, labels), "kind": "se_clustered_by_class"},
                "n": n, "successes": sum(correct),
                "diagnostics": {"per_class_accuracy": {str(k): sum(v) / len(v) for k, v in sorted(per_class.items())},
-                               "classes": len(per_class), **extra},
-               "advisories": []}
+                               "classes": len(per_class), "binomial_se": binomial_se(sum(correct), n),
+                               "decomposition": decomposition, **extra},
+               "advisories": advisories}
     return summary, rows
 
 
@@ -101,9 +117,11 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
              cfg: dict) -> tuple[dict, list[dict]]:
     """Score ``checkpoint/model.pt`` on ``items_file``; ``None`` scores the fixed-start
     reference, the best single ingredient by accuracy on the public proxy split beside the
-    assets (``public/proxy.jsonl``; ties to the lower index).
+    assets (``<cfg public_dir>/proxy.jsonl``, which the scoring step verifies against the
+    manifest first; ties to the lower index).
 
-    cfg keys: ``batch_size`` (images), ``device`` (``auto``: CUDA when available).
+    cfg keys: ``batch_size`` (images), ``device`` (``auto``: CUDA when available),
+    ``public_dir`` (fixed-start reference only). Weights are used in float32.
     """
     config = read_config(fixed_start)
     model, preprocess = create_classifier(fixed_start, config)
@@ -114,7 +132,9 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     images = load_images(items_file, items, preprocess)
     extra: dict = {}
     if checkpoint is None:
-        proxy_file = Path(items_file).resolve().parents[1] / "public" / "proxy.jsonl"
+        if "public_dir" not in cfg:
+            raise ValueError("the soup fixed-start reference needs the public split (cfg public_dir)")
+        proxy_file = Path(cfg["public_dir"]) / "proxy.jsonl"
         proxy = read_items(proxy_file, int(config["n_classes"]))
         proxy_images = load_images(proxy_file, proxy, preprocess)
         labels = torch.tensor([it["label"] for it in proxy])
@@ -125,7 +145,7 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
         best = max(range(len(accuracies)), key=lambda i: (accuracies[i], -i))
         model.load_state_dict(load_state(ingredient_paths(fixed_start, config)[best]))
         extra["reference"] = {"kind": "best single ingredient by proxy accuracy", "ingredient": config["ingredients"][best],
-                              "proxy_accuracies": accuracies}
+                              "proxy_accuracies": accuracies, "proxy_file": str(proxy_file)}
     else:
         model.load_state_dict(load_state(Path(checkpoint) / "model.pt"))
     predictions = predict(model, images, int(cfg["batch_size"])).tolist()

@@ -150,6 +150,12 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
     clip, preprocess = create_clip(out, config)
     tokenizer = open_clip.get_tokenizer(MODEL_NAME)
     pil, labels = digits()
+    smallest = min(labels.count(c) for c in set(labels))
+    if not 3 <= int(spec["heldout_per_class"]) <= smallest - 10:
+        from ...harness.errors import InputError
+
+        raise InputError("config", "models.heldout_per_class",
+                         f"must be between 3 and {smallest - 10} (the smallest class has {smallest} images)")
     heldout = heldout_indices(labels, int(spec["heldout_per_class"]), seed)
     train = sorted(set(range(len(labels))) - set(heldout))
     images = torch.stack([preprocess(pil[i]) for i in train])
@@ -181,7 +187,7 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
         sweep.append({**hp, "train_accuracy": train_acc, "file": name})
         names.append(name)
         log(f"[ingredient {i:02d}] {hp} train accuracy {train_acc:.3f} ({time.time() - started:.0f} s)")
-    config.update(ingredients=names, sweep=sweep, heldout_indices=heldout, train_indices_count=len(train),
+    config.update(ingredients=names, sweep=sweep, heldout_indices=heldout, train_indices=train,
                   zeroshot="zeroshot.safetensors", zeroshot_train_accuracy=zeroshot_acc,
                   builder={"spec": spec, "preprocess": str(preprocess)})
     (out / CONFIG).write_text(json.dumps(config, indent=1))

@@ -28,7 +28,7 @@ def read_coefficients(checkpoint: str | Path, n_ingredients: int) -> list[float]
     coefficients = doc.get("coefficients") if isinstance(doc, dict) else None
     if not isinstance(coefficients, list) or len(coefficients) != n_ingredients:
         raise ValueError(f"{COEFFICIENTS}: coefficients must be a list of {n_ingredients} numbers")
-    if not all(isinstance(c, (int, float)) and math.isfinite(c) for c in coefficients):
+    if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in coefficients):
         raise ValueError(f"{COEFFICIENTS}: coefficients must be finite numbers")
     if abs(sum(coefficients) - 1.0) > 1e-6:
         raise ValueError(f"{COEFFICIENTS}: coefficients sum to {sum(coefficients):.9g}, not 1 (outside the affine hull)")

@@ -8,7 +8,10 @@ and fine-tuned with the tower. A state dict has keys ``visual.*``, ``head.weight
 
 Every soup ingredient, soup and checkpoint of this task is such a state dict; the fixed
 start's ``config.json`` says which open_clip architecture (``model_name``, with an optional
-custom config under ``model_configs/``) and how many classes.
+custom config under ``model_configs/``) and how many classes. Model soups' ingredients come
+from OpenAI's CLIP, whose transformer uses QuickGELU: name ``ViT-B-32-quickgelu`` for them
+(open_clip's ``ViT-B-32`` has plain GELU, loads the same keys without complaint, and gives
+different features).
 """
 
 from __future__ import annotations
