@@ -235,8 +235,9 @@ def test_empty_prompt_set_is_refused(workdir, tiny_llama):
     write_config(workdir, cfg)
     out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1")
     assert out.returncode != 0
-    line = _failing_log(workdir, "assets.log")
-    assert line == f"error: {empty}: -: no rows (empty set)"
+    # local files are read when the workflow starts, before any rule runs or removes anything
+    assert out.stderr.strip().splitlines()[-1] == f"error: {empty}: -: no rows (empty set)"
+    assert not (workdir / "results").exists()
 
 
 def _orphans(marker: str) -> list[str]:
