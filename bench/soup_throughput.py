@@ -137,7 +137,7 @@ def main() -> None:
         model.load_state_dict(total)
         batch = evaluator.load_images(proxy, items, preprocess)
         with torch.no_grad():
-            pred = evaluator.predict(model, batch, a.batch_size)
+            evaluator.predict(model, batch, a.batch_size)
         sync(device)
         times.append(time.time() - t)
     results["naive_s_per_candidate"] = sorted(times)[len(times) // 2]

@@ -162,7 +162,7 @@ def test_pad_token_equal_to_eos(checkpoint, tiny_llama, tmp_path):
     reward must still be the head at the sequence's last token, whatever the padding."""
     import shutil
 
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
 
     model_dir = tmp_path / "pad-eos"
     shutil.copytree(tiny_llama, model_dir)

@@ -212,7 +212,6 @@ def make_vit_b32_start(out: Path, n_ingredients: int = 3, n_classes: int = 3) ->
     """A full-scale-layout fixed start: ViT-B/32's architecture shrunk (patch 32, width 32,
     1 layer, 64 px), random ingredients around one start, as model-soups' folder would be."""
     import open_clip
-    from safetensors.torch import save_file
 
     (out / "model_configs").mkdir(parents=True)
     (out / "ingredients").mkdir()

@@ -78,8 +78,6 @@ def test_patch_paths_strip_git_prefixes(tmp_path):
 
 
 def test_scoring_refuses_a_workspace_on_sys_path(tmp_path, monkeypatch):
-    import sys
-
     from replaykit.cli import assert_workspace_free
 
     ws = tmp_path / "results" / "dpo" / "shipped-seed42" / "workspace"

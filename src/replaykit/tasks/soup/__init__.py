@@ -18,8 +18,9 @@ import random
 from pathlib import Path
 
 from ...harness.errors import InputError
+from ...harness.fileio import atomic_write_jsonl
 from .. import check_data_keys
-from .evaluator import evaluate, read_items  # noqa: F401  (plug-in interface)
+from .evaluator import evaluate  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
 from .model import check_ingredients, read_config
 
@@ -56,8 +57,6 @@ def _write_split(folder: Path, name: str, images: list, prefix: str, dataset: st
             image.save(folder / rel)
         items.append({"id": image_id, "file": rel, "label": label, "dataset": dataset,
                       **({"visible": True} if visible else {})})
-    from ...harness.fileio import atomic_write_jsonl
-
     atomic_write_jsonl(folder / name, items)
     return items
 
