@@ -9,14 +9,19 @@ min_version("9.21")  # 9.16.3-9.20.0 misread CLI/profile runtimes as seconds
 configfile: "config/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/assets.smk"
 include: "rules/replay.smk"
 include: "rules/evaluate.smk"
 include: "rules/final.smk"
+include: "rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
         expand("results/{task}/final", task=sorted(config["tasks"])),
+        expand("results/{task}/report.html", task=sorted(config["tasks"])),

@@ -164,3 +164,16 @@ def split_items(w, split):
 
 def as_json(key):
     return lambda w: json.dumps(task_cfg(w)[key], sort_keys=True)
+
+
+def get_report_officials(w):
+    """The runs a task's report shows: the candidate's seeds, then the shipped reference."""
+    return list(dict.fromkeys(get_officials(w) + [get_shipped_official(w)]))
+
+
+def get_report_figures(w):
+    return [
+        str(Path(p).parent / "figures" / f"{kind}.png")
+        for p in get_report_officials(w)
+        for kind in ("training", "checkpoints", "budget")
+    ]

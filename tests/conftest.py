@@ -106,8 +106,8 @@ def ultrafeedback_rows(n: int) -> list[dict]:
 
 
 def copy_workflow(dest: Path) -> Path:
-    """Copy the workflow (Snakefile, rules, config, recipes, envs) to run Snakemake in."""
-    for name in ("Snakefile", "rules", "config", "recipes", "envs"):
+    """Copy the workflow (Snakefile, rules, config, recipes, envs, report captions) to run Snakemake in."""
+    for name in ("Snakefile", "rules", "config", "recipes", "envs", "report"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     return dest
@@ -132,3 +132,14 @@ def snakemake(workdir: Path, *args: str, timeout: float = 600, check: bool = Fal
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
+
+
+def config_patch(workdir, name, key, value):
+    """A candidate patch that sets ``key: value`` in the recipe's embedded profile."""
+    import difflib
+
+    original = (workdir / "recipes/dpo/configs/embedded.yaml").read_text().splitlines(keepends=True)
+    changed = [f"{key}: {value}\n" if line.startswith(f"{key}:") else line for line in original]
+    patch = workdir / f"{name}.diff"
+    patch.write_text("".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    return patch

@@ -28,7 +28,7 @@ def read_rows(path):
 def finished(tiny_llama, tmp_path_factory):
     work = copy_workflow(tmp_path_factory.mktemp("rm-run"))
     write_config(work, rm_config(tiny_llama))
-    snakemake(work, "results/rm/final", "--cores", "2", "--resources", "gpu=1", check=True)
+    snakemake(work, "results/rm/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
     snakemake(work, str(RUN / "proxy.json"), "--cores", "2", "--resources", "gpu=1", check=True)
     return work
 
@@ -52,6 +52,10 @@ def test_rm_dag_completes_without_a_fixed_start_reference(finished):
     assert "none: the fixed start cannot be scored by itself" in report
     for section in ("Chat", "Chat Hard", "Reasoning", "Safety"):
         assert section in report
+    html = (work / "results/rm/report.html").read_text()
+    for progress in (2, 3, 4):  # every retained checkpoint, with the RewardBench diagnostic figure
+        assert f'data-run="shipped-seed42" data-progress="{progress}"' in html
+    assert (work / "results/rm/report/diagnostics.png").stat().st_size > 10_000
 
 
 def test_rm_scores_recomputed_from_rows(finished):

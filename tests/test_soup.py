@@ -180,9 +180,13 @@ def test_soup_dag(fixed_start, tmp_path):
             "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
             "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5}, "final": {"n_boot": 500}}
     write_config(work, {"models": {}, "tasks": {"soup": task}})
-    snakemake(work, "results/soup/final", "--cores", "2", "--resources", "gpu=1", check=True)
+    snakemake(work, "results/soup/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
     summary = json.loads((work / "results/soup/final/summary.json").read_text())
     assert summary["metric"] == "digits_top1_full20"
+    # the report's training curve is the greedy soup's proxy accuracy after each round
+    curve = json.loads((work / "results/soup/shipped-seed42/replay/record.json").read_text())["train_history"]
+    assert [h["progress"] for h in curve] == [1, 2, 3] and all(0 <= h["proxy_accuracy"] <= 1 for h in curve)
+    assert 'data-run="shipped-seed42" data-progress="3"' in (work / "results/soup/report.html").read_text()
     record = json.loads((work / "results/soup/shipped-seed42/replay/record.json").read_text())
     assert record["retained"] == [3]
     coefficients = json.loads((work / "results/soup/shipped-seed42/replay/checkpoint-3/coefficients.json").read_text())

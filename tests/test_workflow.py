@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VENV_BIN, copy_workflow, snakemake, tiny_config, write_config
+from conftest import VENV_BIN, config_patch, copy_workflow, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 TARGET = "results/dpo/final"
@@ -192,17 +192,6 @@ def test_bad_patch_is_refused_before_training(workdir, tiny_llama, name, text, m
     assert not (workdir / f"results/dpo/{name}-seed42/replay").exists()
 
 
-def config_patch(workdir, name, key, value):
-    """A candidate patch that sets ``key: value`` in the recipe's embedded profile."""
-    import difflib
-
-    original = (workdir / "recipes/dpo/configs/embedded.yaml").read_text().splitlines(keepends=True)
-    changed = [f"{key}: {value}\n" if line.startswith(f"{key}:") else line for line in original]
-    patch = workdir / f"{name}.diff"
-    patch.write_text("".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
-    return patch
-
-
 def test_nan_loss_stops_with_a_clear_error(workdir, tiny_llama):
     patch = config_patch(workdir, "nan", "beta", ".nan")
     write_config(workdir, tiny_config(tiny_llama, candidate="nan", candidates={"nan": str(patch)}))
@@ -294,39 +283,6 @@ def test_missing_fixed_start_is_one_clear_line(workdir, tmp_path):
     out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1", "-n")
     assert out.returncode != 0
     assert f"error: config/config.yaml: tasks.dpo.fixed_start: '{tmp_path / 'no-such-model'}' is neither" in out.stderr
-
-
-def test_candidate_patch_over_two_seeds(workdir, tiny_llama):
-    import statistics
-
-    patch = config_patch(workdir, "beta05", "beta", "0.5")
-    cfg = tiny_config(tiny_llama, candidate="beta05", candidates={"beta05": str(patch)}, seeds=[42, 43])
-    cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 3
-    write_config(workdir, cfg)
-    snakemake(workdir, TARGET, "--cores", "2", "--resources", "gpu=1", check=True)
-
-    from replaykit.harness.hashing import sha256_file
-
-    final = read(workdir / TARGET / "summary.json")
-    officials = [read(workdir / f"results/dpo/beta05-seed{s}/official.json") for s in (42, 43)]
-    values = [o["official"]["value"] for o in officials]
-    assert final["seeds"]["n"] == 2
-    assert final["seeds"]["mean"] == pytest.approx(statistics.mean(values))
-    assert final["seeds"]["sd"] == pytest.approx(statistics.stdev(values))
-    assert final["value"] == values[0] and final["official"]["run"] == "beta05-seed42"
-    assert final["lineage"]["patch_sha256"] == sha256_file(patch)
-    assert "beta: 0.5" in (workdir / "results/dpo/beta05-seed42/workspace/configs/embedded.yaml").read_text()
-    # the shipped reference is the unpatched recipe, replayed with the first seed
-    shipped = read(workdir / "results/dpo/shipped-seed42/official.json")
-    assert shipped["patch_sha256"] is None
-    assert final["references"]["shipped"]["value"] == shipped["official"]["value"]
-    def rows(score_dir):
-        lines = (workdir / score_dir / "rows.jsonl").read_text().splitlines()
-        return {json.loads(l)["id"]: json.loads(l)["score"] for l in lines}
-
-    cand, ship = rows(officials[0]["official"]["scores"]), rows(shipped["official"]["scores"])
-    assert final["comparisons"]["vs_shipped"]["difference"] == pytest.approx(
-        sum(cand[i] - ship[i] for i in cand) / len(cand))
 
 
 def test_internal_deadline_stops_training_and_exits_0(workdir, tiny_llama):

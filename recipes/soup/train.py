@@ -96,7 +96,7 @@ def main() -> int:
         publish_s += time.time() - t0
         print(f"[publish] checkpoint-{progress} (publication {entry['count']}, retained {entry['retained']})", flush=True)
 
-    train_start, stop = time.time(), "max_steps"
+    train_start, stop, curve = time.time(), "max_steps", []
     if recipe["method"] == "uniform":
         publish(n, [1.0 / n] * n, {})
     else:
@@ -134,10 +134,11 @@ def main() -> int:
                 c = [1.0 / len(members) if i in members else 0.0 for i in range(n)]
                 print(f"[soup] greedy soup of {len(members)}: proxy accuracy {history[-1]:.4f}", flush=True)
                 publish(n, c, {"proxy_accuracy": history[-1], "members": members, "ranking": ranking, "history": history})
+                curve = [{"progress": k + 1, "proxy_accuracy": acc} for k, acc in enumerate(history)]
     train_end = time.time()
     atomic_write_json(Path(request["state_dir"]) / "train_result.json",
                       {"stop_reason": stop, "steps": max(published_at, default=0), "train_start_unix": train_start,
-                       "train_end_unix": train_end, "publish_s": publish_s})
+                       "train_end_unix": train_end, "publish_s": publish_s, "history": curve})
     if not published_at:
         print("error: the deadline came before any soup was published", flush=True)
         return 1

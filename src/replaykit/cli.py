@@ -189,6 +189,44 @@ def cmd_final(a) -> None:
           f"(normalised {s['normalised_score']})")
 
 
+def cmd_figures(a) -> None:
+    from .harness.receipts import read_complete_summary
+    from .report import figures
+    from .tasks import get_task
+
+    doc = read_json(a.official, required=("run", "checkpoints"))
+    record = read_json(a.record, required=("task", "run"))
+    summary = read_complete_summary(a.final_dir)
+    out = Path(a.out_dir)
+    figures.training_curve(record, out / "training.png", getattr(get_task(a.task), "TRAINING_CURVE", None))
+    figures.checkpoint_scores(doc, summary, out / "checkpoints.png")
+    figures.budget_use(doc, record, out / "budget.png", a.benchmarks or None)
+    print(f"[figures] {a.task}/{doc['run']}: {out}/{{training,checkpoints,budget}}.png")
+
+
+def cmd_report(a) -> None:
+    from .harness.receipts import read_complete_summary
+    from .report import figures
+    from .report.html import write_report
+    from .tasks import get_task
+
+    plugin = get_task(a.task)
+    summary = read_complete_summary(a.final_dir)
+    docs = [read_json(p, required=("run", "checkpoints")) for p in dict.fromkeys(a.officials)]
+    fixed = summary["references"]["fixed_start"]
+    figures.seed_spread(summary, docs, a.out_seeds)
+    figures.diagnostics(plugin, summary, docs, read_complete_summary(fixed["scores"]) if fixed else None,
+                        a.out_diagnostics)
+    pngs = {}
+    for doc, folder in zip(docs, a.run_figures):
+        for kind in ("training", "checkpoints", "budget"):
+            pngs[f"{doc['run']}/{kind}"] = Path(folder) / f"{kind}.png"
+    pngs.update(seeds=a.out_seeds, diagnostics=a.out_diagnostics)
+    result = write_report(task=a.task, final_dir=a.final_dir, officials=a.officials, figures=pngs, n_boot=a.n_boot,
+                          scale=float(plugin.METRIC.get("scale", 1.0)), out_html=a.out_html, out_table=a.out_table)
+    print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(pngs)} figures -> {a.out_html}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="replaykit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="step", required=True)
@@ -257,6 +295,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--published", default="{}")
     s.add_argument("--n-boot", type=int, default=10_000)
     s.set_defaults(func=cmd_final)
+
+    s = sub.add_parser("figures", help="a run's figures: training curve, checkpoint scores, budget use")
+    for arg in ("--task", "--official", "--record", "--final-dir", "--out-dir"):
+        s.add_argument(arg, required=True)
+    s.add_argument("--benchmarks", default="", help="the run's Snakemake benchmark folder (validation, scoring times)")
+    s.set_defaults(func=cmd_figures)
+
+    s = sub.add_parser("report", help="the task's HTML report (seed and diagnostic figures, checkpoint table)")
+    for arg in ("--task", "--final-dir", "--out-html", "--out-table", "--out-seeds", "--out-diagnostics"):
+        s.add_argument(arg, required=True)
+    s.add_argument("--officials", nargs="+", required=True, help="official.json of every run, in report order")
+    s.add_argument("--run-figures", nargs="+", required=True, help="each run's figures folder, same order")
+    s.add_argument("--n-boot", type=int, default=10_000)
+    s.set_defaults(func=cmd_report)
     return p
 
 

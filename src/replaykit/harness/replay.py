@@ -13,7 +13,9 @@ Recipe contract (what ``train.py --request request.json`` receives and must prod
   ``overrides``, ``threads``, ``keep``, ``resume``.
 * publish checkpoints with :func:`replaykit.harness.publish.publish_checkpoint`;
 * write ``<state_dir>/train_result.json`` with ``stop_reason``, ``steps``,
-  ``train_start_unix``, ``train_end_unix``, ``publish_s`` and, on failure, ``error``;
+  ``train_start_unix``, ``train_end_unix``, ``publish_s``, on failure ``error``, and
+  optionally ``history``: the training curve, ``[{"progress": int, "<name>": float, ...}]``
+  over all attempts (copied into the record as ``train_history``; the report plots it);
 * exit 0 when it stopped by itself (``max_steps`` or ``deadline``), non-zero otherwise.
 """
 
@@ -283,6 +285,7 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         "project": git_commit(Path(__file__).resolve().parent),
         "libraries": library_versions(),
         "train_metrics": result.get("metrics", {}),
+        "train_history": result.get("history", []),
     }
     atomic_write_json(record_path, record)
     print(f"[replay] done: stop_reason={record['stop_reason']} steps={record['steps']} "

@@ -169,7 +169,10 @@ def run_training(trainer, callback: ReplayCallback, request: dict) -> int:
     else:
         trainer.train(resume_from_checkpoint=resume)
     history = [h for h in trainer.state.log_history if "loss" in h]
-    result = {"stop_reason": callback.stop_reason, "steps": trainer.state.global_step,
+    curve = [{"progress": int(h["step"]), **{k: v for k, v in h.items() if k not in ("step", "epoch")
+                                             and isinstance(v, (int, float)) and math.isfinite(v)}}
+             for h in history]
+    result = {"stop_reason": callback.stop_reason, "steps": trainer.state.global_step, "history": curve,
               "train_start_unix": train_start, "train_end_unix": time.time(),
               "publish_s": callback.publish_s,
               "metrics": {k: v for k, v in (history[-1] if history else {}).items()

@@ -16,6 +16,7 @@ from .. import check_data_keys, write_splits
 from . import instructions
 from .evaluator import evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
+from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
 
 METRIC = {"final": "ifeval_strict_accuracy_hidden{n}", "proxy": "ifeval_strict_accuracy_public{n}",
           "direction": "maximize"}

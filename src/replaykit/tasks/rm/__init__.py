@@ -21,6 +21,7 @@ from ..dpo import read_pairs
 from . import data
 from .evaluator import OVERLAP_FILE, TRAIN_FILE, evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
+from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
 
 METRIC = {"final": "rewardbench_v1_score", "proxy": "rewardbench_proxy_{n}", "direction": "maximize",
           "scale": 100.0, "uncertainty": "subset_binomial_se_propagated"}

@@ -22,6 +22,7 @@ from ...harness.fileio import atomic_write_jsonl
 from .. import check_data_keys
 from .evaluator import evaluate  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
+from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
 from .model import check_ingredients, read_config
 
 METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
