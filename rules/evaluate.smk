@@ -15,7 +15,7 @@ rule validate:
     threads: lambda w: task_cfg(w)["threads"]
     resources:
         gpu=1,
-        runtime=lambda w: task_cfg(w)["validation"]["runtime"],
+        runtime=lambda w, attempt: attempt * task_cfg(w)["validation"]["runtime"],
     params:
         cfg=as_json("validation"),
     shell:
@@ -44,7 +44,7 @@ rule score_final:
     threads: lambda w: task_cfg(w)["threads"]
     resources:
         gpu=1,
-        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+        runtime=lambda w, attempt: attempt * task_cfg(w)["evaluation"]["runtime"],
     params:
         cfg=as_json("evaluation"),
         items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
@@ -76,7 +76,7 @@ rule score_proxy:
     threads: lambda w: task_cfg(w)["threads"]
     resources:
         gpu=1,
-        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+        runtime=lambda w, attempt: attempt * task_cfg(w)["evaluation"]["runtime"],
     params:
         cfg=as_json("evaluation"),
         items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'proxy')}",
@@ -108,7 +108,7 @@ rule reference_fixed_start:
     threads: lambda w: task_cfg(w)["threads"]
     resources:
         gpu=1,
-        runtime=lambda w: task_cfg(w)["evaluation"]["runtime"],
+        runtime=lambda w, attempt: attempt * task_cfg(w)["evaluation"]["runtime"],
     params:
         cfg=as_json("evaluation"),
         items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",

@@ -36,7 +36,7 @@ checkpoint replay:
     threads: lambda w: task_cfg(w)["threads"]
     resources:
         gpu=1,
-        runtime=lambda w: get_budget(w).runtime_minutes(setup_s=120),
+        runtime=lambda w, attempt: attempt * get_budget(w).runtime_minutes(setup_s=120),
     params:
         budget=as_json("budget"),
         profile=lambda w: task_cfg(w)["recipe"]["profile"],

@@ -67,3 +67,34 @@ def test_published_checkpoints_get_the_usual_modes(tmp_path):
     published_dir = tmp_path / "out" / "checkpoint-1"
     assert stat.S_IMODE(published_dir.stat().st_mode) == 0o755
     assert stat.S_IMODE((published_dir / "weights.bin").stat().st_mode) == 0o644
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_disk_full_during_export_keeps_published_checkpoints(tmp_path):
+    import errno
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        root = disk / "replay"
+        small = tmp_path / "small"
+        small.mkdir()
+        (small / "adapter.bin").write_bytes(b"x" * 10_000)
+        first = publish_checkpoint(small, root, 1)
+        big = tmp_path / "big"
+        big.mkdir()
+        (big / "adapter.bin").write_bytes(os.urandom(2_000_000))  # twice the disk
+        with pytest.raises(OSError) as failure:
+            publish_checkpoint(big, root, 2)
+        assert os.strerror(errno.ENOSPC) in str(failure.value)  # shutil.Error gathers the copy's OSErrors
+        assert published(root) == [1]
+        assert sorted(p.name for p in root.iterdir()) == ["checkpoint-1", "publications.jsonl"]  # partial copy removed
+        assert sha256_tree(root / "checkpoint-1") == first["sha256"]
+        assert [e["progress"] for e in read_ledger(root)] == [1]
+        # once space is back (the partial copy was freed), publication goes on
+        assert publish_checkpoint(small, root, 3)["retained"] == [1, 3]
+    finally:
+        subprocess.run(["umount", str(disk)])

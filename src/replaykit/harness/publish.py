@@ -84,6 +84,8 @@ def publish_checkpoint(src: str | Path, root: str | Path, progress: int, keep: i
 
     Raises:
         ValueError: ``progress`` is not greater than every progress published before.
+        OSError: the copy failed (e.g. ``ENOSPC``); the partial copy is removed and the
+            checkpoints published before are untouched.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -94,8 +96,12 @@ def publish_checkpoint(src: str | Path, root: str | Path, progress: int, keep: i
     tmp = root / f".tmp-checkpoint-{progress}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    shutil.copytree(src, tmp)
-    _fsync_tree(tmp)
+    try:
+        shutil.copytree(src, tmp)
+        _fsync_tree(tmp)
+    except OSError:  # e.g. the disk filled during export: free what was copied, keep the others
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     digest = sha256_tree(tmp)
     os.rename(tmp, root / f"checkpoint-{progress}")
     retained = retained_after(published(root), progress, keep)
