@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -118,6 +119,26 @@ def test_hidden_split_is_read_by_scoring_rules_only():
     readers = sorted(name for name, body in blocks.items() if "assets/hidden" in body and "output:" in body
                      and "assets/hidden" in body.split("output:")[0])
     assert readers == ["reference_fixed_start", "score_final"]
+
+
+def test_gpu_jobs_never_overlap_under_one_gpu_slot(finished):
+    """Run with --cores 2 --resources gpu=1: the GPU rules' benchmark intervals (end = the
+    file's mtime, start = end - its ``s`` column) are disjoint, while CPU slots allowed two jobs."""
+    import csv
+
+    work, _ = finished
+    intervals = []
+    bench = work / "benchmarks/dpo"
+    for tsv in [*bench.glob("shipped-seed42/replay.tsv"), *bench.glob("shipped-seed42/validate-*.tsv"),
+                *bench.glob("shipped-seed42/score-*.tsv"), *bench.glob("reference-fixed-start.tsv")]:
+        with tsv.open() as f:
+            seconds = float(next(csv.DictReader(f, delimiter="\t"))["s"])
+        end = tsv.stat().st_mtime
+        intervals.append((end - seconds, end, tsv.name))
+    assert len(intervals) == 1 + 3 + 3 + 3 + 1  # replay, validations, final and proxy scores, reference
+    intervals.sort()
+    for (_, end, a), (start, _, b) in zip(intervals, intervals[1:]):
+        assert start >= end - 0.05, f"{a} and {b} overlap"
 
 
 def test_rerun_has_nothing_to_do(finished):
@@ -276,6 +297,43 @@ def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
     assert counts == list(range(1, len(counts) + 1))
     assert record["retained"] == [38, 39, 40]
     assert (workdir / TARGET / ".complete").exists()
+
+
+def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
+    """SIGTERM reaches train.py itself (an OOM killer, an admin, a node agent): the replay job
+    fails with the published checkpoints kept, and the rerun resumes from the last whole
+    trainer state instead of starting over."""
+    cfg = tiny_config(tiny_llama)
+    cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 12
+    write_config(workdir, cfg)
+    target = str(RUN / "replay/record.json")
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    cmd = [str(VENV_BIN / "snakemake"), target, "--cores", "1", "--resources", "gpu=1", "--workflow-profile", "none"]
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = workdir / "logs/dpo/shipped-seed42/replay.log"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (log.exists() and "[publish] checkpoint-3" in log.read_text()):
+        time.sleep(0.2)
+    trainers = [line.split()[0] for line in _orphans(str(workdir)) if "train.py" in line]
+    assert len(trainers) == 1
+    os.kill(int(trainers[0]), signal.SIGTERM)
+    assert proc.wait(timeout=120) != 0  # the replay job failed ...
+    assert _orphans(str(workdir)) == []
+    failure = read(workdir / RUN / "replay/last-failure.json")
+    assert failure["returncode"] == -signal.SIGTERM
+    kept = sorted(int(p.name.split("-")[1]) for p in (workdir / RUN / "replay").glob("checkpoint-*"))
+    assert kept and max(kept) >= 3  # ... and kept what it had published
+
+    snakemake(workdir, target, "--cores", "1", "--resources", "gpu=1", "--rerun-incomplete", check=True)
+    record = read(workdir / RUN / "replay/record.json")
+    assert record["resumed"] is True and record["steps"] == 12 and len(record["attempts"]) == 2
+    assert record["retained"] == [10, 11, 12]
+    assert [e["count"] for e in record["publications"]] == list(range(1, len(record["publications"]) + 1))
+    # the second attempt continued from a saved trainer state at or after the last publication
+    resumed_at = re.search(r"\[train\] resuming from \S*checkpoint-(\d+)", log.read_text())
+    assert resumed_at and int(resumed_at.group(1)) >= max(kept)
+    assert [h["progress"] for h in record["train_history"]] == list(range(1, 13))
+    assert not (workdir / RUN / "replay/last-failure.json").exists()
 
 
 def test_missing_fixed_start_is_one_clear_line(workdir, tmp_path):
