@@ -291,6 +291,7 @@ TINY = {"T": 5, "n_layers": 1, "batch_size": 8, "save_every": 1,
         "hidden_dims": {"dx": 8, "de": 4, "dy": 4, "n_head": 2, "dim_ffX": 8, "dim_ffE": 8, "dim_ffy": 8}}
 
 
+@pytest.mark.slow
 def test_recipe_resume_history_and_nan(assets, tmp_path):
     from replaykit.harness.trainer import NAN_EXIT
 
@@ -333,8 +334,10 @@ def test_dataloader_path_matches_device_path(assets):
 # ---------------------------------------------------------------- whole DAG
 
 
+@pytest.mark.slow
 def test_digress_workflow_tiny(tmp_path):
     fixed = write_fixed_start(tmp_path / "fixed", SMILES + ["C1CC("])
+    (tmp_path / "wf").mkdir()
     work = copy_workflow(tmp_path / "wf")
     task = yaml.safe_load((ROOT / "config/config.yaml").read_text())["tasks"]["digress"]
     task.update(fixed_start=str(fixed),
