@@ -323,12 +323,10 @@ def test_dataloader_path_matches_device_path(assets):
     X1, E1, m1 = next(train.device_batches(a, b, len(a), torch.Generator().manual_seed(0)))
     X2, E2, m2 = next(train.dataloader_batches([data.to_pyg(x, y) for x, y in zip(atoms, bonds)], len(a),
                                                torch.Generator().manual_seed(0), "cpu"))
-    key = lambda X, E: sorted((tuple(x.argmax(-1)[m].tolist()), float(e.sum())) for x, e, m in zip(X, E, m1 | True))
     # same multiset of graphs (order differs): atoms and number of one-hot pair entries per graph
     assert sorted(X1.sum((1, 2)).tolist()) == sorted(X2.sum((1, 2)).tolist())
     assert sorted(E1.sum((1, 2, 3)).tolist()) == sorted(E2.sum((1, 2, 3)).tolist())
     assert torch.equal(E2, E2.transpose(1, 2)) and int(m2.sum()) == int(m1.sum())
-    del key
 
 
 # ---------------------------------------------------------------- whole DAG
@@ -362,3 +360,18 @@ def test_digress_workflow_tiny(tmp_path):
     assert "minimize" in report
     manifest = json.loads((work / "results/digress/assets/manifest.json").read_text())
     assert manifest["data"]["skipped_rows"] == {"unparsable SMILES": 1}
+
+
+def test_embedded_and_full_scale_configs_check():
+    from replaykit.config import check_config
+    from replaykit.harness.replay import check_overrides
+
+    base = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    full = yaml.safe_load((ROOT / "config/full-scale/digress.yaml").read_text())["tasks"]["digress"]
+    check_config(base, ROOT / "config/schema.yaml", "config.yaml")
+    merged = {**base, "tasks": {"digress": {**base["tasks"]["digress"], **full}}}
+    check_config(merged, ROOT / "config/schema.yaml", "digress.yaml")
+    check_overrides(RECIPE.parent, "full", {})
+    with pytest.raises(InputError, match="n_train"):
+        bad = {**base, "tasks": {"digress": {**base["tasks"]["digress"], "data": {**full["data"], "n_train": 0}}}}
+        check_config(bad, ROOT / "config/schema.yaml", "bad.yaml")

@@ -31,7 +31,6 @@ import shutil
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from replaykit.harness.fileio import atomic_write_json

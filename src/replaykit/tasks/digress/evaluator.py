@@ -109,7 +109,6 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     method: there is no model to score)."""
     if checkpoint is None:
         raise ValueError("digress has no fixed-start model to score (FIXED_START_REFERENCE = False)")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     device = device_of(cfg)
     items_file = Path(items_file)
     items, atoms, bonds = read_items(items_file)
