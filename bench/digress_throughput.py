@@ -8,7 +8,10 @@ Variants (same model, same optimizer, same number of graphs per epoch):
 * ``device``: all training graphs on the device as dense int8 class tensors, a batch is
   an index (``recipes/digress/train.py``'s ``device_batches``), float32;
 * ``device+bf16`` (CUDA only): as ``device`` with TF32 matmuls and bf16 autocast (the
-  shipped full-scale setting).
+  shipped full-scale setting);
+* ``device+bf16+compile`` (CUDA only, ``--compile``): as ``device+bf16`` with the denoiser
+  wrapped in ``torch.compile`` (not used by the recipe; reported to see what it would buy;
+  a failure is reported, not raised).
 
 Also reported: the share of a step spent in DiGress's extra features (cycles + Laplacian
 eigendecomposition), measured separately.
@@ -65,6 +68,7 @@ def main() -> int:
     p.add_argument("--max-graphs", type=int, default=0, help="use only the first N graphs (0: all)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers of the straightforward loop")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile of the denoiser (CUDA)")
     p.add_argument("--tiny", action="store_true", help="quick check: 256 graphs, 1 epoch, 2 layers")
     p.add_argument("--out", default=os.environ.get("OUT", ""))
     a = p.parse_args()
@@ -84,22 +88,25 @@ def main() -> int:
     diff_cfg = {"T": recipe["T"], "transition": recipe["transition"], "x_marginals": stats["atom_marginals"],
                 "e_marginals": stats["bond_marginals"], "extra_features": recipe["extra_features"]}
     variants = ["straightforward", "device"] + (["device+bf16"] if device == "cuda" else [])
+    if a.compile:
+        variants.append("device+bf16+compile" if device == "cuda" else "device+compile")
     rows = []
-    n_params = None
-    for variant in variants:
+    n_params = count_parameters(ckpt.build_model(model_cfg))
+    noise = ckpt.build_noise(diff_cfg).to(device)
+
+    def run_variant(variant: str) -> dict:
         torch.manual_seed(0)
-        tf32 = variant == "device+bf16"
+        fast = variant.startswith("device+bf16")
         if device == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = fast
         model = ckpt.build_model(model_cfg).to(device).train()
-        n_params = count_parameters(model)
-        noise = ckpt.build_noise(diff_cfg).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=float(recipe["lr"]), weight_decay=float(recipe["weight_decay"]),
                                 amsgrad=True)
-        bf16 = variant == "device+bf16"
+        if variant.endswith("compile"):
+            model = torch.compile(model)
 
         def autocast():
-            return torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16)
+            return torch.autocast("cuda", dtype=torch.bfloat16, enabled=fast and device == "cuda")
 
         gen = torch.Generator().manual_seed(0)
         setup = time.time()
@@ -114,11 +121,13 @@ def main() -> int:
             def batches():
                 return train.device_batches(atoms, bonds, int(recipe["batch_size"]), gen)
         setup_s = time.time() - setup
-        for k, (X, E, m) in enumerate(batches()):  # warm-up
+        t0 = time.time()
+        for k, (X, E, m) in enumerate(batches()):  # warm-up (and compilation)
             train.train_step(model, noise, opt, X, E, m, recipe, autocast)
             if k == 2:
                 break
         sync(device)
+        warmup_s = time.time() - t0
         times, steps = [], 0
         for _ in range(a.epochs):
             t0 = time.time()
@@ -127,10 +136,19 @@ def main() -> int:
                 steps += 1
             sync(device)
             times.append(time.time() - t0)
-        rows.append({"variant": variant, "s_per_epoch": float(np.mean(times)), "epochs_timed": len(times),
-                     "graphs_per_s": len(atoms_np) / float(np.mean(times)), "steps_per_epoch": steps // len(times),
-                     "setup_s": setup_s})
-        print(f"[bench] {variant}: {np.mean(times):.2f} s/epoch ({len(atoms_np)} graphs)", flush=True)
+        return {"variant": variant, "s_per_epoch": float(np.mean(times)), "epochs_timed": len(times),
+                "graphs_per_s": len(atoms_np) / float(np.mean(times)), "steps_per_epoch": steps // len(times),
+                "setup_s": setup_s, "warmup_s": warmup_s}
+
+    for variant in variants:
+        try:
+            rows.append(run_variant(variant))
+        except Exception as exc:  # a variant that fails (e.g. torch.compile) is reported, not fatal
+            message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            print(f"[bench] {variant}: failed: {message}", flush=True)
+            rows.append({"variant": variant, "error": message})
+        else:
+            print(f"[bench] {variant}: {rows[-1]['s_per_epoch']:.2f} s/epoch ({len(atoms_np)} graphs)", flush=True)
     # share of the extra features in one step (device path)
     idx = torch.arange(min(int(recipe["batch_size"]), len(atoms_np)))
     X, E, m = dense_batch(torch.as_tensor(atoms_np, device=device)[idx], torch.as_tensor(bonds_np, device=device)[idx])
@@ -141,17 +159,21 @@ def main() -> int:
         extra_features(Xt, Et, m)
     sync(device)
     feat_ms = (time.time() - t0) / 10 * 1000
-    base = rows[0]["s_per_epoch"]
+    base = rows[0].get("s_per_epoch")
     for r in rows:
-        r["speedup_vs_straightforward"] = base / r["s_per_epoch"]
+        if "s_per_epoch" in r and base:
+            r["speedup_vs_straightforward"] = base / r["s_per_epoch"]
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or platform.machine()
     header = (f"digress training throughput: profile {a.profile}, {len(atoms_np)} graphs, batch {recipe['batch_size']}, "
               f"{recipe['n_layers']} layers ({n_params:,} parameters), T={recipe['T']}, device {device} ({gpu}), "
               f"torch {torch.__version__}, threads {a.threads}")
     lines = [header, "", "| variant | s / epoch | graphs / s | steps / epoch | speed-up |", "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['variant']} | {r['s_per_epoch']:.2f} | {r['graphs_per_s']:.0f} | {r['steps_per_epoch']} | "
-                     f"{r['speedup_vs_straightforward']:.2f}x |")
+        if "error" in r:
+            lines.append(f"| {r['variant']} | failed: {r['error'][:80]} | - | - | - |")
+            continue
+        speed = f"{r['speedup_vs_straightforward']:.2f}x" if "speedup_vs_straightforward" in r else "-"
+        lines.append(f"| {r['variant']} | {r['s_per_epoch']:.2f} | {r['graphs_per_s']:.0f} | {r['steps_per_epoch']} | {speed} |")
     lines += ["", f"extra features (cycles + eigh) of one batch: {feat_ms:.1f} ms",
               "reference system: 26.6 s/epoch tuned, 100.6 s/epoch before tuning (full scale, 100k graphs)"]
     table = "\n".join(lines)
