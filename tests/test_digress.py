@@ -273,12 +273,12 @@ def test_loader_and_evaluator(assets, tmp_path):
 # ---------------------------------------------------------------- recipe
 
 
-def run_recipe(root: Path, run: Path, overrides: dict, resume: bool) -> subprocess.CompletedProcess:
+def run_recipe(root: Path, run: Path, overrides: dict, resume: bool, deadline_s: float = 300) -> subprocess.CompletedProcess:
     import time
 
     (run / "state").mkdir(parents=True, exist_ok=True)
     request = {"fixed_start": str(root / "fixed"), "public_dir": str(root / "public"), "publish_dir": str(run / "pub"),
-               "state_dir": str(run / "state"), "seed": 42, "deadline_unix": time.time() + 300, "export_reserve_s": 30,
+               "state_dir": str(run / "state"), "seed": 42, "deadline_unix": time.time() + deadline_s, "export_reserve_s": 30,
                "profile": "embedded", "overrides": overrides, "threads": 1, "keep": 3, "resume": resume}
     (run / "state/request.json").write_text(json.dumps(request))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
@@ -312,6 +312,20 @@ def test_recipe_resume_history_and_nan(assets, tmp_path):
     assert nan.returncode == NAN_EXIT and "NaN loss in epoch 5" in nan.stdout
     assert sorted(int(p.name.split("-")[1]) for p in (tmp_path / "pub").glob("checkpoint-*")) == [2, 3, 4]
     assert "NaN loss" in json.loads((tmp_path / "state/train_result.json").read_text())["error"]
+
+
+@pytest.mark.slow
+def test_recipe_stops_at_the_deadline(assets, tmp_path):
+    import time
+
+    started = time.time()
+    out = run_recipe(assets[0], tmp_path, {**TINY, "epochs": 100000, "save_every": 1000}, resume=False, deadline_s=12)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads((tmp_path / "state/train_result.json").read_text())
+    assert result["stop_reason"] == "deadline" and result["steps"] >= 1
+    assert time.time() - started < 60
+    # the last whole epoch is published although it is not a multiple of save_every
+    assert [p.name for p in (tmp_path / "pub").glob("checkpoint-*")] == [f"checkpoint-{result['steps']}"]
 
 
 def test_dataloader_path_matches_device_path(assets):
