@@ -307,6 +307,9 @@ def test_recipe_resume_history_and_nan(assets, tmp_path):
     result = json.loads((tmp_path / "state/train_result.json").read_text())
     assert [h["progress"] for h in result["history"]] == [1, 2, 3, 4] and result["steps"] == 4
     assert sorted(int(p.name.split("-")[1]) for p in (tmp_path / "pub").glob("checkpoint-*")) == [2, 3, 4]
+    # the EMA weights and the plain-JSON config load in the frozen loader (no workspace code)
+    verdict = digress.validate(tmp_path / "pub/checkpoint-4", root / "fixed", {})
+    assert verdict["valid"] and verdict["checks"]["config"]["weights"] == "ema.safetensors"
     # a NaN loss: clear error, non-zero exit, earlier checkpoints kept
     nan = run_recipe(root, tmp_path, {**TINY, "epochs": 6, "ema_decay": 0.9, "lambda_E": float("nan")}, resume=True)
     assert nan.returncode == NAN_EXIT and "NaN loss in epoch 5" in nan.stdout
