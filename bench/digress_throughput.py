@@ -149,6 +149,9 @@ def main() -> int:
             rows.append({"variant": variant, "error": message})
         else:
             print(f"[bench] {variant}: {rows[-1]['s_per_epoch']:.2f} s/epoch ({len(atoms_np)} graphs)", flush=True)
+        if a.out:  # kept if a later variant (torch.compile) runs past the machine's time limit
+            Path(a.out).mkdir(parents=True, exist_ok=True)
+            (Path(a.out) / "digress_throughput.partial.json").write_text(json.dumps(rows, indent=2))
     # share of the extra features in one step (device path)
     idx = torch.arange(min(int(recipe["batch_size"]), len(atoms_np)))
     X, E, m = dense_batch(torch.as_tensor(atoms_np, device=device)[idx], torch.as_tensor(bonds_np, device=device)[idx])
