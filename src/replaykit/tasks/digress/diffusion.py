@@ -14,7 +14,9 @@ NLL per graph, as DiGress's ``compute_val_loss`` (nats):
 ``-log p(n) + KL(q(z_T|x) || prior) + T · E_t[KL(q(z_{t-1}|z_t,x) || p(z_{t-1}|z_t))] - log p(x|z_0)``,
 with ``t`` drawn uniformly from ``1..T`` (one draw per graph and evaluation pass), node and
 edge terms summed over real nodes and over the ordered real pairs (both ``(i, j)`` and
-``(j, i)``, as the reference sums the whole symmetric matrix).
+``(j, i)``, as the reference sums the whole symmetric matrix). The prior term is written
+``KL(q(z_T|x) || m)``; the reference's ``F.kl_div(log q, m)`` computes ``KL(m || q)`` -- both
+are ~1e-7 nats here because ``alphabar_T`` is ~0.
 """
 
 from __future__ import annotations
