@@ -392,3 +392,17 @@ def test_embedded_and_full_scale_configs_check():
     with pytest.raises(InputError, match="n_train"):
         bad = {**base, "tasks": {"digress": {**base["tasks"]["digress"], "data": {**full["data"], "n_train": 0}}}}
         check_config(bad, ROOT / "config/schema.yaml", "bad.yaml")
+
+
+def test_bad_fixed_asset_is_named(tmp_path):
+    fixed = write_fixed_start(tmp_path / "fixed", SMILES)
+    (fixed / "data/qm9_part1.csv").write_text("Index,smiles_typo\n1,C\n")
+    with pytest.raises(InputError, match=r"qm9_part1.csv: SMILES: column missing"):
+        digress.build_assets({"split_seed": 42}, fixed, tmp_path / "public", tmp_path / "hidden")
+    (fixed / "config.json").write_text(json.dumps({"kind": "something-else"}))
+    with pytest.raises(InputError, match="not a qm9pack fixed asset"):
+        digress.build_assets({"split_seed": 42}, fixed, tmp_path / "public", tmp_path / "hidden")
+    too_few = write_fixed_start(tmp_path / "few", SMILES[:5])
+    with pytest.raises(InputError, match="cannot hold"):
+        digress.build_assets({"split_seed": 42, "split_train": 30}, too_few, tmp_path / "public", tmp_path / "hidden")
+    assert not (tmp_path / "public").exists()  # nothing written before the checks pass
