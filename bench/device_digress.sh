@@ -18,4 +18,4 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 python -c "import torch, torch_geometric; print('torch', torch.__version__, 'pyg', torch_geometric.__version__, 'cuda', torch.cuda.is_available())"
 python bench/digress_throughput.py --data "$DATA_DIR/train_graphs.npz" --stats "$DATA_DIR/stats.json" \
-    --profile full --epochs 2 --threads 8 --eval --compile "$@"
+    --profile full --epochs 2 --threads 8 --workers 4 --eval --compile "$@"

@@ -5,6 +5,7 @@ Variants (same model, same optimizer, same number of graphs per epoch):
 * ``straightforward``: torch_geometric ``DataLoader`` of sparse ``Data`` graphs (collate per
   batch), densified with ``to_dense_batch``/``to_dense_adj`` and copied to the device,
   float32 (no TF32) -- the plain DiGress-style loop;
+* ``straightforward+<N>workers`` (``--workers N``): the same with N DataLoader workers;
 * ``device``: all training graphs on the device as dense int8 class tensors, a batch is
   an index (``recipes/digress/train.py``'s ``device_batches``), float32;
 * ``device+bf16`` (CUDA only): as ``device`` with TF32 matmuls and bf16 autocast (the
@@ -68,7 +69,8 @@ def main() -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--epochs", type=int, default=2, help="timed epochs per variant (after a warm-up of 3 steps)")
     p.add_argument("--max-graphs", type=int, default=0, help="use only the first N graphs (0: all)")
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers of the straightforward loop")
+    p.add_argument("--workers", type=int, default=0,
+                   help="> 0: also time the straightforward loop with this many DataLoader workers")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the denoiser (CUDA)")
     p.add_argument("--eval", action="store_true", help="also time the evaluator's NLL and sampling")
@@ -92,7 +94,8 @@ def main() -> int:
                  "hidden_dims": recipe["hidden_dims"], "dropout": recipe["dropout"]}
     diff_cfg = {"T": recipe["T"], "transition": recipe["transition"], "x_marginals": stats["atom_marginals"],
                 "e_marginals": stats["bond_marginals"], "extra_features": recipe["extra_features"]}
-    variants = ["straightforward", "device"] + (["device+bf16"] if device == "cuda" else [])
+    variants = ["straightforward"] + ([f"straightforward+{a.workers}workers"] if a.workers > 0 else []) + ["device"] \
+        + (["device+bf16"] if device == "cuda" else [])
     if a.compile:
         variants.append("device+bf16+compile" if device == "cuda" else "device+compile")
     rows = []
@@ -115,11 +118,12 @@ def main() -> int:
 
         gen = torch.Generator().manual_seed(0)
         setup = time.time()
-        if variant == "straightforward":
+        if variant.startswith("straightforward"):
             graphs = [to_pyg(x, y) for x, y in zip(atoms_np, bonds_np)]
+            workers = a.workers if variant != "straightforward" else 0
 
             def batches():
-                return train.dataloader_batches(graphs, int(recipe["batch_size"]), gen, device, a.workers)
+                return train.dataloader_batches(graphs, int(recipe["batch_size"]), gen, device, workers)
         else:
             atoms, bonds = torch.as_tensor(atoms_np, device=device), torch.as_tensor(bonds_np, device=device)
 
