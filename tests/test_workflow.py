@@ -251,7 +251,8 @@ def test_empty_prompt_set_is_refused(workdir, tiny_llama):
 
 
 def _orphans(marker: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    # -ww: full command lines (ps cuts them to the terminal width, COLUMNS, otherwise)
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [l for l in out.splitlines() if marker in l and ("train.py" in l or "replaykit replay" in l)]
 
 
@@ -304,7 +305,7 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
     fails with the published checkpoints kept, and the rerun resumes from the last whole
     trainer state instead of starting over."""
     cfg = tiny_config(tiny_llama)
-    cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 12
+    cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 60
     write_config(workdir, cfg)
     target = str(RUN / "replay/record.json")
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
@@ -316,6 +317,10 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
         time.sleep(0.2)
     trainers = [line.split()[0] for line in _orphans(str(workdir)) if "train.py" in line]
     assert len(trainers) == 1
+    # a second invocation on the same results is refused while the first one runs
+    second = snakemake(workdir, target, "--cores", "1", "--resources", "gpu=1")
+    assert second.returncode != 0 and "cannot be locked" in second.stdout + second.stderr
+    assert proc.poll() is None and _orphans(str(workdir))  # the first is untouched
     os.kill(int(trainers[0]), signal.SIGTERM)
     assert proc.wait(timeout=120) != 0  # the replay job failed ...
     assert _orphans(str(workdir)) == []
@@ -326,13 +331,13 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
 
     snakemake(workdir, target, "--cores", "1", "--resources", "gpu=1", "--rerun-incomplete", check=True)
     record = read(workdir / RUN / "replay/record.json")
-    assert record["resumed"] is True and record["steps"] == 12 and len(record["attempts"]) == 2
-    assert record["retained"] == [10, 11, 12]
+    assert record["resumed"] is True and record["steps"] == 60 and len(record["attempts"]) == 2
+    assert record["retained"] == [58, 59, 60]
     assert [e["count"] for e in record["publications"]] == list(range(1, len(record["publications"]) + 1))
     # the second attempt continued from a saved trainer state at or after the last publication
     resumed_at = re.search(r"\[train\] resuming from \S*checkpoint-(\d+)", log.read_text())
     assert resumed_at and int(resumed_at.group(1)) >= max(kept)
-    assert [h["progress"] for h in record["train_history"]] == list(range(1, 13))
+    assert [h["progress"] for h in record["train_history"]] == list(range(1, 61))
     assert not (workdir / RUN / "replay/last-failure.json").exists()
 
 
