@@ -29,7 +29,7 @@ from types import ModuleType
 
 from ..harness.errors import InputError
 
-KNOWN = ("dpo", "rm", "soup")
+KNOWN = ("dpo", "rm", "soup", "ddpo")
 
 
 def check_data_keys(data: dict, *, embedded: tuple[str, ...], local: tuple[str, ...],

@@ -1,0 +1,254 @@
+"""The ddpo task: the DDIM step's log-probability against a direct Gaussian density, the stat
+tracker's fallback, the clipped PPO loss by hand, the JPEG reward against PIL, CLIP's BPE
+tokenizer against open_clip, a LoRA round trip through the frozen pipeline, the validator's
+invalid markers, the aesthetic reward's code path on tiny models, and NaN rewards."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT
+from replaykit.tasks import ddpo
+from replaykit.tasks.ddpo import evaluator, loader, lora, pipeline, rewards
+
+RECIPE = ROOT / "recipes" / "ddpo"
+
+
+def recipe_module(name: str):
+    if str(RECIPE) not in sys.path:
+        sys.path.insert(0, str(RECIPE))
+    return importlib.import_module(name)
+
+
+def ddim(steps: int = 10):
+    from diffusers import DDIMScheduler
+
+    scheduler = DDIMScheduler(**pipeline.SCHEDULER)
+    scheduler.set_timesteps(steps)
+    return scheduler
+
+
+@pytest.mark.parametrize("index", [0, 4, 9])  # first, middle and last step (the last uses final_alpha_cumprod)
+def test_ddim_logprob_equals_gaussian_density(index):
+    step = recipe_module("ddim_with_logprob").ddim_step_with_logprob
+    scheduler = ddim()
+    t = scheduler.timesteps[index]
+    g = torch.Generator().manual_seed(index)
+    x, eps, noise = (torch.randn(3, 4, 8, 8, generator=g) for _ in range(3))
+    # the mean from diffusers' own DDIM step with zero noise, the std from its variance formula
+    mean = scheduler.step(eps, t, x, eta=1.0, variance_noise=torch.zeros_like(x)).prev_sample
+    prev_t = t - 1000 // 10
+    std = scheduler._get_variance(t, prev_t).sqrt()
+    expected_prev = scheduler.step(eps, t, x, eta=1.0, variance_noise=noise).prev_sample
+    prev, log_prob = step(scheduler, eps, t, x, eta=1.0, noise=noise)
+    torch.testing.assert_close(prev, expected_prev, rtol=1e-5, atol=1e-5)
+    density = torch.distributions.Normal(mean, std).log_prob(prev).mean(dim=(1, 2, 3))
+    torch.testing.assert_close(log_prob, density, rtol=1e-5, atol=1e-5)
+    # scoring a given x_{t-1} (training) gives the same log-probability
+    _, again = step(scheduler, eps, t, x, eta=1.0, prev_sample=prev)
+    torch.testing.assert_close(again, density, rtol=1e-5, atol=1e-5)
+
+
+def test_stat_tracker_falls_back_to_batch_statistics_below_min_count():
+    tracker = recipe_module("stat_tracking").PerPromptStatTracker(buffer_size=4, min_count=3)
+    prompts, rewards_1 = ["a", "a", "b"], [1.0, 3.0, 5.0]
+    # 'a' has 2 < 3 rewards, 'b' 1: both use the batch (mean 3, population SD sqrt(8/3))
+    sd = math.sqrt(((1 - 3) ** 2 + 0 + (5 - 3) ** 2) / 3)
+    np.testing.assert_allclose(tracker.update(prompts, rewards_1), [(1 - 3) / (sd + 1e-6), 0.0, (5 - 3) / (sd + 1e-6)])
+    # now 'a' holds 1, 3, 7 (3 rewards): its own buffer; 'b' holds 5, 9 (2): the batch 7, 9
+    adv = tracker.update(["a", "b"], [7.0, 9.0])
+    a_mean, a_sd = 11 / 3, math.sqrt(((1 - 11 / 3) ** 2 + (3 - 11 / 3) ** 2 + (7 - 11 / 3) ** 2) / 3)
+    np.testing.assert_allclose(adv, [(7 - a_mean) / (a_sd + 1e-6), (9 - 8) / (1 + 1e-6)])
+    # the buffer keeps the last 4 rewards only
+    tracker.update(["a", "a"], [0.0, 0.0])
+    assert list(tracker.stats["a"]) == [3.0, 7.0, 0.0, 0.0]
+
+
+def test_ppo_clipped_loss_on_hand_values():
+    train = recipe_module("train")
+    advantages = torch.tensor([1.0, -2.0, 10.0])
+    old = torch.zeros(3)
+    new = torch.log(torch.tensor([1.5, 1.5, 0.5]))  # ratios 1.5, 1.5, 0.5
+    loss, kl, clipfrac = train.ppo_loss(advantages, new, old, clip_range=0.2, adv_clip_max=5.0)
+    # row 1: A=1,  r=1.5: max(-1.5, -1.2) = -1.2
+    # row 2: A=-2, r=1.5: max(3.0, 2.4)   = 3.0
+    # row 3: A=10 clipped to 5, r=0.5: max(-2.5, -4.0) = -2.5
+    assert loss.item() == pytest.approx((-1.2 + 3.0 - 2.5) / 3)
+    assert kl.item() == pytest.approx(0.5 * (2 * math.log(1.5) ** 2 + math.log(0.5) ** 2) / 3)
+    assert clipfrac.item() == pytest.approx(1.0)
+
+
+def test_jpeg_compressibility_is_minus_pil_size_in_kb():
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.stack([torch.zeros(3, 32, 32), torch.rand(3, 32, 32, generator=g)])
+    expected = []
+    for image in images:
+        buffer = io.BytesIO()
+        array = (image * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+        Image.fromarray(array).save(buffer, format="JPEG", quality=95)
+        expected.append(-len(buffer.getvalue()) / 1000)
+    got = rewards.jpeg_compressibility()(images, ["x", "y"])
+    np.testing.assert_allclose(got, expected)
+    assert got[0] > got[1]  # a flat image compresses better than noise
+
+
+def test_tokenizer_matches_open_clip(tmp_path):
+    import open_clip
+    from transformers import CLIPTokenizer
+
+    from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
+
+    tok = CLIPTokenizer.from_pretrained(write_clip_tokenizer(tmp_path / "tok", 16))
+    texts = ["a photo of the digit seven", "a cat riding a bicycle!"]
+    ours = tok(texts, padding="max_length", max_length=16).input_ids
+    theirs = open_clip.get_tokenizer("ViT-B-32")(texts, context_length=16).tolist()
+    for a, b in zip(ours, theirs):
+        n = a.index(49407) + 1  # open_clip pads with 0, CLIPTokenizer with eos
+        assert a[:n] == b[:n] and len(tok) == 49408
+
+
+@pytest.fixture(scope="module")
+def fixed_start(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddpo") / "pipeline"
+    pipeline.build({"seed": 0, "vae_epochs": 1, "unet_steps": 3, "clip_epochs": 1, "check_samples": 1,
+                    "max_images": 200}, out, log=lambda m: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def assets(fixed_start, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddpo-assets")
+    info = ddpo.build_assets({"source": "embedded", "public_seed": 1, "n_proxy": 6, "hidden_seed": 2, "n_final": 8},
+                             fixed_start, root / "public", root / "hidden")
+    return root, info
+
+
+def test_assets_streams(fixed_start, assets):
+    root, info = assets
+    proxy = [json.loads(line) for line in (root / "public/proxy.jsonl").read_text().splitlines()]
+    final = [json.loads(line) for line in (root / "hidden/final.jsonl").read_text().splitlines()]
+    assert (len(proxy), len(final)) == (6, 8) and info["reward"] == "jpeg_compressibility"
+    assert not {r["latent_seed"] for r in proxy} & {r["latent_seed"] for r in final}
+    assert set(r["prompt"] for r in proxy + final) <= set(pipeline.prompts())
+    assert (root / "public/prompts.txt").read_text().splitlines() == pipeline.prompts()
+    assert json.loads((root / "hidden/scoring.json").read_text())["inference_steps"] == 20
+    assert (fixed_start / "model_index.json").is_file() and (fixed_start / "clip/open_clip.safetensors").is_file()
+
+
+def make_lora(fixed_start: Path, out: Path, targets=("to_q", "to_k", "to_v", "to_out.0"), scale: float = 0.3) -> Path:
+    from peft import LoraConfig
+
+    pipe = pipeline.Pipeline(fixed_start)
+    pipe.unet.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights="gaussian", target_modules=list(targets)))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in pipe.unet.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * scale)  # PEFT starts B at 0: make the adapter change the UNet
+    return lora.save_lora(pipe.unet, out)
+
+
+def test_lora_round_trip_gives_identical_samples(fixed_start, tmp_path):
+    from peft import LoraConfig, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    checkpoint = make_lora(fixed_start, tmp_path / "ckpt")
+    latents = torch.stack([pipeline.initial_latents(s, (4, 8, 8)) for s in (3, 4)])
+    texts = ["a photo of the digit one", "a photo of the digit two"]
+    # the trained UNet: base + adapter set directly with PEFT
+    direct = pipeline.Pipeline(fixed_start)
+    direct.unet.add_adapter(LoraConfig.from_pretrained(str(checkpoint)))
+    set_peft_model_state_dict(direct.unet, load_file(str(checkpoint / "adapter_model.safetensors")))
+    expected = pipeline.sample(direct, texts, latents, steps=4, guidance=5.0)
+    frozen = pipeline.Pipeline(fixed_start)
+    lora.load_lora(frozen.unet, checkpoint)
+    got = pipeline.sample(frozen, texts, latents, steps=4, guidance=5.0)
+    assert torch.equal(got, expected)
+    base = pipeline.sample(pipeline.Pipeline(fixed_start), texts, latents, steps=4, guidance=5.0)
+    assert not torch.allclose(got, base)  # the adapter is really applied
+
+
+def test_validator_names_wrong_targets_and_shapes(fixed_start, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    good = make_lora(fixed_start, tmp_path / "good")
+    verdict = loader.validate(good, fixed_start)
+    assert verdict["valid"], verdict["reason"]
+    assert verdict["checks"]["lora"]["target_modules"] == ["to_k", "to_out.0", "to_q", "to_v"]
+    wrong = make_lora(fixed_start, tmp_path / "ff", targets=("to_q", "proj_in"))
+    verdict = loader.validate(wrong, fixed_start)
+    assert not verdict["valid"] and "target_modules ['proj_in'] are not UNet attention projections" in verdict["reason"]
+    shapes = make_lora(fixed_start, tmp_path / "shapes")
+    state = load_file(str(shapes / "adapter_model.safetensors"))
+    key = next(k for k in state if k.endswith("to_q.lora_A.weight"))
+    state[key] = torch.zeros(3, state[key].shape[1])
+    save_file(state, str(shapes / "adapter_model.safetensors"))
+    verdict = loader.validate(shapes, fixed_start)
+    assert not verdict["valid"] and "wrong shapes" in verdict["reason"] and key in verdict["reason"]
+
+
+def test_evaluator_mean_and_se_against_rows(fixed_start, assets):
+    root, _ = assets
+    summary, rows = evaluator.evaluate(None, fixed_start, root / "hidden/final.jsonl", ddpo.METRIC["final"],
+                                       {"batch_size": 4})
+    scores = np.array([r["score"] for r in rows])
+    assert summary["metric"] == "mean_jpeg_compressibility_final8" and summary["n"] == 8
+    assert summary["value"] == pytest.approx(scores.mean())
+    assert summary["uncertainty"]["value"] == pytest.approx(scores.std(ddof=1) / math.sqrt(8))
+    assert 0 <= summary["diagnostics"]["mean_pairwise_image_distance"] <= 2
+    # the image a row is scored on is the deterministic DDIM sample of its prompt and latent seed
+    items = evaluator.read_items(root / "hidden/final.jsonl")
+    pipe = pipeline.Pipeline(fixed_start)
+    image = pipeline.sample(pipe, [items[0]["prompt"]], pipeline.initial_latents(items[0]["latent_seed"], (4, 8, 8))[None],
+                            steps=20, guidance=5.0)
+    assert rows[0]["score"] == pytest.approx(float(rewards.jpeg_compressibility()(image, [""])[0]))
+
+
+def test_mean_pairwise_distance_by_hand():
+    e = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    # pairs: (1,2) cos 0 -> 1; (1,3) cos -1 -> 2; (2,3) cos 0 -> 1; mean 4/3
+    assert evaluator.mean_pairwise_distance(e) == pytest.approx(4 / 3)
+
+
+def test_aesthetic_reward_code_path_with_tiny_models(tmp_path):
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+
+    from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
+
+    torch.manual_seed(0)
+    config = CLIPConfig(text_config={"vocab_size": 49408, "hidden_size": 16, "intermediate_size": 32,
+                                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 77},
+                        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
+                        projection_dim=12)
+    clip_dir = tmp_path / "clip"
+    CLIPModel(config).save_pretrained(clip_dir)
+    write_clip_tokenizer(clip_dir, 77)
+    mlp = rewards.AestheticMLP(12)
+    torch.save(mlp.state_dict(), tmp_path / "mlp.pth")
+    images = torch.rand(3, 3, 40, 40, generator=torch.Generator().manual_seed(0))
+    got = rewards.aesthetic(clip_dir, tmp_path / "mlp.pth")(images, ["a", "b", "c"])
+    # independently: resize + normalise, CLIP image features, L2-normalise, the MLP's linear layers
+    model = CLIPModel.from_pretrained(clip_dir).eval()
+    x = torch.nn.functional.interpolate(images, size=(32, 32), mode="bicubic", antialias=True).clamp(0, 1)
+    mean = torch.tensor([0.48145466, 0.4578275, 0.40821073])[:, None, None]
+    std = torch.tensor([0.26862954, 0.26130258, 0.27577711])[:, None, None]
+    with torch.no_grad():
+        emb = model.visual_projection(model.vision_model(pixel_values=(x - mean) / std).pooler_output)
+        emb = emb / emb.norm(dim=-1, keepdim=True)
+        expected = emb
+        for layer in (0, 2, 4, 6, 7):
+            expected = mlp.layers[layer](expected)
+    np.testing.assert_allclose(got, expected.squeeze(-1).numpy(), rtol=1e-5, atol=1e-6)
+    assert isinstance(CLIPTokenizer.from_pretrained(clip_dir), CLIPTokenizer)
