@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, copy_workflow, snakemake, write_config
 from replaykit.tasks import ddpo
 from replaykit.tasks.ddpo import evaluator, loader, lora, pipeline, rewards
 
@@ -252,3 +252,97 @@ def test_aesthetic_reward_code_path_with_tiny_models(tmp_path):
             expected = mlp.layers[layer](expected)
     np.testing.assert_allclose(got, expected.squeeze(-1).numpy(), rtol=1e-5, atol=1e-6)
     assert isinstance(CLIPTokenizer.from_pretrained(clip_dir), CLIPTokenizer)
+
+
+TINY_RECIPE = {"num_epochs": 3, "sample_batch_size": 2, "num_batches_per_epoch": 2, "num_steps": 3,
+               "train_batch_size": 2, "gradient_accumulation_steps": 1, "save_freq": 1, "stat_min_count": 2,
+               "learning_rate": 3e-3, "clip_range": 1e-2}
+
+
+def run_recipe(fixed_start, assets, state: Path, overrides: dict, resume: bool = False, reward=None) -> int:
+    """``train.main()`` in this process on a request like the replay driver's."""
+    import time
+
+    train = recipe_module("train")
+    root, _ = assets
+    request = {"fixed_start": str(fixed_start), "public_dir": str(root / "public"), "publish_dir": str(state / "publish"),
+               "state_dir": str(state / "state"), "seed": 42, "deadline_unix": time.time() + 600, "export_reserve_s": 60,
+               "profile": "embedded", "overrides": {**TINY_RECIPE, **overrides}, "threads": 1, "keep": 3, "resume": resume}
+    (state / "state").mkdir(parents=True, exist_ok=True)
+    (state / "request.json").write_text(json.dumps(request))
+    argv, original = sys.argv, train.reward_fn
+    sys.argv = ["train.py", "--request", str(state / "request.json")]
+    if reward is not None:
+        train.reward_fn = lambda scoring, device: reward
+    try:
+        return train.main()
+    finally:
+        sys.argv, train.reward_fn = argv, original
+
+
+def test_resume_continues_the_same_replay(fixed_start, assets, tmp_path):
+    from safetensors.torch import load_file
+
+    assert run_recipe(fixed_start, assets, tmp_path / "straight", {}) == 0
+    assert run_recipe(fixed_start, assets, tmp_path / "cut", {"num_epochs": 2}) == 0
+    assert run_recipe(fixed_start, assets, tmp_path / "cut", {}, resume=True) == 0
+    a = load_file(str(tmp_path / "straight/publish/checkpoint-3/adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "cut/publish/checkpoint-3/adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    history = json.loads((tmp_path / "cut/state/train_result.json").read_text())["history"]
+    assert [h["progress"] for h in history] == [1, 2, 3]  # the first attempt's epochs are kept
+    assert {"reward_mean", "reward_std", "approx_kl", "clipfrac", "loss"} <= history[0].keys()
+
+
+def test_nan_reward_stops_training_and_keeps_earlier_checkpoints(fixed_start, assets, tmp_path, capsys):
+    from replaykit.harness.trainer import NAN_EXIT
+
+    calls = []
+
+    def reward(images, prompts):
+        calls.append(1)
+        values = -rewards.jpeg_size_kb(images)
+        return values if len(calls) < 2 else values * np.nan
+
+    assert run_recipe(fixed_start, assets, tmp_path, {}, reward=reward) == NAN_EXIT
+    result = json.loads((tmp_path / "state/train_result.json").read_text())
+    assert result["stop_reason"] == "nan" and "epoch 2: 4 of 4 rewards are NaN/inf" in result["error"]
+    assert sorted(p.name for p in (tmp_path / "publish").glob("checkpoint-*")) == ["checkpoint-1"]
+    assert "error: epoch 2" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
+    import difflib
+
+    work = copy_workflow(tmp_path)
+    spec = {"builder": "ddpo-digits", "seed": 0, "vae_epochs": 1, "unet_steps": 3, "clip_epochs": 1,
+            "check_samples": 1, "max_images": 200}
+    task = {"fixed_start": "ddpo-tiny",
+            "data": {"source": "embedded", "public_seed": 1, "n_proxy": 4, "hidden_seed": 2, "n_final": 6},
+            "recipe": {"profile": "embedded", "overrides": {**TINY_RECIPE, "num_epochs": 2}}, "seeds": [42],
+            "threads": 1, "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+            "validation": {"runtime": 5}, "evaluation": {"batch_size": 8, "runtime": 5}, "final": {"n_boot": 500}}
+    write_config(work, {"models": {"ddpo-tiny": spec}, "tasks": {"ddpo": task}})
+    snakemake(work, "results/ddpo/final", "--cores", "2", "--resources", "gpu=1", check=True)
+    summary = json.loads((work / "results/ddpo/final/summary.json").read_text())
+    assert summary["metric"] == "mean_jpeg_compressibility_final6" and summary["n"] == 6
+    assert (work / "results/ddpo/final/.complete").exists()
+    assert {"text_image_alignment", "mean_pairwise_image_distance"} <= summary["diagnostics"].keys()
+    assert "vs_fixed_start" in summary["comparisons"]
+    record = json.loads((work / "results/ddpo/shipped-seed42/replay/record.json").read_text())
+    assert record["retained"] == [1, 2] and record["stop_reason"] == "max_steps"
+    manifest = json.loads((work / "results/models/ddpo-tiny.manifest.json").read_text())
+    assert "unet/diffusion_pytorch_model.safetensors" in manifest["files"]
+    # a candidate that puts LoRA on the UNet's proj_in too: an invalid marker naming it
+    config = (ROOT / "recipes/ddpo/configs/embedded.yaml").read_text()
+    patched = config.replace("target_modules: [to_q, to_k, to_v, to_out.0]", "target_modules: [to_q, to_k, to_v, to_out.0, proj_in]")
+    assert patched != config
+    patch = tmp_path / "proj_in.diff"
+    patch.write_text("".join(difflib.unified_diff(config.splitlines(True), patched.splitlines(True),
+                                                  "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    task.update(candidates={"projin": str(patch)})
+    write_config(work, {"models": {"ddpo-tiny": spec}, "tasks": {"ddpo": task}})
+    snakemake(work, "results/ddpo/projin-seed42/official.json", "--cores", "2", "--resources", "gpu=1", check=True)
+    marker = json.loads((work / "results/ddpo/projin-seed42/validation/checkpoint-2.json").read_text())
+    assert not marker["valid"] and "target_modules ['proj_in'] are not UNet attention projections" in marker["reason"]

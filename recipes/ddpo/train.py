@@ -139,7 +139,7 @@ def train_epoch(pipe, scheduler, batch: dict, advantages: torch.Tensor, params: 
                 raise NonFiniteError(f"loss is {loss.item()} (minibatch {k}, step {j})")
             (loss / (accum * steps)).backward()
             for key, value in (("loss", loss), ("approx_kl", approx_kl), ("clipfrac", clipfrac)):
-                info[key].append(float(value))
+                info[key].append(value.item())
         if (k + 1) % accum == 0 or k + 1 == len(minibatches):
             torch.nn.utils.clip_grad_norm_(params, float(recipe["max_grad_norm"]))
             optimizer.step()

@@ -8,13 +8,14 @@ and SD's ``DDIMScheduler`` settings -- trained on scikit-learn's 1,797 handwritt
 
 1. the VAE: reconstruction (MSE) + a small KL term, then latents scaled to unit variance
    (``scaling_factor``, as SD's 0.18215);
-2. the UNet and the text encoder together: epsilon-prediction loss on SD's scaled-linear
-   schedule, the caption dropped to the empty prompt 10 % of the time (classifier-free
-   guidance, Ho & Salimans 2022);
-3. a digit CLIP (open_clip, the soup task's ``digits-vit-tiny``) pre-trained contrastively by
+2. the text encoder: a short prompt-classification pre-training, so that the 10 captions and
+   the empty prompt have distinct hidden states (then frozen, as SD's CLIP text tower is);
+3. the UNet: epsilon-prediction loss on SD's scaled-linear schedule, the caption dropped to
+   the empty prompt 10 % of the time (classifier-free guidance, Ho & Salimans 2022);
+4. a digit CLIP (open_clip, the soup task's ``digits-vit-tiny``) pre-trained contrastively by
    :func:`replaykit.tasks.soup.ingredients.pretrain`: the embedding model of the evaluator's
    diagnostics (text-image alignment, pairwise image distance);
-4. a check that samples are digits: a logistic-regression digits classifier (trained on the
+5. a check that samples are digits: a logistic-regression digits classifier (trained on the
    real 8 × 8 digits) labels samples drawn at guidance 5 (20 DDIM steps); the agreement with
    the prompted digit is recorded in ``config.json``.
 
@@ -152,25 +153,42 @@ def _train_vae(vae, images: torch.Tensor, epochs: int, generator: torch.Generato
         log(f"[vae] epoch {epoch + 1}/{epochs} loss {loss.item():.4f}")
 
 
-def _train_unet(unet, text_encoder, latents, ids, empty_ids, scheduler, steps: int, generator, log) -> None:
-    params = list(unet.parameters()) + list(text_encoder.parameters())
-    optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
+def _train_text_encoder(text_encoder, ids: torch.Tensor, steps: int, log) -> None:
+    """Make the prompts' hidden states tell the digits apart before the UNet learns from them:
+    a linear probe on the mean of the last hidden states classifies each of the 11 prompts
+    (10 digits and the empty prompt), cross-entropy, trained with the text encoder. (A random
+    text encoder maps prompts that differ in one word to nearly the same states, and the UNet
+    then learns to ignore them; SD v1.5 uses CLIP's pre-trained text tower instead.)"""
+    probe = torch.nn.Linear(text_encoder.config.hidden_size, len(ids))
+    optimizer = torch.optim.AdamW(list(text_encoder.parameters()) + list(probe.parameters()), lr=1e-3)
+    target = torch.arange(len(ids))
+    for step in range(steps):
+        loss = F.cross_entropy(probe(text_encoder(ids)[0].mean(1)), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    log(f"[text encoder] {steps} steps, prompt-classification loss {loss.item():.4f}")
+
+
+def _train_unet(unet, context: torch.Tensor, latents, labels, scheduler, steps: int, generator, log) -> None:
+    """Epsilon-prediction training of the UNet on the frozen text encoder's states
+    (``context``: ``11 × L × D``, the 10 captions then the empty prompt), the caption replaced
+    by the empty prompt 10 % of the time."""
+    optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-3, weight_decay=0.01)
     lr = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-3, total_steps=steps, pct_start=0.05)
     started = time.time()
     for step in range(steps):
         idx = torch.randint(0, len(latents), (64,), generator=generator)
         x0 = latents[idx]
-        tok = ids[idx].clone()
-        drop = torch.rand(len(idx), generator=generator) < 0.1
-        tok[drop] = empty_ids
+        which = labels[idx].clone()
+        which[torch.rand(len(idx), generator=generator) < 0.1] = len(context) - 1
         noise = torch.randn(x0.shape, generator=generator)
         t = torch.randint(0, scheduler.config.num_train_timesteps, (len(idx),), generator=generator)
-        xt = scheduler.add_noise(x0, noise, t)
-        eps = unet(xt, t, encoder_hidden_states=text_encoder(tok)[0]).sample
+        eps = unet(scheduler.add_noise(x0, noise, t), t, encoder_hidden_states=context[which]).sample
         loss = F.mse_loss(eps, noise)
         optimizer.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
         optimizer.step()
         lr.step()
         if (step + 1) % 100 == 0 or step + 1 == steps:
@@ -256,8 +274,11 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
     text_encoder = CLIPTextModel(CLIPTextConfig(**TEXT))
     texts = prompts()
     all_ids = tokenizer(texts + [""], padding="max_length", max_length=MAX_LENGTH, return_tensors="pt").input_ids
-    _train_unet(unet, text_encoder, latents, all_ids[labels], all_ids[-1], scheduler, int(spec["unet_steps"]),
-                generator, log)
+    _train_text_encoder(text_encoder, all_ids, 200, log)
+    text_encoder.eval().requires_grad_(False)
+    with torch.no_grad():
+        context = text_encoder(all_ids)[0]
+    _train_unet(unet, context, latents, labels, scheduler, int(spec["unet_steps"]), generator, log)
     for name, module in (("vae", vae), ("unet", unet), ("text_encoder", text_encoder), ("scheduler", scheduler)):
         module.save_pretrained(out / name)
     (out / "model_index.json").write_text(json.dumps({
