@@ -335,7 +335,7 @@ def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
     manifest = json.loads((work / "results/models/ddpo-tiny.manifest.json").read_text())
     assert "unet/diffusion_pytorch_model.safetensors" in manifest["files"]
     # a candidate that puts LoRA on the UNet's proj_in too: an invalid marker naming it
-    config = (ROOT / "recipes/ddpo/configs/embedded.yaml").read_text()
+    config = (work / "recipes/ddpo/configs/embedded.yaml").read_text()
     patched = config.replace("target_modules: [to_q, to_k, to_v, to_out.0]", "target_modules: [to_q, to_k, to_v, to_out.0, proj_in]")
     assert patched != config
     patch = tmp_path / "proj_in.diff"
