@@ -221,6 +221,44 @@ def test_mean_pairwise_distance_by_hand():
     assert evaluator.mean_pairwise_distance(e) == pytest.approx(4 / 3)
 
 
+def tiny_clip_and_mlp(tmp_path: Path) -> tuple[Path, Path]:
+    """A transformers CLIPModel of ViT-L/14's structure at toy size (projection 12) with CLIP's
+    tokenizer, and an aesthetic MLP of LAION's layers on 12 inputs."""
+    from transformers import CLIPConfig, CLIPModel
+
+    from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
+
+    torch.manual_seed(0)
+    config = CLIPConfig(text_config={"vocab_size": 49408, "hidden_size": 16, "intermediate_size": 32,
+                                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 77},
+                        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
+                        projection_dim=12)
+    clip_dir = tmp_path / "clip"
+    CLIPModel(config).save_pretrained(clip_dir)
+    write_clip_tokenizer(clip_dir, 77)
+    torch.save(rewards.AestheticMLP(12).state_dict(), tmp_path / "mlp.pth")
+    return clip_dir, tmp_path / "mlp.pth"
+
+
+def test_full_scale_assets_and_evaluator_on_tiny_models(fixed_start, tmp_path):
+    clip_dir, mlp = tiny_clip_and_mlp(tmp_path)
+    prompts = tmp_path / "animals.txt"
+    prompts.write_text("cat\ndog\n\nhorse\n")
+    cfg = {"source": "local", "prompts_file": str(prompts), "clip_dir": str(clip_dir), "aesthetic_mlp": str(mlp),
+           "public_seed": 1, "n_proxy": 2, "hidden_seed": 2, "n_final": 3}
+    ddpo.check_data(cfg)
+    info = ddpo.build_assets(cfg, fixed_start, tmp_path / "public", tmp_path / "hidden")
+    assert info["reward"] == "aesthetic" and info["n_prompts"] == 3
+    scoring = json.loads((tmp_path / "hidden/scoring.json").read_text())
+    assert scoring["embedder"]["kind"] == "hf_clip" and "model.safetensors" in scoring["clip_files"]
+    summary, rows = evaluator.evaluate(None, fixed_start, tmp_path / "hidden/final.jsonl", ddpo.METRIC["final"], {})
+    assert summary["metric"] == "mean_aesthetic_score_final3" and len(rows) == 3
+    assert all(math.isfinite(r["score"]) for r in rows)
+    with pytest.raises(ValueError, match="aesthetic_mlp"):
+        ddpo.check_data({**cfg, "aesthetic_mlp": str(tmp_path / "missing.pth")})
+
+
 def test_aesthetic_reward_code_path_with_tiny_models(tmp_path):
     from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
 

@@ -215,6 +215,15 @@ def main() -> int:
     print(f"[train] {len(prompt_list)} prompts, reward {scoring['reward']}, {len(params)} LoRA tensors "
           f"({sum(p.numel() for p in params)} parameters) on {device}; set-up {time.time() - started:.1f} s", flush=True)
 
+    def publish(epoch: int) -> float:
+        """Save the state after ``epoch`` and publish its LoRA as ``checkpoint-<epoch>``; seconds."""
+        t1 = time.time()
+        lora_dir = save_state(state_dir, pipe, optimizer, tracker, epoch, rng, generator, history)
+        entry = publish_checkpoint(lora_dir, request["publish_dir"], epoch, keep=request["keep"])
+        published.append(epoch)
+        print(f"[publish] checkpoint-{epoch} (publication {entry['count']}, retained {entry['retained']})", flush=True)
+        return time.time() - t1
+
     n_epochs = int(recipe["num_epochs"])
     per_epoch = int(recipe["sample_batch_size"]) * int(recipe["num_batches_per_epoch"])
     train_start, publish_s, stop, error, epoch_s = time.time(), 0.0, "max_steps", None, 0.0
@@ -243,13 +252,10 @@ def main() -> int:
               f"{entry['reward_std']:.4f} loss {info['loss']:.5f} approx_kl {info['approx_kl']:.3g} clipfrac "
               f"{info['clipfrac']:.3f} epoch {epoch_s:.1f} s elapsed {time.time() - train_start:.0f} s", flush=True)
         if epoch % int(recipe["save_freq"]) == 0 or epoch == n_epochs:
-            t1 = time.time()
-            lora_dir = save_state(state_dir, pipe, optimizer, tracker, epoch, rng, generator, history)
-            entry_pub = publish_checkpoint(lora_dir, request["publish_dir"], epoch, keep=request["keep"])
-            published.append(epoch)
-            publish_s += time.time() - t1
-            print(f"[publish] checkpoint-{epoch} (publication {entry_pub['count']}, retained {entry_pub['retained']})",
-                  flush=True)
+            publish_s += publish(epoch)
+    if stop == "deadline" and history and history[-1]["progress"] not in published and \
+            history[-1]["progress"] > start_epoch:
+        publish_s += publish(history[-1]["progress"])  # the export reserve covers this last save
     result = {"stop_reason": stop, "steps": max(published, default=start_epoch), "train_start_unix": train_start,
               "train_end_unix": time.time(), "publish_s": publish_s, "history": history,
               "metrics": {k: v for k, v in (history[-1] if history else {}).items() if k != "progress"}}

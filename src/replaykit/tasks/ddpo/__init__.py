@@ -35,7 +35,6 @@ REPORT_DIAGNOSTICS = ("text_image_alignment", "mean_pairwise_image_distance")
 PROMPTS, PROXY_FILE, FINAL_FILE, SCORING = "prompts.txt", "proxy.jsonl", "final.jsonl", "scoring.json"
 EMBEDDED_KEYS = ("public_seed", "n_proxy", "hidden_seed", "n_final")
 LOCAL_KEYS = ("prompts_file", "clip_dir", "aesthetic_mlp", "public_seed", "n_proxy", "hidden_seed", "n_final")
-REWARD_NAMES = {"jpeg_compressibility": "jpeg_compressibility", "aesthetic": "aesthetic_score"}
 
 
 def check_data(data: dict) -> None:

@@ -79,9 +79,9 @@ class Pipeline:
         root = Path(root)
         self.root, self.device, self.dtype = root, device, dtype
         self.tokenizer = CLIPTokenizer.from_pretrained(root / "tokenizer")
-        self.text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder").to(device, dtype).eval()
-        self.vae = AutoencoderKL.from_pretrained(root / "vae").to(device, dtype).eval()
-        self.unet = UNet2DConditionModel.from_pretrained(root / "unet").to(device, dtype).eval()
+        self.text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder", dtype=dtype).to(device).eval()
+        self.vae = AutoencoderKL.from_pretrained(root / "vae", torch_dtype=dtype).to(device).eval()
+        self.unet = UNet2DConditionModel.from_pretrained(root / "unet", torch_dtype=dtype).to(device).eval()
         self.scheduler = DDIMScheduler.from_pretrained(root / "scheduler")
         for module in (self.text_encoder, self.vae, self.unet):
             module.requires_grad_(False)
