@@ -248,11 +248,24 @@ def test_full_scale_assets_and_evaluator_on_tiny_models(fixed_start, tmp_path):
     cfg = {"source": "local", "prompts_file": str(prompts), "clip_dir": str(clip_dir), "aesthetic_mlp": str(mlp),
            "public_seed": 1, "n_proxy": 2, "hidden_seed": 2, "n_final": 3}
     ddpo.check_data(cfg)
-    info = ddpo.build_assets(cfg, fixed_start, tmp_path / "public", tmp_path / "hidden")
+    # SD v1.5's folder layout: model_index.json and the component folders, no config.json
+    import shutil
+
+    from replaykit.cli import main as cli
+
+    sd = tmp_path / "sd"
+    shutil.copytree(fixed_start, sd)
+    (sd / "config.json").unlink()
+    shutil.rmtree(sd / "clip")
+    assert (sd / "unet/config.json").is_file() and not (sd / "config.json").exists()
+    assert cli(["assets", "--task", "ddpo", "--cfg", json.dumps({"data": cfg}), "--fixed-start", str(sd),
+                "--public", str(tmp_path / "public"), "--hidden", str(tmp_path / "hidden"),
+                "--manifest", str(tmp_path / "manifest.json")]) == 0
+    info = json.loads((tmp_path / "manifest.json").read_text())["data"]
     assert info["reward"] == "aesthetic" and info["n_prompts"] == 3
     scoring = json.loads((tmp_path / "hidden/scoring.json").read_text())
     assert scoring["embedder"]["kind"] == "hf_clip" and "model.safetensors" in scoring["clip_files"]
-    summary, rows = evaluator.evaluate(None, fixed_start, tmp_path / "hidden/final.jsonl", ddpo.METRIC["final"], {})
+    summary, rows = evaluator.evaluate(None, sd, tmp_path / "hidden/final.jsonl", ddpo.METRIC["final"], {})
     assert summary["metric"] == "mean_aesthetic_score_final3" and len(rows) == 3
     assert all(math.isfinite(r["score"]) for r in rows)
     with pytest.raises(ValueError, match="aesthetic_mlp"):
