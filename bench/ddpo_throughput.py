@@ -173,6 +173,10 @@ def embedded(args) -> list[dict]:
     torch.set_num_threads(args.threads)
     recipe = load_recipe(ROOT / "recipes" / "ddpo" / "configs", "embedded", {})
     pipe = Pipeline(args.fixed_start)
+    if args.unfused:
+        from diffusers.models.attention_processor import AttnProcessor
+
+        pipe.unet.set_attn_processor(AttnProcessor())
     pipe.unet.add_adapter(LoraConfig(r=recipe["lora"]["r"], lora_alpha=recipe["lora"]["alpha"],
                                      init_lora_weights="gaussian", target_modules=recipe["lora"]["target_modules"]))
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
@@ -197,7 +201,7 @@ def embedded(args) -> list[dict]:
         rows.append(row)
         print(f"epoch {epoch + 1}: sampling {row['sampling_s']:.2f} s, reward {row['reward_s']:.2f} s, training "
               f"{row['training_s']:.2f} s -> {row['epoch_s']:.2f} s ({len(prompts)} samples, {recipe['num_steps']} steps, "
-              f"{args.threads} thread(s))", flush=True)
+              f"{args.threads} thread(s), {'unfused' if args.unfused else 'SDPA'} attention)", flush=True)
     return rows
 
 
@@ -206,6 +210,7 @@ def main() -> None:
     parser.add_argument("--fixed-start", help="the embedded pipeline folder (CPU mode)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--unfused", action="store_true", help="with --fixed-start: diffusers' AttnProcessor instead of SDPA")
     parser.add_argument("--sd15", action="store_true", help="SD v1.5 architecture, random weights")
     parser.add_argument("--tiny", action="store_true", help="with --sd15: toy sizes (a CPU check of the script)")
     parser.add_argument("--train-iters", type=int, default=10)
