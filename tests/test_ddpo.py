@@ -397,3 +397,24 @@ def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
     snakemake(work, "results/ddpo/projin-seed42/official.json", "--cores", "2", "--resources", "gpu=1", check=True)
     marker = json.loads((work / "results/ddpo/projin-seed42/validation/checkpoint-2.json").read_text())
     assert not marker["valid"] and "target_modules ['proj_in'] are not UNet attention projections" in marker["reason"]
+
+
+def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, monkeypatch):
+    import time as real_time
+    from types import SimpleNamespace
+
+    train = recipe_module("train")
+    offset = [0.0]
+    original = train.train_epoch
+
+    def train_then_jump(*args, **kwargs):  # the clock passes the deadline once epoch 1 has trained
+        out = original(*args, **kwargs)
+        offset[0] = 10_000.0
+        return out
+
+    monkeypatch.setattr(train, "train_epoch", train_then_jump)
+    monkeypatch.setattr(train, "time", SimpleNamespace(time=lambda: real_time.time() + offset[0]))
+    assert run_recipe(fixed_start, assets, tmp_path, {"save_freq": 5}) == 0  # deadline: exit 0
+    result = json.loads((tmp_path / "state/train_result.json").read_text())
+    assert result["stop_reason"] == "deadline" and result["steps"] == 1
+    assert sorted(p.name for p in (tmp_path / "publish").glob("checkpoint-*")) == ["checkpoint-1"]
