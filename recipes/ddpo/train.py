@@ -187,6 +187,9 @@ def main() -> int:
     scoring = json.loads((public / SCORING).read_text())
     reward = reward_fn(scoring, device)
     prompt_list = [p.strip() for p in (public / "prompts.txt").read_text().splitlines() if p.strip()]
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    pipe.unet.set_attn_processor(AttnProcessor2_0())  # PyTorch SDPA (fused attention), diffusers' default
     lora = recipe["lora"]
     pipe.unet.add_adapter(LoraConfig(r=int(lora["r"]), lora_alpha=int(lora["alpha"]), init_lora_weights="gaussian",
                                      target_modules=list(lora["target_modules"])))
