@@ -418,3 +418,19 @@ def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, m
     result = json.loads((tmp_path / "state/train_result.json").read_text())
     assert result["stop_reason"] == "deadline" and result["steps"] == 1
     assert sorted(p.name for p in (tmp_path / "publish").glob("checkpoint-*")) == ["checkpoint-1"]
+
+
+def test_config_accepts_a_diffusers_pipeline_folder_as_fixed_start(tmp_path):
+    import yaml
+
+    from replaykit.config import check_config
+    from replaykit.harness.errors import InputError
+
+    task = yaml.safe_load((ROOT / "config/config.yaml").read_text())["tasks"]["ddpo"]
+    sd = tmp_path / "sd15"
+    sd.mkdir()
+    config = {"models": {}, "tasks": {"ddpo": {**task, "fixed_start": str(sd)}}}
+    with pytest.raises(InputError, match="model_index.json"):
+        check_config(config, ROOT / "config/schema.yaml", "test.yaml")
+    (sd / "model_index.json").write_text("{}")  # SD v1.5's layout has no config.json at its root
+    check_config(config, ROOT / "config/schema.yaml", "test.yaml")
