@@ -38,8 +38,8 @@ def cmd_assets(a) -> None:
     task = get_task(a.task)
     out = Path(a.manifest).parent
     fixed_start = Path(a.fixed_start)
-    if not (fixed_start / "config.json").is_file():
-        raise InputError(fixed_start, "config.json", "fixed start is not a model directory")
+    if not any((fixed_start / name).is_file() for name in ("config.json", "model_index.json")):  # HF model / diffusers pipeline
+        raise InputError(fixed_start, "config.json", "fixed start is not a model directory (no config.json or model_index.json)")
     cfg = _json_arg(a.cfg)
     pin = cfg.get("fixed_start_sha256")
     files = tree_files(fixed_start)

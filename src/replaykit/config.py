@@ -41,9 +41,11 @@ def check_config(config: dict, schema_file: str | Path, source: str) -> None:
         except ValueError as exc:
             raise InputError(source, f"tasks.{name}.budget", str(exc)) from None
         fixed_start = task["fixed_start"]
-        if fixed_start not in config.get("models", {}) and not (Path(fixed_start) / "config.json").is_file():
+        if fixed_start not in config.get("models", {}) and not any(
+                (Path(fixed_start) / f).is_file() for f in ("config.json", "model_index.json")):  # HF model / diffusers pipeline
             raise InputError(source, f"tasks.{name}.fixed_start",
-                             f"{fixed_start!r} is neither a name in models nor a model directory with config.json")
+                             f"{fixed_start!r} is neither a name in models nor a model directory with config.json "
+                             "(or a diffusers pipeline with model_index.json)")
         candidate = task.get("candidate", "shipped")
         if candidate != "shipped" and candidate not in task.get("candidates", {}):
             raise InputError(source, f"tasks.{name}.candidate", f"{candidate!r} is not a key of candidates")

@@ -99,7 +99,8 @@ def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path) -> dict
         shutil.rmtree(work, ignore_errors=True)
 
 
-BUILDERS = {"soup-digits": "replaykit.tasks.soup.ingredients", "qm9pack": "replaykit.tasks.digress.qm9"}
+BUILDERS = {"soup-digits": "replaykit.tasks.soup.ingredients", "qm9pack": "replaykit.tasks.digress.qm9",
+            "ddpo-digits": "replaykit.tasks.ddpo.pipeline"}
 
 
 def build_from_builder(spec: dict, out: Path, manifest: Path) -> dict:
@@ -118,7 +119,7 @@ def build_from_builder(spec: dict, out: Path, manifest: Path) -> dict:
             shutil.rmtree(out)
         os.rename(work / "model", out)
         info = {"created": utc_now(), "source": {"builder": spec["builder"], "spec": spec}, "summary": summary,
-                "files": tree_files(out), "libraries": library_versions(("torch", "open_clip_torch", "scikit-learn"))}
+                "files": tree_files(out), "libraries": library_versions(("torch", "open_clip_torch", "scikit-learn", "diffusers", "transformers"))}
         atomic_write_json(manifest, info)
         return info
     finally:

@@ -29,7 +29,7 @@ from types import ModuleType
 
 from ..harness.errors import InputError
 
-KNOWN = ("dpo", "rm", "soup", "digress")
+KNOWN = ("dpo", "rm", "soup", "digress", "ddpo")
 
 
 def check_data_keys(data: dict, *, embedded: tuple[str, ...], local: tuple[str, ...],

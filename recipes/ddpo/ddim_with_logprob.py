@@ -1,0 +1,58 @@
+"""One DDIM step that also returns the log-probability of the step it took.
+
+DDPO (Black et al. 2023, arXiv:2305.13301, sec. 4.3) treats each DDIM step with eta > 0 as a
+Gaussian policy ``p(x_{t-1} | x_t, c) = N(mu_t, sigma_t^2 I)``. As in kvablack/ddpo-pytorch's
+``diffusers_patch/ddim_with_logprob.py``, with DDIM's formulas (Song et al. 2021, eq. 12 and
+16) and diffusers' ``DDIMScheduler`` state (``alphas_cumprod``, ``final_alpha_cumprod``):
+
+* ``x0 = (x_t - sqrt(1 - a_t) eps) / sqrt(a_t)`` (epsilon prediction);
+* ``sigma_t = eta sqrt((1 - a_prev) / (1 - a_t)) sqrt(1 - a_t / a_prev)``;
+* ``mu_t = sqrt(a_prev) x0 + sqrt(1 - a_prev - sigma_t^2) eps``;
+* ``log p = mean over pixels of log N(x_{t-1}; mu_t, sigma_t^2)`` (ddpo-pytorch averages
+  over the latent's elements rather than summing, which rescales the PPO ratio's log).
+
+``a_prev`` is ``final_alpha_cumprod`` after the last step (``t - T / steps < 0``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def ddim_step_with_logprob(scheduler, eps: torch.Tensor, timestep: torch.Tensor | int, sample: torch.Tensor,
+                           eta: float, prev_sample: torch.Tensor | None = None,
+                           noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One DDIM step ``x_t -> x_{t-1}`` and its log-probability.
+
+    Args:
+        scheduler: a diffusers ``DDIMScheduler`` after ``set_timesteps`` (epsilon prediction,
+            no sample clipping).
+        eps: predicted noise ``B × C × h × w``; sample: ``x_t`` of the same shape.
+        timestep: ``t`` (an int or a tensor broadcastable to ``B``).
+        eta: DDIM's noise weight (DDPO: 1; must be > 0 for a log-probability).
+        prev_sample: ``x_{t-1}`` to score (training); ``None`` draws it (sampling) as
+            ``mu_t + sigma_t * noise`` (``noise``: standard normal, drawn here when ``None``).
+    Returns ``(x_{t-1}, log_prob)`` with ``log_prob`` of shape ``B`` (float32).
+    """
+    if eta <= 0:
+        raise ValueError("eta must be > 0: a deterministic step has no log-probability")
+    t = torch.as_tensor(timestep, device="cpu").long().reshape(-1)
+    prev_t = t - scheduler.config.num_train_timesteps // scheduler.num_inference_steps
+    alphas = scheduler.alphas_cumprod
+    a_t = alphas[t]
+    a_prev = torch.where(prev_t >= 0, alphas[prev_t.clamp(min=0)], scheduler.final_alpha_cumprod)
+    shape = (-1,) + (1,) * (sample.ndim - 1)
+    a_t, a_prev = a_t.reshape(shape).to(sample.device), a_prev.reshape(shape).to(sample.device)
+    eps32, x32 = eps.float(), sample.float()
+    x0 = (x32 - (1 - a_t).sqrt() * eps32) / a_t.sqrt()
+    variance = (1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)
+    std = eta * variance.sqrt()
+    mean = a_prev.sqrt() * x0 + (1 - a_prev - std**2).sqrt() * eps32
+    if prev_sample is None:
+        noise = torch.randn_like(mean) if noise is None else noise.to(mean.device, mean.dtype)
+        prev_sample = mean + std * noise
+    prev = prev_sample.detach().float()
+    log_prob = -((prev - mean) ** 2) / (2 * std**2) - std.log() - 0.5 * math.log(2 * math.pi)
+    return prev_sample.to(sample.dtype), log_prob.mean(dim=tuple(range(1, log_prob.ndim)))

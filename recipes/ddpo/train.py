@@ -1,0 +1,274 @@
+"""Shipped recipe of the ``ddpo`` task: DDPO with importance sampling and PPO clipping.
+
+Black et al. (2023), "Training Diffusion Models with Reinforcement Learning",
+arXiv:2305.13301 (DDPO_IS), with kvablack/ddpo-pytorch's ``scripts/train.py`` as the
+reference. One epoch:
+
+1. **sample** ``sample_batch_size × num_batches_per_epoch`` prompts from the prompt list and
+   draw images with DDIM (eta 1, classifier-free guidance), keeping every step's latent and
+   log-probability (:mod:`ddim_with_logprob`);
+2. **reward** the decoded images (``scoring.json`` of the public split) and turn rewards into
+   advantages per prompt (:mod:`stat_tracking`: history buffer, minimum count, batch
+   fallback);
+3. **train** on the stored trajectories: for each minibatch of ``train_batch_size`` samples
+   and each denoising step, recompute the step's log-probability under the current LoRA and
+   minimise the PPO clipped surrogate (:func:`ppo_loss`), accumulating gradients over
+   ``gradient_accumulation_steps`` minibatches × all steps before each optimizer update
+   (SPEC: 32 samples / (4 × 4) = 2 updates per epoch); gradient norm clipped;
+4. every ``save_freq`` epochs, save the training state (LoRA, optimizer, stat tracker, RNG,
+   history) to ``state_dir`` and publish the LoRA (PEFT format) as ``checkpoint-<epoch>``.
+
+Only the LoRA on the UNet's attention projections trains (base UNet, text encoder and VAE
+frozen); attention runs through PyTorch's SDPA (diffusers' default ``AttnProcessor2_0``).
+Training stops at ``num_epochs`` or before an epoch that would end past the internal
+deadline (exit 0); a NaN reward or loss stops it with an error (exit ``NAN_EXIT``), keeping
+earlier checkpoints. ``resume`` continues from the last saved state. This directory is the
+editable workspace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from ddim_with_logprob import ddim_step_with_logprob  # noqa: E402
+from stat_tracking import PerPromptStatTracker  # noqa: E402
+
+from replaykit.harness.fileio import atomic_write_json  # noqa: E402
+from replaykit.harness.publish import publish_checkpoint  # noqa: E402
+from replaykit.harness.trainer import NAN_EXIT, load_recipe  # noqa: E402
+from replaykit.tasks.ddpo.lora import save_lora  # noqa: E402
+from replaykit.tasks.ddpo.pipeline import Pipeline  # noqa: E402
+from replaykit.tasks.ddpo.rewards import SCORING, reward_fn  # noqa: E402
+
+
+class NonFiniteError(RuntimeError):
+    """A NaN/inf reward or loss."""
+
+
+def ppo_loss(advantages: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor, clip_range: float,
+             adv_clip_max: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate (Schulman et al. 2017, eq. 7) as DDPO uses it, per step.
+
+    ``ratio = exp(log_prob - old_log_prob)``; advantages clipped to ``±adv_clip_max``;
+    ``loss = mean(max(-A ratio, -A clip(ratio, 1 - eps, 1 + eps)))``. Also returns the
+    approximate KL ``0.5 mean((log_prob - old_log_prob)^2)`` and the clip fraction
+    ``mean(|ratio - 1| > eps)``. All inputs have shape ``B``.
+    """
+    advantages = advantages.clamp(-adv_clip_max, adv_clip_max)
+    ratio = torch.exp(log_prob - old_log_prob)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
+    loss = torch.maximum(unclipped, clipped).mean()
+    approx_kl = 0.5 * ((log_prob - old_log_prob) ** 2).mean()
+    clipfrac = ((ratio - 1.0).abs() > clip_range).float().mean()
+    return loss, approx_kl.detach(), clipfrac.detach()
+
+
+def guided_eps(unet, latents: torch.Tensor, t, context: torch.Tensor, guidance: float) -> torch.Tensor:
+    """Classifier-free guidance: ``context`` stacks [unconditional; conditional] embeddings."""
+    eps_u, eps_c = unet(torch.cat([latents, latents]), t, encoder_hidden_states=context).sample.chunk(2)
+    return eps_u + guidance * (eps_c - eps_u)
+
+
+@torch.no_grad()
+def sample_epoch(pipe, scheduler, prompts: list[str], recipe: dict, generator: torch.Generator) -> dict:
+    """Step 1: trajectories of DDIM sampling (eta ``recipe["eta"]``) with log-probabilities.
+
+    Noise comes from the CPU ``generator`` (reproducible on any device). Returns ``latents``
+    (``N × (T + 1) × C × h × w``), ``log_probs`` (``N × T``), ``prompt_embeds``
+    (``N × L × D``) and the decoded ``images`` (``N × 3 × H × W`` in [0, 1], CPU)."""
+    uncond = pipe.encode_prompts([""])
+    out: dict[str, list] = {"latents": [], "log_probs": [], "prompt_embeds": [], "images": []}
+    bs = int(recipe["sample_batch_size"])
+    for start in range(0, len(prompts), bs):
+        cond = pipe.encode_prompts(prompts[start:start + bs])
+        context = torch.cat([uncond.expand(len(cond), -1, -1), cond])
+        x = torch.randn((len(cond), *pipe.latent_shape), generator=generator).to(pipe.device, pipe.dtype)
+        trajectory, log_probs = [x], []
+        for t in scheduler.timesteps:
+            eps = guided_eps(pipe.unet, x, t, context, float(recipe["guidance_scale"]))
+            noise = torch.randn(x.shape, generator=generator)
+            x, log_prob = ddim_step_with_logprob(scheduler, eps, t, x, float(recipe["eta"]), noise=noise)
+            trajectory.append(x)
+            log_probs.append(log_prob)
+        out["latents"].append(torch.stack(trajectory, 1))
+        out["log_probs"].append(torch.stack(log_probs, 1))
+        out["prompt_embeds"].append(cond)
+        out["images"].append(pipe.decode(x).cpu())
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+def train_epoch(pipe, scheduler, batch: dict, advantages: torch.Tensor, params: list, optimizer, recipe: dict,
+                generator: torch.Generator) -> dict:
+    """Step 3: PPO over the stored trajectories; returns mean loss, approx KL and clip fraction.
+
+    Gradients are accumulated over ``gradient_accumulation_steps`` minibatches × T steps per
+    optimizer update (the loss of each step divided by that count, as ddpo-pytorch's
+    accelerate accumulation does). Raises :class:`NonFiniteError` on a NaN/inf loss."""
+    n, steps = len(advantages), len(scheduler.timesteps)
+    order = torch.randperm(n, generator=generator)
+    uncond = pipe.encode_prompts([""])
+    bs, accum = int(recipe["train_batch_size"]), int(recipe["gradient_accumulation_steps"])
+    info = {"loss": [], "approx_kl": [], "clipfrac": []}
+    pipe.unet.train()
+    optimizer.zero_grad()
+    minibatches = [order[i:i + bs] for i in range(0, n, bs)]
+    for k, idx in enumerate(minibatches):
+        context = torch.cat([uncond.expand(len(idx), -1, -1), batch["prompt_embeds"][idx]])
+        for j, t in enumerate(scheduler.timesteps):
+            eps = guided_eps(pipe.unet, batch["latents"][idx, j], t, context, float(recipe["guidance_scale"]))
+            _, log_prob = ddim_step_with_logprob(scheduler, eps, t, batch["latents"][idx, j], float(recipe["eta"]),
+                                                 prev_sample=batch["latents"][idx, j + 1])
+            loss, approx_kl, clipfrac = ppo_loss(advantages[idx].to(log_prob.device), log_prob,
+                                                 batch["log_probs"][idx, j].float(), float(recipe["clip_range"]),
+                                                 float(recipe["adv_clip_max"]))
+            if not torch.isfinite(loss):
+                raise NonFiniteError(f"loss is {loss.item()} (minibatch {k}, step {j})")
+            (loss / (accum * steps)).backward()
+            for key, value in (("loss", loss), ("approx_kl", approx_kl), ("clipfrac", clipfrac)):
+                info[key].append(value.item())
+        if (k + 1) % accum == 0 or k + 1 == len(minibatches):
+            torch.nn.utils.clip_grad_norm_(params, float(recipe["max_grad_norm"]))
+            optimizer.step()
+            optimizer.zero_grad()
+    pipe.unet.eval()
+    return {key: float(np.mean(values)) for key, values in info.items()}
+
+
+def save_state(state_dir: Path, pipe, optimizer, tracker, epoch: int, rng: random.Random, generator, history) -> Path:
+    """The training state after ``epoch`` epochs, written under a temporary name and renamed
+    into ``<state_dir>/state`` (a kill mid-save leaves the previous state whole)."""
+    tmp = state_dir / ".export-state"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_lora(pipe.unet, tmp / "lora")
+    torch.save({"optimizer": optimizer.state_dict(), "tracker": tracker.state_dict(), "epoch": epoch,
+                "python_rng": rng.getstate(), "generator": generator.get_state(), "torch_rng": torch.get_rng_state()},
+               tmp / "train_state.pt")
+    atomic_write_json(tmp / "history.json", history)
+    final = state_dir / "state"
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final / "lora"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--request", required=True)
+    request = json.loads(Path(parser.parse_args().request).read_text())
+    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
+    torch.set_num_threads(int(request["threads"]))
+    seed = int(request["seed"])
+    torch.manual_seed(seed)
+    rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
+    state_dir, public = Path(request["state_dir"]), Path(request["public_dir"])
+    device = "cuda" if recipe["device"] == "auto" and torch.cuda.is_available() else "cpu"
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[recipe["dtype"]]
+    started = time.time()
+
+    from diffusers import DDIMScheduler
+    from peft import LoraConfig, set_peft_model_state_dict
+
+    pipe = Pipeline(request["fixed_start"], device, dtype)
+    scoring = json.loads((public / SCORING).read_text())
+    reward = reward_fn(scoring, device)
+    prompt_list = [p.strip() for p in (public / "prompts.txt").read_text().splitlines() if p.strip()]
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    pipe.unet.set_attn_processor(AttnProcessor2_0())  # PyTorch SDPA (fused attention), diffusers' default
+    lora = recipe["lora"]
+    pipe.unet.add_adapter(LoraConfig(r=int(lora["r"]), lora_alpha=int(lora["alpha"]), init_lora_weights="gaussian",
+                                     target_modules=list(lora["target_modules"])))
+    params = [p for p in pipe.unet.parameters() if p.requires_grad]
+    for p in params:
+        p.data = p.data.float()  # LoRA weights train in float32 over a 16-bit base on GPU
+    optimizer = torch.optim.AdamW(params, lr=float(recipe["learning_rate"]), betas=(0.9, 0.999),
+                                  weight_decay=float(recipe["weight_decay"]), eps=1e-8)
+    tracker = PerPromptStatTracker(int(recipe["stat_buffer_size"]), int(recipe["stat_min_count"]))
+    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
+    scheduler.set_timesteps(int(recipe["num_steps"]))
+    start_epoch, history, published = 0, [], []
+    if request["resume"] and (state_dir / "state" / "train_state.pt").is_file():
+        from safetensors.torch import load_file
+
+        saved = torch.load(state_dir / "state" / "train_state.pt", weights_only=False)
+        set_peft_model_state_dict(pipe.unet, load_file(str(state_dir / "state" / "lora" / "adapter_model.safetensors")))
+        optimizer.load_state_dict(saved["optimizer"])
+        tracker.load_state_dict(saved["tracker"])
+        rng.setstate(saved["python_rng"])
+        generator.set_state(saved["generator"])
+        torch.set_rng_state(saved["torch_rng"])
+        start_epoch = saved["epoch"]
+        history = json.loads((state_dir / "state" / "history.json").read_text())
+        print(f"[train] resuming after epoch {start_epoch}", flush=True)
+    print(f"[train] {len(prompt_list)} prompts, reward {scoring['reward']}, {len(params)} LoRA tensors "
+          f"({sum(p.numel() for p in params)} parameters) on {device}; set-up {time.time() - started:.1f} s", flush=True)
+
+    def publish(epoch: int) -> float:
+        """Save the state after ``epoch`` and publish its LoRA as ``checkpoint-<epoch>``; seconds."""
+        t1 = time.time()
+        lora_dir = save_state(state_dir, pipe, optimizer, tracker, epoch, rng, generator, history)
+        entry = publish_checkpoint(lora_dir, request["publish_dir"], epoch, keep=request["keep"])
+        published.append(epoch)
+        print(f"[publish] checkpoint-{epoch} (publication {entry['count']}, retained {entry['retained']})", flush=True)
+        return time.time() - t1
+
+    n_epochs = int(recipe["num_epochs"])
+    per_epoch = int(recipe["sample_batch_size"]) * int(recipe["num_batches_per_epoch"])
+    train_start, publish_s, stop, error, epoch_s = time.time(), 0.0, "max_steps", None, 0.0
+    epoch = start_epoch
+    for epoch in range(start_epoch + 1, n_epochs + 1):
+        t0 = time.time()
+        if t0 + epoch_s > request["deadline_unix"]:
+            stop, epoch = "deadline", epoch - 1
+            break
+        prompts = [rng.choice(prompt_list) for _ in range(per_epoch)]
+        batch = sample_epoch(pipe, scheduler, prompts, recipe, generator)
+        rewards = np.asarray(reward(batch["images"], prompts), dtype=float)
+        try:
+            if not np.isfinite(rewards).all():
+                raise NonFiniteError(f"{int((~np.isfinite(rewards)).sum())} of {len(rewards)} rewards are NaN/inf")
+            advantages = torch.as_tensor(tracker.update(prompts, rewards), dtype=torch.float32)
+            info = train_epoch(pipe, scheduler, batch, advantages, params, optimizer, recipe, generator)
+        except NonFiniteError as exc:
+            stop, error = "nan", f"epoch {epoch}: {exc}; earlier checkpoints kept"
+            break
+        epoch_s = time.time() - t0
+        entry = {"progress": epoch, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+                 **info, "epoch_s": epoch_s}
+        history.append(entry)
+        print(f"[train] epoch {epoch}/{n_epochs} reward_mean {entry['reward_mean']:.4f} reward_std "
+              f"{entry['reward_std']:.4f} loss {info['loss']:.5f} approx_kl {info['approx_kl']:.3g} clipfrac "
+              f"{info['clipfrac']:.3f} epoch {epoch_s:.1f} s elapsed {time.time() - train_start:.0f} s", flush=True)
+        if epoch % int(recipe["save_freq"]) == 0 or epoch == n_epochs:
+            publish_s += publish(epoch)
+    if stop == "deadline" and history and history[-1]["progress"] not in published and \
+            history[-1]["progress"] > start_epoch:
+        publish_s += publish(history[-1]["progress"])  # the export reserve covers this last save
+    result = {"stop_reason": stop, "steps": max(published, default=start_epoch), "train_start_unix": train_start,
+              "train_end_unix": time.time(), "publish_s": publish_s, "history": history,
+              "metrics": {k: v for k, v in (history[-1] if history else {}).items() if k != "progress"}}
+    if error:
+        result["error"] = error
+        atomic_write_json(state_dir / "train_result.json", result)
+        print(f"error: {error}", flush=True)
+        return NAN_EXIT
+    atomic_write_json(state_dir / "train_result.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

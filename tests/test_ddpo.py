@@ -1,0 +1,436 @@
+"""The ddpo task: the DDIM step's log-probability against a direct Gaussian density, the stat
+tracker's fallback, the clipped PPO loss by hand, the JPEG reward against PIL, CLIP's BPE
+tokenizer against open_clip, a LoRA round trip through the frozen pipeline, the validator's
+invalid markers, the aesthetic reward's code path on tiny models, and NaN rewards."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, copy_workflow, snakemake, write_config
+from replaykit.tasks import ddpo
+from replaykit.tasks.ddpo import evaluator, loader, lora, pipeline, rewards
+
+RECIPE = ROOT / "recipes" / "ddpo"
+
+
+def recipe_module(name: str):
+    if str(RECIPE) not in sys.path:
+        sys.path.insert(0, str(RECIPE))
+    return importlib.import_module(name)
+
+
+def ddim(steps: int = 10):
+    from diffusers import DDIMScheduler
+
+    scheduler = DDIMScheduler(**pipeline.SCHEDULER)
+    scheduler.set_timesteps(steps)
+    return scheduler
+
+
+@pytest.mark.parametrize("index", [0, 4, 9])  # first, middle and last step (the last uses final_alpha_cumprod)
+def test_ddim_logprob_equals_gaussian_density(index):
+    step = recipe_module("ddim_with_logprob").ddim_step_with_logprob
+    scheduler = ddim()
+    t = scheduler.timesteps[index]
+    g = torch.Generator().manual_seed(index)
+    x, eps, noise = (torch.randn(3, 4, 8, 8, generator=g) for _ in range(3))
+    # the mean from diffusers' own DDIM step with zero noise, the std from its variance formula
+    mean = scheduler.step(eps, t, x, eta=1.0, variance_noise=torch.zeros_like(x)).prev_sample
+    prev_t = t - 1000 // 10
+    std = scheduler._get_variance(t, prev_t).sqrt()
+    expected_prev = scheduler.step(eps, t, x, eta=1.0, variance_noise=noise).prev_sample
+    prev, log_prob = step(scheduler, eps, t, x, eta=1.0, noise=noise)
+    torch.testing.assert_close(prev, expected_prev, rtol=1e-5, atol=1e-5)
+    density = torch.distributions.Normal(mean, std).log_prob(prev).mean(dim=(1, 2, 3))
+    torch.testing.assert_close(log_prob, density, rtol=1e-5, atol=1e-5)
+    # scoring a given x_{t-1} (training) gives the same log-probability
+    _, again = step(scheduler, eps, t, x, eta=1.0, prev_sample=prev)
+    torch.testing.assert_close(again, density, rtol=1e-5, atol=1e-5)
+
+
+def test_stat_tracker_falls_back_to_batch_statistics_below_min_count():
+    tracker = recipe_module("stat_tracking").PerPromptStatTracker(buffer_size=4, min_count=3)
+    prompts, rewards_1 = ["a", "a", "b"], [1.0, 3.0, 5.0]
+    # 'a' has 2 < 3 rewards, 'b' 1: both use the batch (mean 3, population SD sqrt(8/3))
+    sd = math.sqrt(((1 - 3) ** 2 + 0 + (5 - 3) ** 2) / 3)
+    np.testing.assert_allclose(tracker.update(prompts, rewards_1), [(1 - 3) / (sd + 1e-6), 0.0, (5 - 3) / (sd + 1e-6)])
+    # now 'a' holds 1, 3, 7 (3 rewards): its own buffer; 'b' holds 5, 9 (2): the batch 7, 9
+    adv = tracker.update(["a", "b"], [7.0, 9.0])
+    a_mean, a_sd = 11 / 3, math.sqrt(((1 - 11 / 3) ** 2 + (3 - 11 / 3) ** 2 + (7 - 11 / 3) ** 2) / 3)
+    np.testing.assert_allclose(adv, [(7 - a_mean) / (a_sd + 1e-6), (9 - 8) / (1 + 1e-6)])
+    # the buffer keeps the last 4 rewards only
+    tracker.update(["a", "a"], [0.0, 0.0])
+    assert list(tracker.stats["a"]) == [3.0, 7.0, 0.0, 0.0]
+
+
+def test_ppo_clipped_loss_on_hand_values():
+    train = recipe_module("train")
+    advantages = torch.tensor([1.0, -2.0, 10.0])
+    old = torch.zeros(3)
+    new = torch.log(torch.tensor([1.5, 1.5, 0.5]))  # ratios 1.5, 1.5, 0.5
+    loss, kl, clipfrac = train.ppo_loss(advantages, new, old, clip_range=0.2, adv_clip_max=5.0)
+    # row 1: A=1,  r=1.5: max(-1.5, -1.2) = -1.2
+    # row 2: A=-2, r=1.5: max(3.0, 2.4)   = 3.0
+    # row 3: A=10 clipped to 5, r=0.5: max(-2.5, -4.0) = -2.5
+    assert loss.item() == pytest.approx((-1.2 + 3.0 - 2.5) / 3)
+    assert kl.item() == pytest.approx(0.5 * (2 * math.log(1.5) ** 2 + math.log(0.5) ** 2) / 3)
+    assert clipfrac.item() == pytest.approx(1.0)
+
+
+def test_jpeg_compressibility_is_minus_pil_size_in_kb():
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.stack([torch.zeros(3, 32, 32), torch.rand(3, 32, 32, generator=g)])
+    expected = []
+    for image in images:
+        buffer = io.BytesIO()
+        array = (image * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+        Image.fromarray(array).save(buffer, format="JPEG", quality=95)
+        expected.append(-len(buffer.getvalue()) / 1000)
+    got = rewards.jpeg_compressibility()(images, ["x", "y"])
+    np.testing.assert_allclose(got, expected)
+    assert got[0] > got[1]  # a flat image compresses better than noise
+
+
+def test_tokenizer_matches_open_clip(tmp_path):
+    import open_clip
+    from transformers import CLIPTokenizer
+
+    from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
+
+    tok = CLIPTokenizer.from_pretrained(write_clip_tokenizer(tmp_path / "tok", 16))
+    texts = ["a photo of the digit seven", "a cat riding a bicycle!"]
+    ours = tok(texts, padding="max_length", max_length=16).input_ids
+    theirs = open_clip.get_tokenizer("ViT-B-32")(texts, context_length=16).tolist()
+    for a, b in zip(ours, theirs):
+        n = a.index(49407) + 1  # open_clip pads with 0, CLIPTokenizer with eos
+        assert a[:n] == b[:n] and len(tok) == 49408
+
+
+@pytest.fixture(scope="module")
+def fixed_start(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddpo") / "pipeline"
+    pipeline.build({"seed": 0, "vae_epochs": 1, "unet_steps": 3, "clip_epochs": 1, "check_samples": 1,
+                    "max_images": 200}, out, log=lambda m: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def assets(fixed_start, tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddpo-assets")
+    info = ddpo.build_assets({"source": "embedded", "public_seed": 1, "n_proxy": 6, "hidden_seed": 2, "n_final": 8},
+                             fixed_start, root / "public", root / "hidden")
+    return root, info
+
+
+def test_assets_streams(fixed_start, assets):
+    root, info = assets
+    proxy = [json.loads(line) for line in (root / "public/proxy.jsonl").read_text().splitlines()]
+    final = [json.loads(line) for line in (root / "hidden/final.jsonl").read_text().splitlines()]
+    assert (len(proxy), len(final)) == (6, 8) and info["reward"] == "jpeg_compressibility"
+    assert not {r["latent_seed"] for r in proxy} & {r["latent_seed"] for r in final}
+    assert set(r["prompt"] for r in proxy + final) <= set(pipeline.prompts())
+    assert (root / "public/prompts.txt").read_text().splitlines() == pipeline.prompts()
+    assert json.loads((root / "hidden/scoring.json").read_text())["inference_steps"] == 20
+    assert (fixed_start / "model_index.json").is_file() and (fixed_start / "clip/open_clip.safetensors").is_file()
+
+
+def make_lora(fixed_start: Path, out: Path, targets=("to_q", "to_k", "to_v", "to_out.0"), scale: float = 0.3) -> Path:
+    from peft import LoraConfig
+
+    pipe = pipeline.Pipeline(fixed_start)
+    pipe.unet.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights="gaussian", target_modules=list(targets)))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in pipe.unet.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * scale)  # PEFT starts B at 0: make the adapter change the UNet
+    return lora.save_lora(pipe.unet, out)
+
+
+def test_lora_round_trip_gives_identical_samples(fixed_start, tmp_path):
+    from peft import LoraConfig, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    checkpoint = make_lora(fixed_start, tmp_path / "ckpt")
+    latents = torch.stack([pipeline.initial_latents(s, (4, 8, 8)) for s in (3, 4)])
+    texts = ["a photo of the digit one", "a photo of the digit two"]
+    # the trained UNet: base + adapter set directly with PEFT
+    direct = pipeline.Pipeline(fixed_start)
+    direct.unet.add_adapter(LoraConfig.from_pretrained(str(checkpoint)))
+    set_peft_model_state_dict(direct.unet, load_file(str(checkpoint / "adapter_model.safetensors")))
+    expected = pipeline.sample(direct, texts, latents, steps=4, guidance=5.0)
+    frozen = pipeline.Pipeline(fixed_start)
+    lora.load_lora(frozen.unet, checkpoint)
+    got = pipeline.sample(frozen, texts, latents, steps=4, guidance=5.0)
+    assert torch.equal(got, expected)
+    base = pipeline.sample(pipeline.Pipeline(fixed_start), texts, latents, steps=4, guidance=5.0)
+    assert not torch.allclose(got, base)  # the adapter is really applied
+
+
+def test_validator_names_wrong_targets_and_shapes(fixed_start, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    good = make_lora(fixed_start, tmp_path / "good")
+    verdict = loader.validate(good, fixed_start)
+    assert verdict["valid"], verdict["reason"]
+    assert verdict["checks"]["lora"]["target_modules"] == ["to_k", "to_out.0", "to_q", "to_v"]
+    wrong = make_lora(fixed_start, tmp_path / "ff", targets=("to_q", "proj_in"))
+    verdict = loader.validate(wrong, fixed_start)
+    assert not verdict["valid"] and "target_modules ['proj_in'] are not UNet attention projections" in verdict["reason"]
+    shapes = make_lora(fixed_start, tmp_path / "shapes")
+    state = load_file(str(shapes / "adapter_model.safetensors"))
+    key = next(k for k in state if k.endswith("to_q.lora_A.weight"))
+    state[key] = torch.zeros(3, state[key].shape[1])
+    save_file(state, str(shapes / "adapter_model.safetensors"))
+    verdict = loader.validate(shapes, fixed_start)
+    assert not verdict["valid"] and "wrong shapes" in verdict["reason"] and key in verdict["reason"]
+
+
+def test_evaluator_mean_and_se_against_rows(fixed_start, assets):
+    root, _ = assets
+    summary, rows = evaluator.evaluate(None, fixed_start, root / "hidden/final.jsonl", ddpo.METRIC["final"],
+                                       {"batch_size": 4})
+    scores = np.array([r["score"] for r in rows])
+    assert summary["metric"] == "mean_jpeg_compressibility_final8" and summary["n"] == 8
+    assert summary["value"] == pytest.approx(scores.mean())
+    assert summary["uncertainty"]["value"] == pytest.approx(scores.std(ddof=1) / math.sqrt(8))
+    assert 0 <= summary["diagnostics"]["mean_pairwise_image_distance"] <= 2
+    # the image a row is scored on is the deterministic DDIM sample of its prompt and latent seed
+    items = evaluator.read_items(root / "hidden/final.jsonl")
+    pipe = pipeline.Pipeline(fixed_start)
+    image = pipeline.sample(pipe, [items[0]["prompt"]], pipeline.initial_latents(items[0]["latent_seed"], (4, 8, 8))[None],
+                            steps=20, guidance=5.0)
+    assert rows[0]["score"] == pytest.approx(float(rewards.jpeg_compressibility()(image, [""])[0]))
+
+
+def test_mean_pairwise_distance_by_hand():
+    e = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    # pairs: (1,2) cos 0 -> 1; (1,3) cos -1 -> 2; (2,3) cos 0 -> 1; mean 4/3
+    assert evaluator.mean_pairwise_distance(e) == pytest.approx(4 / 3)
+
+
+def tiny_clip_and_mlp(tmp_path: Path) -> tuple[Path, Path]:
+    """A transformers CLIPModel of ViT-L/14's structure at toy size (projection 12) with CLIP's
+    tokenizer, and an aesthetic MLP of LAION's layers on 12 inputs."""
+    from transformers import CLIPConfig, CLIPModel
+
+    from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
+
+    torch.manual_seed(0)
+    config = CLIPConfig(text_config={"vocab_size": 49408, "hidden_size": 16, "intermediate_size": 32,
+                                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 77},
+                        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
+                        projection_dim=12)
+    clip_dir = tmp_path / "clip"
+    CLIPModel(config).save_pretrained(clip_dir)
+    write_clip_tokenizer(clip_dir, 77)
+    torch.save(rewards.AestheticMLP(12).state_dict(), tmp_path / "mlp.pth")
+    return clip_dir, tmp_path / "mlp.pth"
+
+
+def test_full_scale_assets_and_evaluator_on_tiny_models(fixed_start, tmp_path):
+    clip_dir, mlp = tiny_clip_and_mlp(tmp_path)
+    prompts = tmp_path / "animals.txt"
+    prompts.write_text("cat\ndog\n\nhorse\n")
+    cfg = {"source": "local", "prompts_file": str(prompts), "clip_dir": str(clip_dir), "aesthetic_mlp": str(mlp),
+           "public_seed": 1, "n_proxy": 2, "hidden_seed": 2, "n_final": 3}
+    ddpo.check_data(cfg)
+    # SD v1.5's folder layout: model_index.json and the component folders, no config.json
+    import shutil
+
+    from replaykit.cli import main as cli
+
+    sd = tmp_path / "sd"
+    shutil.copytree(fixed_start, sd)
+    (sd / "config.json").unlink()
+    shutil.rmtree(sd / "clip")
+    assert (sd / "unet/config.json").is_file() and not (sd / "config.json").exists()
+    assert cli(["assets", "--task", "ddpo", "--cfg", json.dumps({"data": cfg}), "--fixed-start", str(sd),
+                "--public", str(tmp_path / "public"), "--hidden", str(tmp_path / "hidden"),
+                "--manifest", str(tmp_path / "manifest.json")]) == 0
+    info = json.loads((tmp_path / "manifest.json").read_text())["data"]
+    assert info["reward"] == "aesthetic" and info["n_prompts"] == 3
+    scoring = json.loads((tmp_path / "hidden/scoring.json").read_text())
+    assert scoring["embedder"]["kind"] == "hf_clip" and "model.safetensors" in scoring["clip_files"]
+    summary, rows = evaluator.evaluate(None, sd, tmp_path / "hidden/final.jsonl", ddpo.METRIC["final"], {})
+    assert summary["metric"] == "mean_aesthetic_score_final3" and len(rows) == 3
+    assert all(math.isfinite(r["score"]) for r in rows)
+    with pytest.raises(ValueError, match="aesthetic_mlp"):
+        ddpo.check_data({**cfg, "aesthetic_mlp": str(tmp_path / "missing.pth")})
+
+
+def test_aesthetic_reward_code_path_with_tiny_models(tmp_path):
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+
+    from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
+
+    torch.manual_seed(0)
+    config = CLIPConfig(text_config={"vocab_size": 49408, "hidden_size": 16, "intermediate_size": 32,
+                                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 77},
+                        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
+                        projection_dim=12)
+    clip_dir = tmp_path / "clip"
+    CLIPModel(config).save_pretrained(clip_dir)
+    write_clip_tokenizer(clip_dir, 77)
+    mlp = rewards.AestheticMLP(12)
+    torch.save(mlp.state_dict(), tmp_path / "mlp.pth")
+    images = torch.rand(3, 3, 40, 40, generator=torch.Generator().manual_seed(0))
+    got = rewards.aesthetic(clip_dir, tmp_path / "mlp.pth")(images, ["a", "b", "c"])
+    # independently: resize + normalise, CLIP image features, L2-normalise, the MLP's linear layers
+    model = CLIPModel.from_pretrained(clip_dir).eval()
+    x = torch.nn.functional.interpolate(images, size=(32, 32), mode="bicubic", antialias=True).clamp(0, 1)
+    mean = torch.tensor([0.48145466, 0.4578275, 0.40821073])[:, None, None]
+    std = torch.tensor([0.26862954, 0.26130258, 0.27577711])[:, None, None]
+    with torch.no_grad():
+        emb = model.visual_projection(model.vision_model(pixel_values=(x - mean) / std).pooler_output)
+        emb = emb / emb.norm(dim=-1, keepdim=True)
+        expected = emb
+        for layer in (0, 2, 4, 6, 7):
+            expected = mlp.layers[layer](expected)
+    np.testing.assert_allclose(got, expected.squeeze(-1).numpy(), rtol=1e-5, atol=1e-6)
+    assert isinstance(CLIPTokenizer.from_pretrained(clip_dir), CLIPTokenizer)
+
+
+TINY_RECIPE = {"num_epochs": 3, "sample_batch_size": 2, "num_batches_per_epoch": 2, "num_steps": 3,
+               "train_batch_size": 2, "gradient_accumulation_steps": 1, "save_freq": 1, "stat_min_count": 2,
+               "learning_rate": 3e-3, "clip_range": 1e-2}
+
+
+def run_recipe(fixed_start, assets, state: Path, overrides: dict, resume: bool = False, reward=None) -> int:
+    """``train.main()`` in this process on a request like the replay driver's."""
+    import time
+
+    train = recipe_module("train")
+    root, _ = assets
+    request = {"fixed_start": str(fixed_start), "public_dir": str(root / "public"), "publish_dir": str(state / "publish"),
+               "state_dir": str(state / "state"), "seed": 42, "deadline_unix": time.time() + 600, "export_reserve_s": 60,
+               "profile": "embedded", "overrides": {**TINY_RECIPE, **overrides}, "threads": 1, "keep": 3, "resume": resume}
+    (state / "state").mkdir(parents=True, exist_ok=True)
+    (state / "request.json").write_text(json.dumps(request))
+    argv, original = sys.argv, train.reward_fn
+    sys.argv = ["train.py", "--request", str(state / "request.json")]
+    if reward is not None:
+        train.reward_fn = lambda scoring, device: reward
+    try:
+        return train.main()
+    finally:
+        sys.argv, train.reward_fn = argv, original
+
+
+def test_resume_continues_the_same_replay(fixed_start, assets, tmp_path):
+    from safetensors.torch import load_file
+
+    assert run_recipe(fixed_start, assets, tmp_path / "straight", {}) == 0
+    assert run_recipe(fixed_start, assets, tmp_path / "cut", {"num_epochs": 2}) == 0
+    assert run_recipe(fixed_start, assets, tmp_path / "cut", {}, resume=True) == 0
+    a = load_file(str(tmp_path / "straight/publish/checkpoint-3/adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "cut/publish/checkpoint-3/adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    history = json.loads((tmp_path / "cut/state/train_result.json").read_text())["history"]
+    assert [h["progress"] for h in history] == [1, 2, 3]  # the first attempt's epochs are kept
+    assert {"reward_mean", "reward_std", "approx_kl", "clipfrac", "loss"} <= history[0].keys()
+
+
+def test_nan_reward_stops_training_and_keeps_earlier_checkpoints(fixed_start, assets, tmp_path, capsys):
+    from replaykit.harness.trainer import NAN_EXIT
+
+    calls = []
+
+    def reward(images, prompts):
+        calls.append(1)
+        values = -rewards.jpeg_size_kb(images)
+        return values if len(calls) < 2 else values * np.nan
+
+    assert run_recipe(fixed_start, assets, tmp_path, {}, reward=reward) == NAN_EXIT
+    result = json.loads((tmp_path / "state/train_result.json").read_text())
+    assert result["stop_reason"] == "nan" and "epoch 2: 4 of 4 rewards are NaN/inf" in result["error"]
+    assert sorted(p.name for p in (tmp_path / "publish").glob("checkpoint-*")) == ["checkpoint-1"]
+    assert "error: epoch 2" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
+    import difflib
+
+    work = copy_workflow(tmp_path)
+    spec = {"builder": "ddpo-digits", "seed": 0, "vae_epochs": 1, "unet_steps": 3, "clip_epochs": 1,
+            "check_samples": 1, "max_images": 200}
+    task = {"fixed_start": "ddpo-tiny",
+            "data": {"source": "embedded", "public_seed": 1, "n_proxy": 4, "hidden_seed": 2, "n_final": 6},
+            "recipe": {"profile": "embedded", "overrides": {**TINY_RECIPE, "num_epochs": 2}}, "seeds": [42],
+            "threads": 1, "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+            "validation": {"runtime": 5}, "evaluation": {"batch_size": 8, "runtime": 5}, "final": {"n_boot": 500}}
+    write_config(work, {"models": {"ddpo-tiny": spec}, "tasks": {"ddpo": task}})
+    snakemake(work, "results/ddpo/final", "--cores", "2", "--resources", "gpu=1", check=True)
+    summary = json.loads((work / "results/ddpo/final/summary.json").read_text())
+    assert summary["metric"] == "mean_jpeg_compressibility_final6" and summary["n"] == 6
+    assert (work / "results/ddpo/final/.complete").exists()
+    assert {"text_image_alignment", "mean_pairwise_image_distance"} <= summary["diagnostics"].keys()
+    assert "vs_fixed_start" in summary["comparisons"]
+    record = json.loads((work / "results/ddpo/shipped-seed42/replay/record.json").read_text())
+    assert record["retained"] == [1, 2] and record["stop_reason"] == "max_steps"
+    manifest = json.loads((work / "results/models/ddpo-tiny.manifest.json").read_text())
+    assert "unet/diffusion_pytorch_model.safetensors" in manifest["files"]
+    # a candidate that puts LoRA on the UNet's proj_in too: an invalid marker naming it
+    config = (work / "recipes/ddpo/configs/embedded.yaml").read_text()
+    patched = config.replace("target_modules: [to_q, to_k, to_v, to_out.0]", "target_modules: [to_q, to_k, to_v, to_out.0, proj_in]")
+    assert patched != config
+    patch = tmp_path / "proj_in.diff"
+    patch.write_text("".join(difflib.unified_diff(config.splitlines(True), patched.splitlines(True),
+                                                  "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    task.update(candidates={"projin": str(patch)})
+    write_config(work, {"models": {"ddpo-tiny": spec}, "tasks": {"ddpo": task}})
+    snakemake(work, "results/ddpo/projin-seed42/official.json", "--cores", "2", "--resources", "gpu=1", check=True)
+    marker = json.loads((work / "results/ddpo/projin-seed42/validation/checkpoint-2.json").read_text())
+    assert not marker["valid"] and "target_modules ['proj_in'] are not UNet attention projections" in marker["reason"]
+
+
+def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, monkeypatch):
+    import time as real_time
+    from types import SimpleNamespace
+
+    train = recipe_module("train")
+    offset = [0.0]
+    original = train.train_epoch
+
+    def train_then_jump(*args, **kwargs):  # the clock passes the deadline once epoch 1 has trained
+        out = original(*args, **kwargs)
+        offset[0] = 10_000.0
+        return out
+
+    monkeypatch.setattr(train, "train_epoch", train_then_jump)
+    monkeypatch.setattr(train, "time", SimpleNamespace(time=lambda: real_time.time() + offset[0]))
+    assert run_recipe(fixed_start, assets, tmp_path, {"save_freq": 5}) == 0  # deadline: exit 0
+    result = json.loads((tmp_path / "state/train_result.json").read_text())
+    assert result["stop_reason"] == "deadline" and result["steps"] == 1
+    assert sorted(p.name for p in (tmp_path / "publish").glob("checkpoint-*")) == ["checkpoint-1"]
+
+
+def test_config_accepts_a_diffusers_pipeline_folder_as_fixed_start(tmp_path):
+    import yaml
+
+    from replaykit.config import check_config
+    from replaykit.harness.errors import InputError
+
+    task = yaml.safe_load((ROOT / "config/config.yaml").read_text())["tasks"]["ddpo"]
+    sd = tmp_path / "sd15"
+    sd.mkdir()
+    config = {"models": {}, "tasks": {"ddpo": {**task, "fixed_start": str(sd)}}}
+    with pytest.raises(InputError, match="model_index.json"):
+        check_config(config, ROOT / "config/schema.yaml", "test.yaml")
+    (sd / "model_index.json").write_text("{}")  # SD v1.5's layout has no config.json at its root
+    check_config(config, ROOT / "config/schema.yaml", "test.yaml")
