@@ -375,7 +375,7 @@ def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
             "threads": 1, "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
             "validation": {"runtime": 5}, "evaluation": {"batch_size": 8, "runtime": 5}, "final": {"n_boot": 500}}
     write_config(work, {"models": {"ddpo-tiny": spec}, "tasks": {"ddpo": task}})
-    snakemake(work, "results/ddpo/final", "--cores", "2", "--resources", "gpu=1", check=True)
+    snakemake(work, "results/ddpo/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
     summary = json.loads((work / "results/ddpo/final/summary.json").read_text())
     assert summary["metric"] == "mean_jpeg_compressibility_final6" and summary["n"] == 6
     assert (work / "results/ddpo/final/.complete").exists()
@@ -383,6 +383,11 @@ def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
     assert "vs_fixed_start" in summary["comparisons"]
     record = json.loads((work / "results/ddpo/shipped-seed42/replay/record.json").read_text())
     assert record["retained"] == [1, 2] and record["stop_reason"] == "max_steps"
+    # the HTML report: every checkpoint, and the training curve is the per-epoch reward
+    html = (work / "results/ddpo/report.html").read_text()
+    assert all(f'data-run="shipped-seed42" data-progress="{p}"' in html for p in (1, 2))
+    assert [h["progress"] for h in record["train_history"]] == [1, 2]
+    assert all("reward_mean" in h for h in record["train_history"])
     manifest = json.loads((work / "results/models/ddpo-tiny.manifest.json").read_text())
     assert "unet/diffusion_pytorch_model.safetensors" in manifest["files"]
     # a candidate that puts LoRA on the UNet's proj_in too: an invalid marker naming it

@@ -28,10 +28,12 @@ from ...harness.fileio import atomic_write_json, atomic_write_text
 from .. import check_data_keys, write_splits
 from .evaluator import evaluate  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
+from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
 
 METRIC = {"final": "mean_{reward}_final{n}", "proxy": "mean_{reward}_public{n}", "direction": "maximize",
           "uncertainty": "se_of_mean"}
 REPORT_DIAGNOSTICS = ("text_image_alignment", "mean_pairwise_image_distance")
+TRAINING_CURVE = "reward_mean"  # the report plots the per-epoch mean reward of the samples
 PROMPTS, PROXY_FILE, FINAL_FILE, SCORING = "prompts.txt", "proxy.jsonl", "final.jsonl", "scoring.json"
 EMBEDDED_KEYS = ("public_seed", "n_proxy", "hidden_seed", "n_final")
 LOCAL_KEYS = ("prompts_file", "clip_dir", "aesthetic_mlp", "public_seed", "n_proxy", "hidden_seed", "n_final")
