@@ -111,3 +111,13 @@ def test_malformed_preference_rows_name_line_and_field(tmp_path, row, field, mes
     with pytest.raises(InputError) as err:
         read_pairs(path)
     assert str(err.value).startswith(f"{path}: {field}: ") and message in str(err.value)
+
+
+def test_item_files_with_a_repeated_id_name_the_line(tmp_path):
+    from replaykit.harness.fileio import read_jsonl
+
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"id": 1, "x": 0}\n{"id": "2", "x": 0}\n{"id": "1", "x": 0}\n')
+    with pytest.raises(InputError, match=r"items.jsonl: line 3.id: duplicate id '1'"):
+        read_jsonl(path, required=("id",), unique="id")
+    assert len(read_jsonl(path, required=("id",))) == 3  # only checked when asked

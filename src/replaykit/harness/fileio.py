@@ -64,14 +64,16 @@ def read_json(path: str | Path, required: Iterable[str] = ()) -> Any:
     return obj
 
 
-def read_jsonl(path: str | Path, required: Iterable[str] = (), allow_empty: bool = False) -> list[dict]:
+def read_jsonl(path: str | Path, required: Iterable[str] = (), allow_empty: bool = False,
+               unique: str | None = None) -> list[dict]:
     """Read JSON lines; raise :class:`InputError` for a bad line (``line N``), a row missing
-    a ``required`` key (``line N.key``), or an empty file unless ``allow_empty``."""
+    a ``required`` key (``line N.key``), a repeated value of the ``unique`` key (compared as
+    strings; ``line N.key``), or an empty file unless ``allow_empty``."""
     path = Path(path)
     if not path.exists():
         raise InputError(path, "-", "file not found")
     required = list(required)
-    rows = []
+    rows, seen = [], set()
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -82,6 +84,10 @@ def read_jsonl(path: str | Path, required: Iterable[str] = (), allow_empty: bool
         for key in required:
             if key not in row:
                 raise InputError(path, f"line {number}.{key}", "required field missing")
+        if unique is not None:
+            if str(row[unique]) in seen:
+                raise InputError(path, f"line {number}.{unique}", f"duplicate {unique} {row[unique]!r}")
+            seen.add(str(row[unique]))
         rows.append(row)
     if not rows and not allow_empty:
         raise InputError(path, "-", "no rows (empty set)")

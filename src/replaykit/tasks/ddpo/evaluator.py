@@ -38,12 +38,8 @@ DIVERSITY_DROP = 0.02
 def read_items(path: str | Path) -> list[dict]:
     """Stream rows; InputError naming the line and field of a duplicate id, an empty prompt
     or a latent seed that is not a non-negative integer."""
-    items = read_jsonl(path, required=ITEM_FIELDS)
-    seen: set[str] = set()
+    items = read_jsonl(path, required=ITEM_FIELDS, unique="id")
     for number, item in enumerate(items, start=1):
-        if str(item["id"]) in seen:
-            raise InputError(path, f"line {number}.id", f"duplicate id {item['id']!r}")
-        seen.add(str(item["id"]))
         if not isinstance(item["prompt"], str) or not item["prompt"].strip():
             raise InputError(path, f"line {number}.prompt", "must be a non-empty string")
         if not isinstance(item["latent_seed"], int) or isinstance(item["latent_seed"], bool) or item["latent_seed"] < 0:

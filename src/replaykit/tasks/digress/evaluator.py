@@ -42,7 +42,7 @@ def read_items(path: str | Path) -> tuple[list[dict], np.ndarray, np.ndarray]:
     """Items and their graphs; :class:`InputError` naming the file and field of a duplicate
     id, an index outside the graphs file, or a missing/bad graphs file."""
     path = Path(path)
-    items = read_jsonl(path, required=ITEM_FIELDS)
+    items = read_jsonl(path, required=ITEM_FIELDS, unique="id")
     graphs = path.with_name(f"{path.stem}_graphs.npz")
     if not graphs.is_file():
         raise InputError(graphs, "-", "graphs file missing")
@@ -50,11 +50,7 @@ def read_items(path: str | Path) -> tuple[list[dict], np.ndarray, np.ndarray]:
         atoms, bonds = load_npz(graphs)
     except ValueError as exc:
         raise InputError(graphs, "atoms", str(exc).partition(": ")[2]) from None
-    seen = set()
     for number, item in enumerate(items, start=1):
-        if item["id"] in seen:
-            raise InputError(path, f"line {number}.id", f"duplicate id {item['id']!r}")
-        seen.add(item["id"])
         if not isinstance(item["index"], int) or not 0 <= item["index"] < len(atoms):
             raise InputError(path, f"line {number}.index", f"must index {graphs.name} (0..{len(atoms) - 1})")
     idx = np.array([it["index"] for it in items])

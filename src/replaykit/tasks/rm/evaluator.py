@@ -35,8 +35,7 @@ def read_items(path: str | Path) -> list[dict]:
     """
     from ..dpo import _is_messages
 
-    rows = read_jsonl(path, required=ITEM_FIELDS)
-    seen: set[str] = set()
+    rows = read_jsonl(path, required=ITEM_FIELDS, unique="id")
     for number, row in enumerate(rows, start=1):
         subset = row.get("subset")
         if subset is None:
@@ -52,9 +51,6 @@ def read_items(path: str | Path) -> list[dict]:
         if "section" in row and row["section"] != rewardbench.SECTION_OF[subset]:
             raise InputError(path, f"line {number}.section",
                              f"{row['section']!r} disagrees with subset {subset!r} ({rewardbench.SECTION_OF[subset]})")
-        if str(row["id"]) in seen:
-            raise InputError(path, f"line {number}.id", f"duplicate id {row['id']!r}")
-        seen.add(str(row["id"]))
         if row["chosen"] == row["rejected"]:
             raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
     if not rows:

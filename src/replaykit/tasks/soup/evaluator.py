@@ -49,12 +49,8 @@ def clustered_se(correct: list[int], clusters: list) -> float:
 def read_items(path: str | Path, n_classes: int | None = None) -> list[dict]:
     """Items of a split; raises :class:`InputError` naming the line and field of a missing
     image file, a label outside ``0 .. n_classes - 1`` or a duplicate id."""
-    items = read_jsonl(path, required=ITEM_FIELDS)
-    seen: set[str] = set()
+    items = read_jsonl(path, required=ITEM_FIELDS, unique="id")
     for number, item in enumerate(items, start=1):
-        if str(item["id"]) in seen:
-            raise InputError(path, f"line {number}.id", f"duplicate id {item['id']!r}")
-        seen.add(str(item["id"]))
         if not (Path(path).parent / item["file"]).is_file():
             raise InputError(path, f"line {number}.file", f"image {item['file']!r} not found")
         if not isinstance(item["label"], int) or (n_classes is not None and not 0 <= item["label"] < n_classes):
