@@ -9,6 +9,7 @@ from snakemake.utils import validate
 from replaykit.config import check_config
 from replaykit.harness.budget import Budget
 from replaykit.harness.errors import InputError
+from replaykit.harness.fileio import wait_for_paths
 from replaykit.tasks import get_task
 
 try:
@@ -95,12 +96,30 @@ def retained(w):
     """Progress values retained by a finished replay (read from its record)."""
     record = checkpoints.replay.get(task=w.task, run=w.run).output.record
     try:
-        return json.loads(Path(record).read_text())["retained"]
+        progress = json.loads(Path(record).read_text())["retained"]
     except (ValueError, KeyError) as exc:
         sys.exit(
             f"error: {record}: retained: unreadable replay record ({exc}); "
             "remove it and rerun with --rerun-incomplete"
         )
+    # Snakemake waits (--latency-wait) for the record, a declared output, but not for the
+    # checkpoints it lists: on a shared filesystem they may become visible later.
+    latency_s = workflow.execution_settings.latency_wait
+    missing = wait_for_paths(
+        [f"{replay_dir(w)}/checkpoint-{p}" for p in progress],
+        latency_s,
+        on_wait=lambda paths: print(
+            f"Waiting at most {latency_s} s for checkpoints listed in {record}: "
+            + ", ".join(map(str, paths)),
+            file=sys.stderr,
+        ),
+    )
+    if missing:
+        sys.exit(
+            f"error: {record}: retained: {missing[0]} is listed but not visible after "
+            f"{latency_s} s; on a shared filesystem raise --latency-wait"
+        )
+    return progress
 
 
 def get_markers(w):

@@ -143,3 +143,10 @@ def config_patch(workdir, name, key, value):
     patch = workdir / f"{name}.diff"
     patch.write_text("".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
     return patch
+
+
+def orphan_processes(marker: str) -> list[str]:
+    """Replay drivers and training processes whose full command line contains ``marker``."""
+    # -ww: full command lines (ps cuts them to the terminal width, COLUMNS, otherwise)
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if marker in l and ("train.py" in l or "replaykit replay" in l)]

@@ -98,3 +98,22 @@ def test_disk_full_during_export_keeps_published_checkpoints(tmp_path):
         assert publish_checkpoint(small, root, 3)["retained"] == [1, 3]
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+def test_wait_for_paths_sees_a_late_checkpoint_and_reports_a_missing_one(tmp_path):
+    import threading
+    import time
+
+    from replaykit.harness.fileio import wait_for_paths
+
+    late, never = tmp_path / "checkpoint-2", tmp_path / "checkpoint-3"
+    threading.Timer(0.4, late.mkdir).start()
+    calls = []
+    t0 = time.monotonic()
+    assert wait_for_paths([late], latency_s=10, poll_s=0.05, on_wait=calls.append) == []
+    waited = time.monotonic() - t0
+    assert 0.4 <= waited < 5 and calls == [[late]]  # told once, returned soon after it appeared
+    t0 = time.monotonic()
+    assert wait_for_paths([late, never], latency_s=0.3, poll_s=0.05) == [never]
+    assert time.monotonic() - t0 >= 0.3
+    assert wait_for_paths([late], latency_s=0) == []  # present: no wait at all

@@ -1,9 +1,10 @@
 """The tiny dpo DAG submitted through profiles/slurm to a real (one-node) SLURM cluster.
 
 Needs the cluster of ``scripts/slurm-test-cluster.sh start`` (``.ci/run`` starts it); skipped
-when no SLURM controller answers. Every job passes through ``sbatch``; the test reads the
-cluster's job-completion log (its job history) to check that each of them ran there and that
-GPU rules asked for the stand-in GPU.
+when no SLURM controller answers. Every job passes through ``sbatch``; the tests read the
+cluster's job-completion log (its job history) to check that each of them ran there, that GPU
+rules asked for the stand-in GPU, and that a replay killed by SLURM at its wall time (TIMEOUT)
+was retried with more time and resumed. One DAG run serves all three tests.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, copy_workflow, snakemake, tiny_config, write_config
+from conftest import ROOT, orphan_processes, copy_workflow, snakemake, tiny_config, write_config
 
 JOBCOMP = Path("/var/lib/replaykit-slurm/jobcomp.log")
 
@@ -32,9 +33,12 @@ def _cluster_up() -> bool:
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not _cluster_up(), reason="no SLURM cluster (bash scripts/slurm-test-cluster.sh start)")]
 
+# The replay's first attempt gets 1 minute of wall time, shorter than its budget: SLURM kills it
+# (TIMEOUT) while it trains; the profile's retry (attempt 2) gets 7 minutes and resumes.
+TIMEOUT_RUNTIME = "replay:runtime=6*attempt-5"
 # what a small node can give; the profile's defaults are for a GPU cluster's nodes
 TEST_RESOURCES = ["--default-resources", "mem_mb=1500", "runtime=attempt*30",
-                  "--set-resources", "replay:mem_mb=3000", "--slurm-status-command", "squeue",
+                  "--set-resources", "replay:mem_mb=3000", TIMEOUT_RUNTIME, "--slurm-status-command", "squeue",
                   "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1"]
 
 
@@ -48,37 +52,84 @@ def jobs_in(workdir: Path) -> list[dict]:
     return records
 
 
-def test_tiny_dpo_dag_through_sbatch(tiny_llama, tmp_path):
-    work = copy_workflow(tmp_path)
+GPU_RULES = {"replay", "validate", "score_final", "reference_fixed_start"}
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tiny_llama, tmp_path_factory):
+    """The tiny dpo DAG through sbatch, training until its internal deadline (120 s of budget)
+    so that the replay's 1-minute first attempt times out mid-training."""
+    work = copy_workflow(tmp_path_factory.mktemp("slurm"))
     shutil.copytree(ROOT / "profiles", work / "profiles")
-    write_config(work, tiny_config(tiny_llama))
+    cfg = tiny_config(tiny_llama)
+    cfg["tasks"]["dpo"]["budget"] = {"outer_limit_s": 300, "internal_deadline_s": 120, "export_reserve_s": 60}
+    cfg["tasks"]["dpo"]["recipe"]["overrides"].update(max_steps=100000, save_steps=10)
+    write_config(work, cfg)
     started = time.time()
-    out = snakemake(work, "results/dpo/final", "--profile", "profiles/slurm", *TEST_RESOURCES, timeout=1200,
+    out = snakemake(work, "results/dpo/final", "--profile", "profiles/slurm", *TEST_RESOURCES, timeout=1500,
                     check=True)
-    log = out.stdout + out.stderr
+    print(f"SLURM DAG with one TIMEOUT: {time.time() - started:.0f} s")
+    jobs = jobs_in(work)
+    for job in jobs:  # what SLURM was asked for (scontrol keeps finished jobs for MinJobAge = 1 h)
+        shown = dict(re.findall(r"(\w+)=(\S*)", subprocess.run(
+            ["scontrol", "show", "job", job["JobId"]], capture_output=True, text=True, check=True).stdout))
+        job["rule"] = re.match(r"rule_(.+?)(?:_wildcards_|$)", shown["Comment"]).group(1)
+        job["TresPerJob"] = shown.get("TresPerJob")
+        job["TimeLimitShown"] = shown["TimeLimit"]
+    return work, out.stdout + out.stderr, sorted(jobs, key=lambda j: int(j["JobId"]))
+
+
+def test_every_job_went_through_sbatch(cluster_run):
+    work, log, jobs = cluster_run
     assert (work / "results/dpo/final/.complete").exists()
     summary = json.loads((work / "results/dpo/final/summary.json").read_text())
     record = json.loads((work / "results/dpo/shipped-seed42/replay/record.json").read_text())
     assert summary["official"]["progress"] in record["retained"] and len(record["retained"]) <= 3
-    n_jobs = int(re.search(r"(\d+) of \1 steps \(100%\) done", log).group(1))
-    # every job went through sbatch and finished in SLURM's job history
-    jobs = jobs_in(work)
-    assert len(jobs) == n_jobs, (len(jobs), n_jobs)
-    assert {j["JobState"] for j in jobs} == {"COMPLETED"}
-    assert all(j["ExitCode"] == "0:0" for j in jobs)
-    # per job, what SLURM was asked for (scontrol keeps finished jobs for MinJobAge = 1 h)
-    asked = {}
+    # every step Snakemake counted is a job in SLURM's history, plus the timed-out attempt
+    n_steps = int(re.search(r"(\d+) of \1 steps \(100%\) done", log).group(1))
+    assert len(jobs) == n_steps + 1, (len(jobs), n_steps)
+    assert [j["JobState"] for j in jobs].count("COMPLETED") == n_steps
+    assert all(j["ExitCode"] == "0:0" for j in jobs if j["JobState"] == "COMPLETED")
+
+
+def test_gpu_rules_ask_for_the_gpu_and_runtime_follows_the_rules(cluster_run):
+    _, _, jobs = cluster_run
     for j in jobs:
-        shown = dict(re.findall(r"(\w+)=(\S*)", subprocess.run(["scontrol", "show", "job", j["JobId"]],
-                                                               capture_output=True, text=True, check=True).stdout))
-        rule = re.match(r"rule_(.+?)(?:_wildcards_|$)", shown["Comment"]).group(1)
-        asked.setdefault(rule, []).append(shown)
-    gpu_rules = {"replay", "validate", "score_final", "reference_fixed_start"}
-    for rule, shown in asked.items():
-        for s in shown:
-            assert (s.get("TresPerJob") == "gres:gpu:1") == (rule in gpu_rules), (rule, s.get("TresPerJob"))
-    # wall time from the budget, in minutes: ceil((300 s outer limit + 120 s setup) / 60) = 7
-    assert [s["TimeLimit"] for s in asked["replay"]] == ["00:07:00"]
-    assert {s["TimeLimit"] for s in asked["validate"]} == {"00:05:00"}  # validation.runtime
-    assert {s["TimeLimit"] for s in asked["assets"]} == {"00:30:00"}  # the profile's default, attempt 1
-    assert time.time() - started < 1200
+        assert (j["TresPerJob"] == "gres:gpu:1") == (j["rule"] in GPU_RULES), (j["rule"], j["TresPerJob"])
+    limits = {}
+    for j in jobs:
+        limits.setdefault(j["rule"], set()).add(j["TimeLimitShown"])
+    assert limits["validate"] == {"00:05:00"}  # validation.runtime
+    assert limits["assets"] == {"00:30:00"}  # the profile's default, attempt 1
+    # without the override, the replay's is the budget's: ceil((300 s outer limit + 120 s setup) / 60)
+    from replaykit.harness.budget import Budget
+
+    assert Budget(300, 120, 60).runtime_minutes(setup_s=120) == 7
+
+
+def test_timeout_is_retried_with_more_time_and_resumes(cluster_run):
+    work, _, jobs = cluster_run
+    replays = [j for j in jobs if j["rule"] == "replay"]
+    assert [(j["JobState"], j["TimeLimitShown"]) for j in replays] == [("TIMEOUT", "00:01:00"),
+                                                                      ("COMPLETED", "00:07:00")]
+    run = work / "results/dpo/shipped-seed42"
+    record = json.loads((run / "replay/record.json").read_text())
+    assert record["resumed"] is True and len(record["attempts"]) == 2
+    assert record["stop_reason"] == "deadline"  # the internal deadline, one budget over both attempts
+    assert record["utilisation"]["wall_s_all_attempts"] <= record["budget"]["outer_limit_s"]
+    # the retry continued from a saved trainer state, not from step 0
+    resumed_at = re.search(r"\[train\] resuming from \S*checkpoint-(\d+)", (work / "logs/dpo/shipped-seed42/replay.log").read_text())
+    assert resumed_at and int(resumed_at.group(1)) > 0
+    steps = [h["progress"] for h in record["train_history"]]
+    assert steps[0] <= 10 and steps == sorted(set(steps))  # one curve across both attempts
+    # receipts agree: at most 3 retained, each on disk with the recorded hash, ledger in order
+    from replaykit.harness.hashing import sha256_tree
+    from replaykit.harness.publish import published, read_ledger
+
+    assert published(run / "replay") == record["retained"] and len(record["retained"]) <= 3
+    for progress in record["retained"]:
+        assert sha256_tree(run / f"replay/checkpoint-{progress}") == record["checkpoints"][str(progress)]["sha256"]
+        assert json.loads((run / f"validation/checkpoint-{progress}.json").read_text())["valid"] is True
+    assert [e["count"] for e in read_ledger(run / "replay")] == list(range(1, record["publication_count"] + 1))
+    assert not (run / "replay/last-failure.json").exists()
+    assert orphan_processes(str(work)) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VENV_BIN, config_patch, copy_workflow, snakemake, tiny_config, write_config
+from conftest import VENV_BIN, orphan_processes, config_patch, copy_workflow, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 TARGET = "results/dpo/final"
@@ -178,6 +178,75 @@ def test_truncated_record_is_one_clear_line(finished, tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_checkpoints_visible_after_their_record_are_waited_for(finished, tmp_path):
+    """Shared filesystems: the record (a declared output, covered by Snakemake's own
+    --latency-wait) is visible but a checkpoint it lists appears seconds later. Within
+    --latency-wait the run completes with the same result; beyond it, one clear line and no
+    false "invalid" verdict."""
+    import shutil
+    import threading
+
+    work = _copy_finished(finished, tmp_path)
+    before = read(work / TARGET / "summary.json")
+    checkpoint = work / RUN / "replay/checkpoint-5"
+    hidden = work / RUN / "replay/.not-yet-visible"
+    marker = work / RUN / "validation/checkpoint-5.json"
+
+    def hide():
+        marker.unlink()  # its validation and everything after it rerun
+        (work / RUN / "official.json").unlink()
+        shutil.rmtree(work / TARGET)
+        checkpoint.rename(hidden)
+
+    hide()
+    out = snakemake(work, TARGET, "--cores", "1", "--resources", "gpu=1", "--latency-wait", "2")
+    assert out.returncode != 0
+    assert (f"error: {RUN}/replay/record.json: retained: {RUN}/replay/checkpoint-5 is listed but not visible "
+            "after 2 s; on a shared filesystem raise --latency-wait") in out.stderr
+    assert not marker.exists() and "Traceback" not in out.stderr
+
+    threading.Timer(6.0, hidden.rename, args=(checkpoint,)).start()
+    out = snakemake(work, TARGET, "--cores", "1", "--resources", "gpu=1", "--latency-wait", "60", check=True)
+    assert "Waiting at most 60 s for checkpoints listed in" in out.stderr
+    assert read(marker)["valid"] is True
+    after = read(work / TARGET / "summary.json")
+    assert (after["official"], after["value"]) == (before["official"], before["value"])
+    shutil.rmtree(work)
+
+
+def test_two_invocations_on_disjoint_targets_both_complete(finished, tmp_path):
+    """Two snakemake processes on one results directory, each replaying its own seed: both
+    run (their outputs are disjoint; the shared assets are only read), and neither disturbs
+    the other's receipts or the finished run's."""
+    from replaykit.harness.hashing import sha256_tree
+
+    work = _copy_finished(finished, tmp_path)
+    untouched = sha256_tree(work / RUN / "replay")
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    targets = [f"results/dpo/shipped-seed{seed}/replay/record.json" for seed in (43, 44)]
+    procs = [subprocess.Popen([str(VENV_BIN / "snakemake"), target, "--cores", "1", "--resources", "gpu=1",
+                               "--workflow-profile", "none"], cwd=work, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for target in targets]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    # they did overlap in time (else this shows nothing)
+    from datetime import datetime
+
+    spans = [(datetime.fromisoformat(r["started_at"]), datetime.fromisoformat(r["ended_at"]))
+             for r in (read(work / t) for t in targets)]
+    assert max(a for a, _ in spans) < min(b for _, b in spans)
+    for seed, target in zip((43, 44), targets):
+        record = read(work / target)
+        assert record["seed"] == seed and record["retained"] == [3, 4, 5]
+        for progress in record["retained"]:
+            path = work / f"results/dpo/shipped-seed{seed}/replay/checkpoint-{progress}"
+            assert sha256_tree(path) == record["checkpoints"][str(progress)]["sha256"]
+    assert sha256_tree(work / RUN / "replay") == untouched
+    assert not list((work / ".snakemake/locks").glob("*"))
+    out = snakemake(work, *targets, "--cores", "1", "--resources", "gpu=1", "-n")
+    assert "Nothing to be done" in out.stdout + out.stderr
+
+
 def test_bad_config_is_one_clear_line(workdir, tiny_llama):
     cfg = tiny_config(tiny_llama)
     cfg["tasks"]["dpo"]["budget"]["outer_limit_s"] = "ten minutes"
@@ -250,12 +319,6 @@ def test_empty_prompt_set_is_refused(workdir, tiny_llama):
     assert not (workdir / "results").exists()
 
 
-def _orphans(marker: str) -> list[str]:
-    # -ww: full command lines (ps cuts them to the terminal width, COLUMNS, otherwise)
-    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [l for l in out.splitlines() if marker in l and ("train.py" in l or "replaykit replay" in l)]
-
-
 def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
     cfg = tiny_config(tiny_llama)
     cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 40
@@ -272,7 +335,7 @@ def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     time.sleep(15)  # SIGTERM grace of the driver
-    assert _orphans(str(workdir)) == [] and _orphans("results/dpo/shipped-seed42") == []
+    assert orphan_processes(str(workdir)) == [] and orphan_processes("results/dpo/shipped-seed42") == []
     published_before = sorted(p.name for p in (workdir / RUN / "replay").glob("checkpoint-*"))
     assert published_before  # kept: publications live outside Snakemake's declared outputs
 
@@ -315,15 +378,15 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
     deadline = time.time() + 240
     while time.time() < deadline and not (log.exists() and "[publish] checkpoint-3" in log.read_text()):
         time.sleep(0.2)
-    trainers = [line.split()[0] for line in _orphans(str(workdir)) if "train.py" in line]
+    trainers = [line.split()[0] for line in orphan_processes(str(workdir)) if "train.py" in line]
     assert len(trainers) == 1
     # a second invocation on the same results is refused while the first one runs
     second = snakemake(workdir, target, "--cores", "1", "--resources", "gpu=1")
     assert second.returncode != 0 and "cannot be locked" in second.stdout + second.stderr
-    assert proc.poll() is None and _orphans(str(workdir))  # the first is untouched
+    assert proc.poll() is None and orphan_processes(str(workdir))  # the first is untouched
     os.kill(int(trainers[0]), signal.SIGTERM)
     assert proc.wait(timeout=120) != 0  # the replay job failed ...
-    assert _orphans(str(workdir)) == []
+    assert orphan_processes(str(workdir)) == []
     failure = read(workdir / RUN / "replay/last-failure.json")
     assert failure["returncode"] == -signal.SIGTERM
     kept = sorted(int(p.name.split("-")[1]) for p in (workdir / RUN / "replay").glob("checkpoint-*"))

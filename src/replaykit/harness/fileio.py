@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -92,3 +93,25 @@ def read_jsonl(path: str | Path, required: Iterable[str] = (), allow_empty: bool
     if not rows and not allow_empty:
         raise InputError(path, "-", "no rows (empty set)")
     return rows
+
+
+def wait_for_paths(paths: Iterable[str | Path], latency_s: float, poll_s: float = 0.5,
+                   on_wait=None) -> list[Path]:
+    """Wait up to ``latency_s`` seconds until every path exists; return those still missing.
+
+    For shared filesystems (NFS, Lustre) where a file written on one node becomes visible
+    on another seconds later, in the spirit of Snakemake's ``--latency-wait`` (which covers
+    only declared outputs). Published checkpoints are renamed into place whole, so the
+    directory is the unit of visibility. ``on_wait(missing)`` is called once, before the
+    first sleep. Returns ``[]`` at once when all exist; never raises for missing paths.
+    """
+    pending = [Path(p) for p in paths]
+    deadline = time.monotonic() + max(0.0, latency_s)
+    while True:
+        pending = [p for p in pending if not p.exists()]
+        if not pending or time.monotonic() >= deadline:
+            return pending
+        if on_wait is not None:
+            on_wait(pending)
+            on_wait = None
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
