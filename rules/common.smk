@@ -92,18 +92,28 @@ def replay_dir(w):
     return f"results/{w.task}/{w.run}/replay"
 
 
+def stop(message):
+    """One error line and exit 1, also from an input function evaluated mid-run (after a
+    checkpoint), where Snakemake would swallow the message of ``sys.exit(message)``."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 def retained(w):
     """Progress values retained by a finished replay (read from its record)."""
     record = checkpoints.replay.get(task=w.task, run=w.run).output.record
     try:
         progress = json.loads(Path(record).read_text())["retained"]
     except (ValueError, KeyError) as exc:
-        sys.exit(
-            f"error: {record}: retained: unreadable replay record ({exc}); "
+        stop(
+            f"{record}: retained: unreadable replay record ({exc}); "
             "remove it and rerun with --rerun-incomplete"
         )
     # Snakemake waits (--latency-wait) for the record, a declared output, but not for the
-    # checkpoints it lists: on a shared filesystem they may become visible later.
+    # checkpoints it lists: on a shared filesystem they may become visible later. Commands
+    # that only build the DAG (--report, --summary, --dag) have no execution settings.
+    if workflow.execution_settings is None:
+        return progress
     latency_s = workflow.execution_settings.latency_wait
     missing = wait_for_paths(
         [f"{replay_dir(w)}/checkpoint-{p}" for p in progress],
@@ -115,9 +125,10 @@ def retained(w):
         ),
     )
     if missing:
-        sys.exit(
-            f"error: {record}: retained: {missing[0]} is listed but not visible after "
-            f"{latency_s} s; on a shared filesystem raise --latency-wait"
+        stop(
+            f"{record}: retained: {missing[0]} is listed but not visible after {latency_s} s; "
+            "on a shared filesystem raise --latency-wait (if it was removed, remove the record "
+            "too and rerun)"
         )
     return progress
 

@@ -107,9 +107,9 @@ def test_wait_for_paths_sees_a_late_checkpoint_and_reports_a_missing_one(tmp_pat
     from replaykit.harness.fileio import wait_for_paths
 
     late, never = tmp_path / "checkpoint-2", tmp_path / "checkpoint-3"
-    threading.Timer(0.4, late.mkdir).start()
     calls = []
     t0 = time.monotonic()
+    threading.Timer(0.4, late.mkdir).start()
     assert wait_for_paths([late], latency_s=10, poll_s=0.05, on_wait=calls.append) == []
     waited = time.monotonic() - t0
     assert 0.4 <= waited < 5 and calls == [[late]]  # told once, returned soon after it appeared

@@ -21,6 +21,37 @@ def test_resume_skips_a_checkpoint_cut_short_by_a_kill(tmp_path):
     assert train.last_complete_state(tmp_path / "missing") is None
 
 
+def test_resume_with_no_time_left_reports_the_saved_state(tmp_path):
+    """A retry that starts after the internal deadline (earlier attempts spent the budget)
+    trains nothing, but its result keeps the steps and curve of the state it resumed."""
+    import time
+
+    from transformers import TrainerState
+
+    saved = TrainerState(global_step=30, log_history=[{"step": 10, "loss": 0.7}, {"step": 20, "loss": 0.5},
+                                                      {"step": 30, "loss": 0.4}])
+    (tmp_path / "state/trainer/checkpoint-30").mkdir(parents=True)
+    saved.save_to_json(str(tmp_path / "state/trainer/checkpoint-30/trainer_state.json"))
+
+    class NoTimeTrainer:  # the Trainer surface run_training uses
+        state = TrainerState()
+
+        def remove_callback(self, _):
+            pass
+
+        def train(self, **_):
+            raise AssertionError("trained after the deadline")
+
+    request = {"deadline_unix": time.time() - 1, "publish_dir": str(tmp_path / "publish"),
+               "state_dir": str(tmp_path / "state"), "keep": 3, "resume": True}
+    callback = train.ReplayCallback(request, max_steps=100, files=())
+    assert train.run_training(NoTimeTrainer(), callback, request) == 0
+    result = json.loads((tmp_path / "state/train_result.json").read_text())
+    assert result["stop_reason"] == "deadline" and result["steps"] == 30
+    assert [h["progress"] for h in result["history"]] == [10, 20, 30]
+    assert result["metrics"]["loss"] == 0.4
+
+
 def test_recipe_profiles_and_overrides():
     embedded = train.load_recipe(DPO_CONFIGS, "embedded", {})
     full = train.load_recipe(DPO_CONFIGS, "full", {})

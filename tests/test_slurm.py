@@ -33,13 +33,14 @@ def _cluster_up() -> bool:
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not _cluster_up(), reason="no SLURM cluster (bash scripts/slurm-test-cluster.sh start)")]
 
-# The replay's first attempt gets 1 minute of wall time, shorter than its budget: SLURM kills it
-# (TIMEOUT) while it trains; the profile's retry (attempt 2) gets 7 minutes and resumes.
-TIMEOUT_RUNTIME = "replay:runtime=6*attempt-5"
 # what a small node can give; the profile's defaults are for a GPU cluster's nodes
-TEST_RESOURCES = ["--default-resources", "mem_mb=1500", "runtime=attempt*30",
-                  "--set-resources", "replay:mem_mb=3000", TIMEOUT_RUNTIME, "--slurm-status-command", "squeue",
-                  "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1"]
+TEST_RESOURCES = ["--default-resources", "mem_mb=1500", "runtime=attempt*30", "--slurm-status-command", "squeue",
+                  "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
+                  "--set-resources", "replay:mem_mb=3000"]
+# The replay's first attempt gets 1 minute of wall time, shorter than its budget: SLURM kills it
+# (TIMEOUT) while it trains; the retry (attempt 2) gets 7 minutes and resumes. This override
+# replaces the rule's own runtime (attempt x the budget's 7 minutes), which a dry run shows.
+TIMEOUT_RUNTIME = "replay:runtime=6*attempt-5"
 
 
 def jobs_in(workdir: Path) -> list[dict]:
@@ -57,17 +58,19 @@ GPU_RULES = {"replay", "validate", "score_final", "reference_fixed_start"}
 
 @pytest.fixture(scope="module")
 def cluster_run(tiny_llama, tmp_path_factory):
-    """The tiny dpo DAG through sbatch, training until its internal deadline (120 s of budget)
+    """The tiny dpo DAG through sbatch, training until its internal deadline (180 s of budget)
     so that the replay's 1-minute first attempt times out mid-training."""
     work = copy_workflow(tmp_path_factory.mktemp("slurm"))
     shutil.copytree(ROOT / "profiles", work / "profiles")
     cfg = tiny_config(tiny_llama)
-    cfg["tasks"]["dpo"]["budget"] = {"outer_limit_s": 300, "internal_deadline_s": 120, "export_reserve_s": 60}
+    # the timed-out attempt spends 60-100 s of this internal deadline; the retry trains the rest
+    cfg["tasks"]["dpo"]["budget"] = {"outer_limit_s": 300, "internal_deadline_s": 180, "export_reserve_s": 60}
     cfg["tasks"]["dpo"]["recipe"]["overrides"].update(max_steps=100000, save_steps=10)
     write_config(work, cfg)
+    dry = snakemake(work, "results/dpo/final", "--profile", "profiles/slurm", *TEST_RESOURCES, "-n", check=True)
     started = time.time()
-    out = snakemake(work, "results/dpo/final", "--profile", "profiles/slurm", *TEST_RESOURCES, timeout=1500,
-                    check=True)
+    out = snakemake(work, "results/dpo/final", "--profile", "profiles/slurm", *TEST_RESOURCES, TIMEOUT_RUNTIME,
+                    timeout=1500, check=True)
     print(f"SLURM DAG with one TIMEOUT: {time.time() - started:.0f} s")
     jobs = jobs_in(work)
     for job in jobs:  # what SLURM was asked for (scontrol keeps finished jobs for MinJobAge = 1 h)
@@ -76,6 +79,7 @@ def cluster_run(tiny_llama, tmp_path_factory):
         job["rule"] = re.match(r"rule_(.+?)(?:_wildcards_|$)", shown["Comment"]).group(1)
         job["TresPerJob"] = shown.get("TresPerJob")
         job["TimeLimitShown"] = shown["TimeLimit"]
+    work.joinpath("dry-run.txt").write_text(dry.stdout + dry.stderr)
     return work, out.stdout + out.stderr, sorted(jobs, key=lambda j: int(j["JobId"]))
 
 
@@ -102,9 +106,10 @@ def test_gpu_rules_ask_for_the_gpu_and_runtime_follows_the_rules(cluster_run):
     assert limits["validate"] == {"00:05:00"}  # validation.runtime
     assert limits["assets"] == {"00:30:00"}  # the profile's default, attempt 1
     # without the override, the replay's is the budget's: ceil((300 s outer limit + 120 s setup) / 60)
-    from replaykit.harness.budget import Budget
-
-    assert Budget(300, 120, 60).runtime_minutes(setup_s=120) == 7
+    work = cluster_run[0]
+    dry = work.joinpath("dry-run.txt").read_text()
+    replay = re.search(r"checkpoint replay:.*?resources: ([^\n]*)", dry, re.S).group(1)
+    assert "runtime=7," in replay and "gpu=1" in replay
 
 
 def test_timeout_is_retried_with_more_time_and_resumes(cluster_run):

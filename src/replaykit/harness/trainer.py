@@ -165,7 +165,13 @@ def run_training(trainer, callback: ReplayCallback, request: dict) -> int:
               flush=True)
     train_start = time.time()
     if train_start >= request["deadline_unix"]:
+        # nothing left to train (earlier attempts spent the budget): report the resumed state
+        # (steps, history), not an empty one, so the record agrees with what was published
         callback.stop_reason = "deadline"
+        if resume is not None:
+            from transformers import TrainerState
+
+            trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
     else:
         trainer.train(resume_from_checkpoint=resume)
     history = [h for h in trainer.state.log_history if "loss" in h]
