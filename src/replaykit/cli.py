@@ -19,6 +19,7 @@ from .harness.fileio import atomic_write_json, atomic_write_jsonl, read_json
 from .harness.hashing import sha256_file, sha256_tree, tree_files
 from .harness.provenance import git_commit, library_versions, utc_now
 from .harness.replay import ReplayError
+from .harness.sandbox import SandboxUnavailable
 
 
 def _json_arg(text: str) -> dict:
@@ -78,15 +79,43 @@ def cmd_replay(a) -> None:
     run_replay(task=a.task, run=a.run, workspace=a.workspace, workspace_record=a.workspace_record,
                manifest=a.manifest, fixed_start=a.fixed_start, public_dir=a.public, publish_dir=a.publish_dir,
                state_dir=a.state_dir, record_path=a.record, budget=budget, seed=a.seed, profile=a.profile,
-               overrides=_json_arg(a.overrides), threads=a.threads)
+               overrides=_json_arg(a.overrides), threads=a.threads, isolation=a.isolation,
+               hide=tuple(a.hide), show=tuple(a.show), show_fixed_start=not a.hide_fixed_start)
+
+
+def cmd_frozen_code(a) -> None:
+    from .harness import frozen
+
+    doc = frozen.record()
+    atomic_write_json(a.out, doc)
+    print(f"[frozen-code] {doc['package']}: {len(doc['files'])} files, sha256 {doc['sha256']}")
+
+
+def cmd_check_sandbox(a) -> None:
+    from .harness.sandbox import check_available
+
+    if a.isolation == "bwrap":
+        print(f"[sandbox] bubblewrap works: {check_available()}")
+    else:
+        print("[sandbox] isolation: none (no sandbox; every summary and report says so)")
+
+
+def _verify_frozen(a) -> str | None:
+    from .harness import frozen
+
+    return frozen.verify(a.frozen) if a.frozen else None
 
 
 def cmd_validate(a) -> None:
     from .tasks import get_task
 
     started = time.time()
+    frozen_sha = _verify_frozen(a)
     checkpoint = Path(a.checkpoint)
+    record = read_json(a.record) if a.record else {}
     verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
+    verdict["isolation"] = record.get("isolation", "unknown")
+    verdict["frozen_code_sha256"] = frozen_sha
     verdict.update({"checkpoint": str(checkpoint), "progress": int(checkpoint.name.split("-")[-1]),
                     "seconds": time.time() - started, "validated_at": utc_now(),
                     "files": tree_files(checkpoint) if checkpoint.is_dir() else {}})
@@ -118,6 +147,7 @@ def cmd_score(a) -> None:
     from .tasks import get_task
 
     assert_workspace_free(a.workspace)
+    frozen_sha = _verify_frozen(a)
     from .harness.replay import verify_assets
 
     verify_assets(a.manifest, a.fixed_start, split={"final": "hidden", "proxy": "public"}[a.split])
@@ -142,8 +172,13 @@ def cmd_score(a) -> None:
     else:
         summary, rows = task.evaluate(a.checkpoint or None, a.fixed_start, a.items, metric, cfg)
         assert_workspace_free(a.workspace)
+    if marker.get("isolation") == "none":
+        from .harness.sandbox import NO_ISOLATION_ADVISORY
+
+        summary["advisories"] = [NO_ISOLATION_ADVISORY, *summary.get("advisories", [])]
     summary["split"] = a.split
     summary["checkpoint"] = a.checkpoint or None
+    summary["frozen_code_sha256"] = frozen_sha
     summary["items_sha256"] = sha256_file(a.items)
     summary["scored_at"] = utc_now()
     (out_dir / ".complete").unlink(missing_ok=True)  # receipts come last: none while rewriting
@@ -256,12 +291,28 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--overrides", default="{}")
     s.add_argument("--seed", type=int, required=True)
     s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap",
+                   help="run train.py in the bubblewrap sandbox (default) or without one")
+    s.add_argument("--hide", nargs="*", default=[], help="paths the sandbox hides (final-split sources)")
+    s.add_argument("--show", nargs="*", default=[], help="extra read-only paths (the task's other local assets)")
+    s.add_argument("--hide-fixed-start", action="store_true",
+                   help="the fixed start is raw data whose complement is the test set: not shown")
     s.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("frozen-code", help="record the SHA-256 of every file of the frozen package")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_frozen_code)
+
+    s = sub.add_parser("check-sandbox", help="check that the sandbox runs here (one line and exit 2 if not)")
+    s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap")
+    s.set_defaults(func=cmd_check_sandbox)
 
     s = sub.add_parser("validate", help="frozen loader's verdict on one checkpoint")
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
         s.add_argument(arg, required=True)
     s.add_argument("--cfg", default="{}")
+    s.add_argument("--record", default="", help="the replay record (its isolation goes into the marker)")
+    s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("score", help="frozen evaluator on the proxy or final split")
@@ -273,6 +324,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--workspace", default="", help="the run's workspace, which must stay off sys.path")
     s.add_argument("--public", default="", help="the public split, for a reference that selects on it (verified first)")
     s.add_argument("--cfg", default="{}")
+    s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("official", help="best valid final result of one run")
@@ -322,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReplayError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except SandboxUnavailable as exc:
+        print(f"error: isolation: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -51,6 +51,7 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
            "budget": record.get("budget"),
            "stop_reason": record.get("stop_reason"), "utilisation": record.get("utilisation"),
            "publication_count": record.get("publication_count"),
+           "isolation": record.get("isolation", "unknown"),
            "checkpoints": checkpoints, "official": best}
     atomic_write_json(out, doc)
     return doc
@@ -147,6 +148,13 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
                 for d, p in zip(docs, officials)]
     seeds = mean_sd([s["value"] for s in per_seed if s["value"] is not None])
     advisories = list(best.get("advisories", []))
+    isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
+    if isolation != ["bwrap"]:
+        from .sandbox import NO_ISOLATION_ADVISORY
+
+        advisories = [a for a in advisories if a != NO_ISOLATION_ADVISORY]
+        advisories.insert(0, NO_ISOLATION_ADVISORY if "none" in isolation else
+                          f"isolation of the replays: {', '.join(isolation)} (records without it predate the sandbox)")
     if fixed is None:
         advisories.append("no fixed-start reference: the fixed start cannot be scored by itself (no normalised score)")
     if shipped_best is None:
@@ -157,6 +165,7 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
         "metric": best["metric"], "direction": direction, "value": best["value"],
         "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]}, "n": best["n"],
         "diagnostics": best.get("diagnostics", {}), "advisories": advisories,
+        "isolation": isolation[0] if len(isolation) == 1 else isolation,
         "official": {"run": primary["run"], "seed": primary["seed"], "progress": best["progress"],
                      "scores": best["scores"], "official": str(officials[0])},
         "references": references, "comparisons": comparisons, "normalised_score": normalised,
@@ -175,7 +184,8 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
     """A Markdown run report: checkpoints (with the task's ``diagnostics`` as columns),
     official result, references, paired comparisons, seeds, budget use and lineage."""
     refs, comp = summary["references"], summary["comparisons"]
-    lines = [f"# {task}: final result", "",
+    banner = [f"> **Warning**: {a}" for a in summary["advisories"][:1] if a.startswith("isolation")]
+    lines = [f"# {task}: final result", "", *banner, *([""] if banner else []),
              f"**Official result**: {summary['metric']} = {_fmt(summary['value'], summary['uncertainty']['value'])} "
              f"(n = {summary['n']}, {summary['direction']}), run `{summary['official']['run']}`, "
              f"checkpoint-{summary['official']['progress']}.", "",

@@ -53,6 +53,8 @@ code { font-size: 0.85em; }
 </style></head>
 <body>
 <h1>{{ task }}: replay report</h1>
+{% if summary.advisories and summary.advisories[0].startswith("isolation") %}
+<p class="advisory" id="isolation-warning"><strong>Warning: {{ summary.advisories[0] }}</strong></p>{% endif %}
 <p><strong>Official result</strong>: {{ summary.metric }} =
 <span class="value" data-value="{{ summary.value }}">{{ fmt(summary.value) }}</span> ±
 <span data-value="{{ summary.uncertainty.value }}">{{ fmt(summary.uncertainty.value) }}</span>

@@ -28,6 +28,10 @@ from .model import check_ingredients, read_config
 METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
           "uncertainty": "se_clustered_by_class"}
 REPORT_DIAGNOSTICS = ()
+# Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
+# and whether the fixed start is raw data whose complement is the test set (then not shown).
+FINAL_SOURCES: tuple[str, ...] = ("imagenetv2_dir",)
+FIXED_START_IS_DATA = False
 REFERENCE_USES_PUBLIC = True  # the fixed-start reference is the best ingredient on the proxy split
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 PROXY_FILE, FINAL_FILE = "proxy.jsonl", "final.jsonl"
