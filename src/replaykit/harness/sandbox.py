@@ -4,10 +4,11 @@ Inside the sandbox (:func:`bwrap_argv`):
 
 * the whole root filesystem is read-only (``--ro-bind / /``); nothing outside the run's
   own publish and state directories can be changed;
-* hidden (an empty tmpfs, or ``/dev/null`` over a file): the workflow's working directory
+* hidden (an empty read-only tmpfs, or ``/dev/null`` over a file): the working directory
   (``results/``, ``logs/``, ``benchmarks/``, ``.snakemake/``, the config) and its source
-  tree, ``/tmp``, ``/run`` (sockets of system daemons), ``$HOME``, and every path the caller
-  names (the final split's local sources, see ``FINAL_SOURCES`` of each task);
+  tree, ``/run`` (sockets of system daemons), and every path the caller
+  names (the final split's local sources, see ``FINAL_SOURCES`` of each task); ``/tmp``,
+  ``/run`` and ``$HOME`` are empty, writable and thrown away at the end;
 * shown again, read-only: the Python environment, the frozen package (``src/replaykit``),
   the workspace, the fixed start (unless it is raw data, digress), the public split and
   the task's other local assets (e.g. ddpo's reward models);
@@ -94,28 +95,31 @@ def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writab
         writable: paths shown read-write.
         hide: paths replaced by an empty tmpfs (directories) or ``/dev/null`` (files).
 
-    Paths that do not exist are skipped. Mount order matters to bwrap: hiding comes first,
-    then the read-only views, then the writable ones, so a view inside a hidden directory
-    reappears. Returns the argv list.
+    Paths that do not exist are skipped. bwrap applies mounts in order, a later one over an
+    earlier one, so they are sorted by depth (parents first; at equal paths hide, then
+    read-only, then writable): a view inside a hidden directory reappears, and a hidden file
+    inside a shown directory stays hidden. Returns the argv list.
     """
     home = os.environ.get("HOME")
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp", "--tmpfs", "/run"]
     for dev in sorted(glob.glob("/dev/nvidia*")):  # CUDA: nvidiactl, nvidia-uvm, nvidia0..
         argv += ["--dev-bind", dev, dev]
-    hidden = _existing([home if home and home != "/" else None, *hide])
-    for path in hidden:
-        if path.is_dir():
-            argv += ["--tmpfs", str(path)]
+    mounts, scratch = {}, _existing([home if home and home != "/" else None])
+    for kind, paths in (("hide", [*scratch, *hide]), ("ro", read_only), ("rw", writable)):
+        for path in _existing(paths):
+            mounts[path] = kind  # a path named twice takes the later (more permissive) kind
+    order = {"hide": 0, "ro": 1, "rw": 2}
+    for path, kind in sorted(mounts.items(), key=lambda item: (len(item[0].parts), order[item[1]])):
+        if kind == "hide":
+            argv += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
         else:
-            argv += ["--ro-bind", "/dev/null", str(path)]
-    for path in _existing(read_only):
-        argv += ["--ro-bind", str(path), str(path)]
-    for path in _existing(writable):
-        argv += ["--bind", str(path), str(path)]
+            argv += ["--ro-bind" if kind == "ro" else "--bind", str(path), str(path)]
+    for path, kind in mounts.items():  # last, once the views inside them are mounted
+        if kind == "hide" and path.is_dir() and path not in scratch:
+            argv += ["--remount-ro", str(path)]
     argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
-             "--cap-drop", "ALL", "--setenv", "HOME", "/tmp", "--chdir", str(Path(chdir).absolute()),
-             "--", *command]
+             "--cap-drop", "ALL", "--chdir", str(Path(chdir).absolute()), "--", *command]
     return argv
 
 
