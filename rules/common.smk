@@ -73,6 +73,18 @@ def get_fixed_start(w):
     return f"results/models/{fs}" if fs in config.get("models", {}) else fs
 
 
+def get_fixed_start_private(w):
+    """What the fixed start's builder knows of the final split (soup's held-out digits)."""
+    fs = task_cfg(w)["fixed_start"]
+    return f"results/models/{fs}.private.json" if fs in config.get("models", {}) else []
+
+
+def get_builder_salt(w):
+    """The final-split salt, for a builder that draws a held-out split (its spec has
+    heldout_per_class); other fixed starts do not depend on it, so it never rebuilds them."""
+    return config["final_salt"] if "heldout_per_class" in config["models"][w.model] else ""
+
+
 def get_recipe_files(w):
     root = Path(workflow.basedir) / "recipes" / w.task
     return sorted(
@@ -108,7 +120,7 @@ def sandbox_paths(w):
     """What the replay sandbox hides and shows besides its defaults (see harness/sandbox.py):
     the final split's local sources hidden, the task's other local data paths shown."""
     plugin = get_task(w.task)
-    hide = [workflow.basedir, *config["sandbox_hide"]]
+    hide = [workflow.basedir, *map(str, workflow.configfiles), *config["sandbox_hide"]]
     show = []
     for key, value in task_cfg(w)["data"].items():
         if isinstance(value, str) and value and Path(value).exists():

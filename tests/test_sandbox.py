@@ -134,12 +134,9 @@ def soup_task(fixed_start: Path, patch: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def soup_start(tmp_path_factory):
-    from replaykit.tasks.soup import ingredients
+    from test_soup import build_start
 
-    out = tmp_path_factory.mktemp("soup-sandbox") / "ingredients"
-    ingredients.build({"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4}, out,
-                      log=lambda m: None)
-    return out
+    return build_start(tmp_path_factory.mktemp("soup-sandbox") / "ingredients")
 
 
 def run_probe(work: Path, task: str, target: str) -> tuple[dict, dict]:
@@ -274,3 +271,28 @@ def test_missing_bubblewrap_is_one_clear_line(tmp_path):
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert lines and "bubblewrap (bwrap) not found" in lines[0] and "isolation: none" in lines[0]
+
+
+def test_final_salt_changes_the_hidden_draw_only_and_is_never_written(tiny_llama, tmp_path):
+    """dpo's embedded hidden prompts: the same public split, other hidden items with a salt;
+    the manifest (which a replay reads) records only that a salt was set."""
+    from conftest import VENV_BIN
+
+    data = tiny_config(tiny_llama)["tasks"]["dpo"]["data"]
+    out = {}
+    for salt in ("", "s3cret-salt"):
+        root = tmp_path / (salt or "public")
+        cfg = json.dumps({"data": data, "fixed_start_sha256": None, "final_salt": salt})
+        subprocess.run([str(VENV_BIN / "python"), "-m", "replaykit", "assets", "--task", "dpo", "--cfg", cfg,
+                        "--fixed-start", str(tiny_llama), "--public", str(root / "public"), "--hidden",
+                        str(root / "hidden"), "--manifest", str(root / "manifest.json")], check=True)
+        out[salt] = root
+    public, salted = out[""], out["s3cret-salt"]
+    for name in sorted(p.name for p in (public / "public").iterdir()):
+        assert (public / "public" / name).read_bytes() == (salted / "public" / name).read_bytes()
+    hidden = [json.loads(line)["prompt"] for line in (public / "hidden/final_prompts.jsonl").read_text().splitlines()]
+    hidden_salted = [json.loads(line)["prompt"] for line in (salted / "hidden/final_prompts.jsonl").read_text().splitlines()]
+    assert len(hidden) == len(hidden_salted) == data["n_final"] and hidden != hidden_salted
+    manifest = (salted / "manifest.json").read_text()
+    assert "s3cret-salt" not in manifest and json.loads(manifest)["final_salt"] == "operator"
+    assert json.loads((public / "manifest.json").read_text())["final_salt"] == "public"

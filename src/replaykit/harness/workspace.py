@@ -124,7 +124,9 @@ def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, pat
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
     try:
         tmp = staging / "ws"
-        shutil.copytree(recipe, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if special := special_entries(recipe):
+            raise InputError(recipe, special[0], "not a regular file in the shipped recipe (only regular files are allowed)")
+        shutil.copytree(recipe, tmp, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         if patch:
             for rel in touched:  # a symlink inside the recipe could still point outside
                 resolved = (tmp / rel).resolve()

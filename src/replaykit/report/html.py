@@ -63,6 +63,9 @@ run <code>{{ summary.official.run }}</code>, checkpoint-{{ summary.official.prog
 {% if summary.normalised_score is not none %}Normalised score (fixed start = 0, shipped = 1):
 <span data-value="{{ summary.normalised_score }}">{{ fmt(summary.normalised_score) }}</span>.{% endif %}</p>
 
+<p id="isolation">Isolation of the replays: {{ summary.isolation }};
+{{ summary.final_split.note if summary.final_split else "final split: not recorded" }}.</p>
+
 <h2>References</h2>
 <table id="references"><tr><th>reference</th><th>value ± SE</th><th>source</th></tr>
 {% for ref in references %}<tr><td>{{ ref.name }}</td>
