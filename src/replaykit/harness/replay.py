@@ -59,7 +59,8 @@ def set_parent_death_signal(sig: int) -> None:
         pass
 
 
-def verify_assets(manifest_path: str | Path, fixed_start: str | Path, split: str = "public") -> dict:
+def verify_assets(manifest_path: str | Path, fixed_start: str | Path, split: str = "public",
+                  fixed_start_too: bool = True) -> dict:
     """Re-hash the fixed start and every asset file of ``split`` against the manifest.
 
     The replay verifies the public split (it never opens hidden files); scoring verifies the
@@ -69,7 +70,7 @@ def verify_assets(manifest_path: str | Path, fixed_start: str | Path, split: str
     manifest_path = Path(manifest_path)
     manifest = read_json(manifest_path, required=("fixed_start", "files"))
     fixed_start = Path(fixed_start)
-    expected = manifest["fixed_start"]["files"]
+    expected = manifest["fixed_start"]["files"] if fixed_start_too else {}
     for rel, digest in expected.items():
         path = fixed_start / rel
         if not path.is_file():
@@ -267,6 +268,13 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     changed = first_difference(frozen_before, frozen_files())
     if changed is not None:
         failure = f"the frozen package changed during the replay: {changed}"
+    elif sha256_tree(workspace) != ws_info["workspace_sha256"]:  # read-only in the sandbox
+        failure = f"the workspace {workspace} changed during the replay"
+    else:
+        try:
+            verify_assets(manifest, fixed_start, split="public", fixed_start_too=False)
+        except InputError as exc:
+            failure = f"the public split changed during the replay: {exc}"
     if failure is None and not retained:
         failure = "no checkpoint was published"
     for p in retained if failure is None else []:
