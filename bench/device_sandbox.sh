@@ -41,7 +41,13 @@ EOF
     exit 0
 fi
 
-PY=${PYTHON:-$(command -v python3 || command -v python)}
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then  # the interpreter that has torch
+    for cand in python3 python; do
+        if command -v "$cand" >/dev/null && "$cand" -c "import torch" 2>/dev/null; then PY=$(command -v "$cand"); break; fi
+    done
+    PY=${PY:-$(command -v python3)}
+fi
 OUT=${OUT:-$REPO/results/device-sandbox-out}
 RUN_DIR=${RUN_DIR:-$REPO/results/device-sandbox}
 BUDGET=${BUDGET:-'{"outer_limit_s": 240, "internal_deadline_s": 150, "export_reserve_s": 60}'}
@@ -77,6 +83,10 @@ fi
 echo "bwrap: $(command -v bwrap): $(bwrap --version)"
 
 echo "== GPU and Python"
+if ! "$PY" -c "import yaml" 2>/dev/null; then  # no PyYAML there: the carried wheel, unpacked
+    ls "$CARRY"/pyyaml-*.whl >/dev/null 2>&1 && "$PY" -m zipfile -e "$(ls "$CARRY"/pyyaml-*.whl | head -1)" "$CARRY/pylib" \
+        && export PYTHONPATH=$PYTHONPATH:$CARRY/pylib && echo "PyYAML missing: using the carried wheel ($CARRY/pylib)"
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 "$PY" - <<'EOF'
 import importlib, sys
