@@ -10,7 +10,8 @@
 #
 # Here (a machine with the built assets, `snakemake results/digress/assets/manifest.json`):
 #     bash bench/device_sandbox.sh prepare        # -> shared-carry/digress/{assets,fixed-start-stub}
-# There (carry shared-carry):
+# There (carry shared-carry; the device copies /work/main's tree, so from a worktree put
+# `git archive` of the branch + shared-carry under an ignored path of /work/main and carry that):
 #     bash bench/device_sandbox.sh                # writes logs and the record under $OUT
 # Knobs (environment): BUDGET (replay budget JSON), OVERRIDES (recipe overrides JSON),
 # BW_DIR (where the .deb is unpacked, default $HOME/bw), FORCE_DEB=1 (use the .deb even
