@@ -23,7 +23,7 @@ from .. import check_data_keys
 from .evaluator import evaluate  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
 from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
-from .model import check_ingredients, read_config
+from .model import check_heads, check_ingredients, read_config
 
 METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
           "uncertainty": "se_clustered_by_class"}
@@ -98,15 +98,20 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     """Write ``public/proxy.jsonl`` + images and ``hidden/final.jsonl`` + images.
 
     Raises :class:`InputError` naming an ingredient whose keys or shapes differ from the
-    first one's, or a split that cannot hold ``proxy_per_class`` images of every class.
+    first one's, whose classification head is not aligned with the zero-shot head
+    (:func:`.model.check_heads`), or a split that cannot hold ``proxy_per_class`` images of every class.
     """
     import shutil
 
     try:
         info = check_ingredients(fixed_start)
+        info["head_alignment"] = check_heads(fixed_start)
     except ValueError as exc:
         path, _, message = str(exc).partition(": ")
-        raise InputError(path, "state_dict", message) from None
+        field = "state_dict"
+        if message.startswith("head.weight: "):
+            field, _, message = message.partition(": ")
+        raise InputError(path, field, message) from None
     config = read_config(fixed_start)
     rng = random.Random(int(cfg["public_seed"]))
     per_class = int(cfg["proxy_per_class"])
