@@ -24,6 +24,8 @@ def config_layers():
     configfile, each --configfile, then --config (see replaykit.config)."""
     cli_files = [Path(f).resolve() for f in workflow.config_settings.configfiles]
     files = [f for f in workflow.configfiles if Path(f).resolve() not in cli_files]
+    if workflow.config_settings.replace_workflow_config:
+        files = []  # --replace-workflow-config: the Snakefile's configfile is discarded
     layers = [
         (os.path.relpath(f), load_yaml_strict(f, os.path.relpath(f)))
         for f in files + cli_files

@@ -221,6 +221,9 @@ def check_config(config: dict, schema_file: str | Path, source: str,
             raise InputError(src("fixed_start"), f"tasks.{name}.fixed_start",
                              f"{fixed_start!r} is neither a name in models nor a model directory with config.json "
                              "(or a diffusers pipeline with model_index.json)")
+        check_start = getattr(plugin, "check_fixed_start", None)
+        if check_start is not None and fixed_start not in config.get("models", {}):
+            check_start(fixed_start)  # InputError naming the fixed start's file
         candidate = task.get("candidate", "shipped")
         if candidate != "shipped" and candidate not in task.get("candidates", {}):
             raise InputError(src("candidate"), f"tasks.{name}.candidate", f"{candidate!r} is not a key of candidates")

@@ -52,6 +52,15 @@ def check_data(data: dict) -> None:
         raise ValueError(f"clip_dir: folder {data['clip_dir']!r} not found")
 
 
+
+def check_fixed_start(fixed_start: str | Path) -> None:
+    """Workflow-start check of a local pipeline folder: its scheduler config
+    (:func:`.pipeline.check_scheduler`); the rest is checked when assets are built."""
+    from .pipeline import check_scheduler
+
+    if (Path(fixed_start) / "scheduler").is_dir():
+        check_scheduler(Path(fixed_start) / "scheduler", INFERENCE_STEPS)
+
 def read_prompts(path: str | Path) -> list[str]:
     """Prompts of a text file, one per line (blank lines skipped); InputError when empty."""
     prompts = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]

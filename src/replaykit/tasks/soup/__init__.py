@@ -46,6 +46,20 @@ def check_data(data: dict) -> None:
         raise ValueError(f"imagenetv2_dir: folder {data['imagenetv2_dir']!r} not found")
 
 
+
+def check_fixed_start(fixed_start: str | Path) -> None:
+    """Workflow-start check of a local fixed start (before any rule replaces built assets):
+    the ingredients' heads are aligned (:func:`.model.check_heads`, heads only). Raises
+    :class:`InputError` naming the ingredient file and ``head.weight``."""
+    if not (Path(fixed_start) / "config.json").is_file():
+        return
+    try:
+        check_heads(fixed_start)
+    except (ValueError, KeyError, OSError) as exc:
+        path, _, message = str(exc).partition(": ")
+        field, _, rest = message.partition(": ")
+        raise InputError(path, field, rest) from None
+
 def _write_split(folder: Path, name: str, images: list, prefix: str, dataset: str) -> list[dict]:
     """Save ``images`` (``(id, PIL image or source path, label, visible)``) under
     ``folder/<prefix>/`` and return their items."""

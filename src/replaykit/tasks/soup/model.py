@@ -109,6 +109,27 @@ def check_ingredients(fixed_start: str | Path) -> dict:
             "n_parameters": int(sum(torch.Size(s).numel() for s in reference.values()))}
 
 
+def head_weight(path: str | Path) -> torch.Tensor:
+    """``head.weight`` of a state dict file, read without loading the rest (safetensors:
+    one tensor; torch zip files: memory-mapped), so that checking the heads of many large
+    ingredients at workflow start stays cheap. Raises ValueError when the key is missing."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            if "head.weight" not in handle.keys():
+                raise ValueError(f"{path}: head.weight: missing")
+            return handle.get_tensor("head.weight")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # not a zip-format file: no memory map
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or "head.weight" not in state:
+        raise ValueError(f"{path}: head.weight: missing")
+    return state["head.weight"].clone()
+
+
 HEAD_MIN_COSINE = 0.5  # least centred cosine of an ingredient's class row with the reference's
 
 
@@ -137,10 +158,10 @@ def check_heads(fixed_start: str | Path, min_cosine: float = HEAD_MIN_COSINE) ->
     config = read_config(fixed_start)
     paths = ingredient_paths(fixed_start, config)
     reference_path = Path(fixed_start) / config["zeroshot"] if config.get("zeroshot") else paths[0]
-    reference = _centred_rows(load_state(reference_path)["head.weight"])
+    reference = _centred_rows(head_weight(reference_path))
     worst = {}
     for path in paths:
-        cosine = _centred_rows(load_state(path)["head.weight"]) @ reference.T
+        cosine = _centred_rows(head_weight(path)) @ reference.T
         own = cosine.diag()
         closest = cosine.argmax(dim=1)
         for c in range(len(own)):
