@@ -28,6 +28,8 @@ class _StrictLoader(yaml.SafeLoader):
 def _mapping_without_duplicates(loader, node, deep=False):
     seen = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: explicit keys override it
+            continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise InputError(node.start_mark.name, f"line {key_node.start_mark.line + 1}",
