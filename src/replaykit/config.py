@@ -158,8 +158,13 @@ def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None
     profile_file = shipped / "configs" / f"{profile}.yaml"
     candidate = task.get("candidate", "shipped")
     patch = (task.get("candidates") or {}).get(candidate)
-    if patch is not None and f"configs/{profile}.yaml" in patch_paths(patch):
-        return  # the patched profile may add keys: check_overrides runs at replay start
+    if patch is not None:
+        try:
+            touched = patch_paths(patch)
+        except InputError:
+            return  # a malformed patch is refused, naming its line, by the workspace rule
+        if f"configs/{profile}.yaml" in touched:
+            return  # the patched profile may add keys: check_overrides runs at replay start
     if not profile_file.is_file():
         profiles = sorted(p.stem for p in (shipped / "configs").glob("*.yaml"))
         raise InputError(source, f"tasks.{name}.recipe.profile",
