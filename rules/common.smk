@@ -109,8 +109,11 @@ def get_fixed_start_private(w):
 
 def get_builder_salt(w):
     """The final-split salt, for a builder that draws a held-out split (its spec has
-    heldout_per_class); other fixed starts do not depend on it, so it never rebuilds them."""
-    return config["final_salt"] if "heldout_per_class" in config["models"][w.model] else ""
+    heldout_per_class); other fixed starts do not depend on it, so it never rebuilds them.
+    """
+    return (
+        config["final_salt"] if "heldout_per_class" in config["models"][w.model] else ""
+    )
 
 
 def get_recipe_files(w):
@@ -290,9 +293,9 @@ def get_report_figures(w):
     ]
 
 
-def unknown_task(w):
-    """Input function of rule unknown_task: refuses a target under a task that is not
-    configured, while the DAG is built (also in a dry run)."""
+def refuse_unknown_task(w):
+    """Input function of the unknown_task rule (targets.smk): refuses a target under a
+    task that is not configured, while the DAG is built (also in a dry run)."""
     from replaykit.tasks import KNOWN
 
     configured = ", ".join(sorted(config["tasks"]))
@@ -305,15 +308,3 @@ def unknown_task(w):
         f"{SOURCE_NAME}: tasks: the target names an unknown task {w.other!r} "
         f"(tasks: {', '.join(KNOWN)}; configured: {configured})"
     )
-
-
-# A task target (results/<task>/final, results/<task>/report.html) for a task that is not
-# configured gets one line naming the tasks, not Snakemake's MissingRuleException.
-rule unknown_task:
-    input:
-        unknown_task,
-    output:
-        "results/{other}/{target}",
-    wildcard_constraints:
-        other="(?!(?:" + "|".join(map(re.escape, [*config["tasks"], "models"])) + ")/)[^/]+",
-        target="final|report\\.html",
