@@ -16,8 +16,14 @@ from conftest import ROOT
 from replaykit.harness.errors import InputError
 
 # QM9 rows whose source strings carry charges and stereo marks; their graphs carry neither.
-CHARGED_STEREO = {"[NH3+]CCC([O-])=O": "NCCC(=O)O", "C[C@H](N)C(=O)O": "CC(N)C(=O)O",
-                  "C[C@@H](O)C#N": "CC(O)C#N", "CCO": "CCO", "c1ccoc1": "c1ccoc1", "CC(C)=O": "CC(C)=O"}
+CHARGED_STEREO = {
+    "[NH3+]CCC([O-])=O": "NCCC(=O)O",
+    "C[C@H](N)C(=O)O": "CC(N)C(=O)O",
+    "C[C@@H](O)C#N": "CC(O)C#N",
+    "CCO": "CCO",
+    "c1ccoc1": "c1ccoc1",
+    "CC(C)=O": "CC(C)=O",
+}
 
 
 def test_digress_training_set_is_not_novel_against_itself(tmp_path):
@@ -27,11 +33,19 @@ def test_digress_training_set_is_not_novel_against_itself(tmp_path):
 
     rows = list(CHARGED_STEREO) * 2  # every molecule in every split
     fixed = write_fixed_start(tmp_path / "fixed", rows)
-    digress.build_assets({"split_seed": 42, "split_train": 8, "n_train": None, "n_val": None, "n_test": None},
-                         fixed, tmp_path / "public", tmp_path / "hidden")
+    digress.build_assets(
+        {"split_seed": 42, "split_train": 8, "n_train": None, "n_val": None, "n_test": None},
+        fixed,
+        tmp_path / "public",
+        tmp_path / "hidden",
+    )
     train_smiles = set((tmp_path / "public/train_smiles.txt").read_text().split())
-    train_rows = [json.loads(l)["smiles"] for l in (tmp_path / "public/train.jsonl").read_text().splitlines()]
-    assert train_smiles == {CHARGED_STEREO[s] for s in train_rows}  # the graphs' SMILES, written by hand
+    train_rows = [
+        json.loads(l)["smiles"] for l in (tmp_path / "public/train.jsonl").read_text().splitlines()
+    ]
+    assert train_smiles == {
+        CHARGED_STEREO[s] for s in train_rows
+    }  # the graphs' SMILES, written by hand
     assert not any(c in s for s in train_smiles for c in "+-@")
     atoms, bonds = data.load_npz(tmp_path / "public/train_graphs.npz")
     scored, _ = metrics.graph_metrics(atoms, bonds, train_smiles)
@@ -45,17 +59,26 @@ def test_dpo_plain_text_pairs_are_trained_as_chat_turns(tmp_path):
     from replaykit.tasks.dpo import read_pairs
 
     path = tmp_path / "prefs.jsonl"
-    path.write_text(json.dumps({"prompt": "Name a colour.", "chosen": "Blue.", "rejected": "No."}) + "\n")
-    assert read_pairs(path) == [{"prompt": [{"role": "user", "content": "Name a colour."}],
-                                 "chosen": [{"role": "assistant", "content": "Blue."}],
-                                 "rejected": [{"role": "assistant", "content": "No."}]}]
+    path.write_text(
+        json.dumps({"prompt": "Name a colour.", "chosen": "Blue.", "rejected": "No."}) + "\n"
+    )
+    assert read_pairs(path) == [
+        {
+            "prompt": [{"role": "user", "content": "Name a colour."}],
+            "chosen": [{"role": "assistant", "content": "Blue."}],
+            "rejected": [{"role": "assistant", "content": "No."}],
+        }
+    ]
 
 
 SMOLLM2_TEMPLATE = (  # SmolLM2-135M-Instruct's template: a default system turn when none is given
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+    "trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 def test_dpo_summary_names_template_and_system_prompt(tiny_llama):
@@ -68,12 +91,17 @@ def test_dpo_summary_names_template_and_system_prompt(tiny_llama):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
     plain = prompt_format(tokenizer)
-    assert plain == {"chat_template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(),
-                     "prompt_format": "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n",
-                     "system_prompt": None}
+    assert plain == {
+        "chat_template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(),
+        "prompt_format": "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n",
+        "system_prompt": None,
+    }
     tokenizer.chat_template = SMOLLM2_TEMPLATE
     smol = prompt_format(tokenizer)
-    assert smol["system_prompt"] == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    assert (
+        smol["system_prompt"]
+        == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    )
     assert smol["prompt_format"].startswith("<|im_start|>system\nYou are a helpful")
 
 
@@ -81,7 +109,9 @@ def test_ddpo_jpeg_caveat_states_the_measured_overhead():
     from replaykit.tasks.ddpo.evaluator import jpeg_caveat
 
     buffer = io.BytesIO()  # a uniform grey 32 x 32 image, saved by PIL directly
-    Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(buffer, format="JPEG", quality=95)
+    Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(
+        buffer, format="JPEG", quality=95
+    )
     caveat = jpeg_caveat((32, 32), 95)
     assert caveat["fixed_overhead_kb"] == pytest.approx(len(buffer.getvalue()) / 1000, abs=0.002)
     assert "not comparable with the DDPO paper" in caveat["advisory"]
@@ -109,8 +139,12 @@ def test_ddpo_assets_refuse_the_scheduler_before_writing(tmp_path):
     for sub in ("unet", "vae", "text_encoder", "tokenizer"):
         (start / sub).mkdir()
     with pytest.raises(InputError, match="scheduler_config.json: timestep_spacing: 'linspace'"):
-        ddpo.build_assets({"source": "embedded", "public_seed": 1, "n_proxy": 2, "hidden_seed": 2, "n_final": 2},
-                          start, tmp_path / "public", tmp_path / "hidden")
+        ddpo.build_assets(
+            {"source": "embedded", "public_seed": 1, "n_proxy": 2, "hidden_seed": 2, "n_final": 2},
+            start,
+            tmp_path / "public",
+            tmp_path / "hidden",
+        )
     assert not (tmp_path / "public").exists() and not (tmp_path / "hidden").exists()
 
 

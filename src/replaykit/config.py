@@ -32,13 +32,18 @@ def _mapping_without_duplicates(loader, node, deep=False):
             continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise InputError(node.start_mark.name, f"line {key_node.start_mark.line + 1}",
-                             f"key {key!r} given twice in one mapping (first on line {seen[key]})")
+            raise InputError(
+                node.start_mark.name,
+                f"line {key_node.start_mark.line + 1}",
+                f"key {key!r} given twice in one mapping (first on line {seen[key]})",
+            )
         seen[key] = key_node.start_mark.line + 1
     return loader.construct_mapping(node, deep=deep)
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
+)
 
 
 def load_yaml_strict(path: str | Path, name: str | None = None):
@@ -99,11 +104,18 @@ def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
         for error in validator.iter_errors(config):
             for err in [error, *(error.context or [])]:
                 path = list(err.absolute_path)
-                if (err.validator != "type" or not isinstance(err.instance, str)
-                        or not _lookup(cli, path)):
+                if (
+                    err.validator != "type"
+                    or not isinstance(err.instance, str)
+                    or not _lookup(cli, path)
+                ):
                     continue
                 value = yaml.safe_load(err.instance)
-                wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+                wanted = (
+                    err.validator_value
+                    if isinstance(err.validator_value, list)
+                    else [err.validator_value]
+                )
                 if not any(validator.is_type(value, t) for t in wanted) or isinstance(value, str):
                     continue
                 for target in (config, cli):
@@ -119,7 +131,9 @@ def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
             return
 
 
-def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], default: str) -> InputError:
+def _schema_error(
+    error: jsonschema.ValidationError, layers: list[Layer], default: str
+) -> InputError:
     """One InputError for a schema violation; an unknown key is named itself, with the keys
     its block defines (and the nearest one, for a typo)."""
     path = list(error.absolute_path)
@@ -132,9 +146,15 @@ def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], defaul
             close = difflib.get_close_matches(str(extra[0]), allowed, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             message = f"unknown key{hint} (this block takes: {', '.join(allowed)})"
-    elif error.validator == "type" and isinstance(error.instance, str) and source_of(path, layers, "") == CLI:
-        message += (" (from --config: write numbers and booleans unquoted, e.g. "
-                    "--config 'tasks={\"digress\": {\"seeds\": [42, 43]}}')")
+    elif (
+        error.validator == "type"
+        and isinstance(error.instance, str)
+        and source_of(path, layers, "") == CLI
+    ):
+        message += (
+            " (from --config: write numbers and booleans unquoted, e.g. "
+            '--config \'tasks={"digress": {"seeds": [42, 43]}}\')'
+        )
     field = ".".join(str(p) for p in path) or "-"
     return InputError(source_of(path, layers, default), field, message)
 
@@ -167,19 +187,30 @@ def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None
             return  # the patched profile may add keys: check_overrides runs at replay start
     if not profile_file.is_file():
         profiles = sorted(p.stem for p in (shipped / "configs").glob("*.yaml"))
-        raise InputError(source, f"tasks.{name}.recipe.profile",
-                         f"{profile!r} is not a profile of the shipped recipe "
-                         f"(recipes/{name}/configs/: {', '.join(profiles)})")
+        raise InputError(
+            source,
+            f"tasks.{name}.recipe.profile",
+            f"{profile!r} is not a profile of the shipped recipe "
+            f"(recipes/{name}/configs/: {', '.join(profiles)})",
+        )
     try:
         check_overrides(shipped, profile, overrides)
     except InputError as exc:
-        raise InputError(source, f"tasks.{name}.{exc.field}",
-                         f"not a key of the shipped recipe's recipes/{name}/configs/{profile}.yaml"
-                         " (a candidate patch that adds it must change that file)") from None
+        raise InputError(
+            source,
+            f"tasks.{name}.{exc.field}",
+            f"not a key of the shipped recipe's recipes/{name}/configs/{profile}.yaml"
+            " (a candidate patch that adds it must change that file)",
+        ) from None
 
 
-def check_config(config: dict, schema_file: str | Path, source: str,
-                 layers: list[Layer] | None = None, recipes_root: str | Path | None = None) -> None:
+def check_config(
+    config: dict,
+    schema_file: str | Path,
+    source: str,
+    layers: list[Layer] | None = None,
+    recipes_root: str | Path | None = None,
+) -> None:
     """Validate ``config`` against the JSON schema, then the rules a schema cannot state.
 
     Args:
@@ -197,12 +228,15 @@ def check_config(config: dict, schema_file: str | Path, source: str,
     """
     layers = layers or [(source, config)]
     schema = yaml.safe_load(Path(schema_file).read_text())
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(config)
+    )
     if error is not None:
         raise _schema_error(error, layers, source)
     from .tasks import get_task
 
     for name, task in config["tasks"].items():
+
         def src(*keys, _name=name):
             return source_of(["tasks", _name, *keys], layers, source)
 
@@ -210,30 +244,44 @@ def check_config(config: dict, schema_file: str | Path, source: str,
         try:
             plugin.check_data(task["data"])
         except KeyError as exc:
-            raise InputError(src("data"), f"tasks.{name}.data.{exc.args[0]}", "required key missing") from None
+            raise InputError(
+                src("data"), f"tasks.{name}.data.{exc.args[0]}", "required key missing"
+            ) from None
         except ValueError as exc:
             key, _, message = str(exc).partition(": ")
             raise InputError(src("data", key), f"tasks.{name}.data.{key}", message) from None
         for cand, patch in task.get("candidates", {}).items():
             if not Path(patch).is_file():
-                raise InputError(src("candidates", cand), f"tasks.{name}.candidates.{cand}",
-                                 f"patch file {patch!r} not found")
+                raise InputError(
+                    src("candidates", cand),
+                    f"tasks.{name}.candidates.{cand}",
+                    f"patch file {patch!r} not found",
+                )
         try:
             Budget.from_config(task["budget"])
         except ValueError as exc:
             raise InputError(src("budget"), f"tasks.{name}.budget", str(exc)) from None
         fixed_start = task["fixed_start"]
         if fixed_start not in config.get("models", {}) and not any(
-                (Path(fixed_start) / f).is_file() for f in ("config.json", "model_index.json")):  # HF model / diffusers pipeline
-            raise InputError(src("fixed_start"), f"tasks.{name}.fixed_start",
-                             f"{fixed_start!r} is neither a name in models nor a model directory with config.json "
-                             "(or a diffusers pipeline with model_index.json)")
+            (Path(fixed_start) / f).is_file() for f in ("config.json", "model_index.json")
+        ):  # HF model / diffusers pipeline
+            raise InputError(
+                src("fixed_start"),
+                f"tasks.{name}.fixed_start",
+                f"{fixed_start!r} is neither a name in models nor a model directory with "
+                "config.json "
+                "(or a diffusers pipeline with model_index.json)",
+            )
         check_start = getattr(plugin, "check_fixed_start", None)
         if check_start is not None and fixed_start not in config.get("models", {}):
             check_start(fixed_start)  # InputError naming the fixed start's file
         candidate = task.get("candidate", "shipped")
         if candidate != "shipped" and candidate not in task.get("candidates", {}):
-            raise InputError(src("candidate"), f"tasks.{name}.candidate", f"{candidate!r} is not a key of candidates")
+            raise InputError(
+                src("candidate"),
+                f"tasks.{name}.candidate",
+                f"{candidate!r} is not a key of candidates",
+            )
         if recipes_root is not None:
             try:
                 check_recipe(name, task, Path(recipes_root), source)

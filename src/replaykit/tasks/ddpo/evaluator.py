@@ -151,7 +151,8 @@ def jpeg_caveat(size: tuple[int, int], quality: int) -> dict:
     h, w = int(size[0]), int(size[1])
     overhead = float(jpeg_size_kb(torch.full((1, 3, h, w), 0.5), quality)[0])
     return {"fixed_overhead_kb": overhead,
-            "advisory": (f"jpeg_compressibility is not comparable with the DDPO paper's numbers: at {h} x {w} px "
-                         f"a uniform image already costs {overhead:.3f} kB of fixed JPEG overhead (headers, "
-                         f"tables; quality {quality}), which dominates the score; the paper scores 512 x 512 "
+            "advisory": ("jpeg_compressibility is not comparable with the DDPO paper's "
+                         f"numbers: at {h} x {w} px a uniform image already costs "
+                         f"{overhead:.3f} kB of fixed JPEG overhead (headers, tables; quality "
+                         f"{quality}), which dominates the score; the paper scores 512 x 512 "
                          "images")}

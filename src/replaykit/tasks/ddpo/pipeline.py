@@ -60,8 +60,8 @@ TEXT = dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_l
 # divides by zero). Keys absent from the file take DDIMScheduler's defaults, which are not
 # SD's (clip_sample and set_alpha_to_one default to True), so the effective values are judged.
 SCHEDULER_SUPPORTED = {"timestep_spacing": ("leading",), "set_alpha_to_one": (False,),
-                       "prediction_type": ("epsilon",), "clip_sample": (False,), "thresholding": (False,),
-                       "rescale_betas_zero_snr": (False,)}
+                       "prediction_type": ("epsilon",), "clip_sample": (False,),
+                       "thresholding": (False,), "rescale_betas_zero_snr": (False,)}
 SCHEDULER_FOREIGN_KEYS = ("skip_prk_steps",)  # PNDMScheduler's (SD v1.5 ships PNDM's config)
 
 
@@ -91,18 +91,21 @@ def check_scheduler(folder: str | Path, inference_steps: int) -> dict:
     known = set(inspect.signature(DDIMScheduler.__init__).parameters) - {"self"}
     for key in raw:
         if not key.startswith("_") and key not in known and key not in SCHEDULER_FOREIGN_KEYS:
-            raise InputError(path, key, f"not a DDIMScheduler setting (known: {', '.join(sorted(known))})")
+            raise InputError(path, key,
+                             f"not a DDIMScheduler setting (known: {', '.join(sorted(known))})")
     effective = dict(DDIMScheduler.from_config(raw).config)
     for key, allowed in SCHEDULER_SUPPORTED.items():
         if effective[key] not in allowed:
             given = "" if key in raw else " (absent from the file: DDIMScheduler's default)"
-            raise InputError(path, key, f"{effective[key]!r}{given} is not supported by the DDIM-with-log-prob "
-                                        f"step of DDPO; use {' or '.join(map(repr, allowed))}")
+            raise InputError(path, key, f"{effective[key]!r}{given} is not supported by the "
+                                        "DDIM-with-log-prob step of DDPO; use "
+                                        f"{' or '.join(map(repr, allowed))}")
     stride = int(effective["num_train_timesteps"]) // int(inference_steps)
     offset = effective["steps_offset"]
     if not (isinstance(offset, int) and 0 <= offset < stride):
-        raise InputError(path, "steps_offset", f"{offset!r} must be an integer in [0, {stride}) (the stride "
-                                               f"num_train_timesteps // {inference_steps} steps)")
+        raise InputError(path, "steps_offset", f"{offset!r} must be an integer in [0, {stride}) "
+                                               f"(the stride num_train_timesteps // "
+                                               f"{inference_steps} steps)")
     return effective
 
 

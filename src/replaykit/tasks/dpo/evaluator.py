@@ -166,7 +166,8 @@ def prompt_format(tokenizer) -> dict:
     marker = "\x00PROMPT\x00"
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False,
                                              add_generation_prompt=True)
-    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else str(tokenizer.chat_template)
+    template = tokenizer.chat_template
+    template = template if isinstance(template, str) else str(template)
     prefix = rendered.split(marker)[0]
     return {"chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
             "prompt_format": rendered.replace(marker, "{prompt}"),

@@ -72,9 +72,9 @@ def _punkt_cache() -> Path:
         atexit.register(shutil.rmtree, fallback, ignore_errors=True)
         return _write_punkt_tab(fallback)
     except OSError as exc:
-        raise InputError(cache, "-", f"cannot write NLTK Punkt data here ({cache_error.strerror}) nor "
-                                     f"in the temporary folder ({exc.strerror}); set XDG_CACHE_HOME "
-                                     "or TMPDIR to a writable folder") from None
+        raise InputError(cache, "-", f"cannot write NLTK Punkt data here ({cache_error.strerror})"
+                                     f" nor in the temporary folder ({exc.strerror}); set "
+                                     "XDG_CACHE_HOME or TMPDIR to a writable folder") from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -123,10 +123,11 @@ def kwargs_problem(instruction_id: str, kwargs) -> str | None:
     for name in names:
         value = kwargs.get(name)
         if not value:
-            return (f"{instruction_id}: argument {name!r} missing or empty (needs: {', '.join(names)});"
-                    " IFEval would draw it at random")
+            return (f"{instruction_id}: argument {name!r} missing or empty "
+                    f"(needs: {', '.join(names)}); IFEval would draw it at random")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-            return f"{instruction_id}: argument {name!r} is negative ({value}); IFEval would draw it at random"
+            return (f"{instruction_id}: argument {name!r} is negative ({value}); "
+                    "IFEval would draw it at random")
     return None
 
 

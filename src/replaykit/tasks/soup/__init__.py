@@ -113,7 +113,8 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
 
     Raises :class:`InputError` naming an ingredient whose keys or shapes differ from the
     first one's, whose classification head is not aligned with the zero-shot head
-    (:func:`.model.check_heads`), or a split that cannot hold ``proxy_per_class`` images of every class.
+    (:func:`.model.check_heads`), or a split that cannot hold ``proxy_per_class`` images of
+    every class.
     """
     import shutil
 

@@ -167,8 +167,9 @@ def check_heads(fixed_start: str | Path, min_cosine: float = HEAD_MIN_COSINE) ->
         for c in range(len(own)):
             if own[c] < min_cosine or int(closest[c]) != c:
                 raise ValueError(
-                    f"{path}: head.weight: class row {c} is not aligned with {reference_path.name}'s "
-                    f"(centred cosine {float(own[c]):.3f}, threshold {min_cosine}; closest row "
-                    f"{int(closest[c])}): the ingredients' class order differs, averaging them mixes classes")
+                    f"{path}: head.weight: class row {c} is not aligned with "
+                    f"{reference_path.name}'s (centred cosine {float(own[c]):.3f}, threshold "
+                    f"{min_cosine}; closest row {int(closest[c])}): the ingredients' class order "
+                    "differs, averaging them mixes classes")
         worst[path.name] = round(float(own.min()), 4)
     return {"reference": reference_path.name, "min_cosine": min_cosine, "worst": worst}
