@@ -294,7 +294,7 @@ def get_report_figures(w):
 
 
 def refuse_unknown_task(w):
-    """Input function of the unknown_task rule (targets.smk): refuses a target under a
+    """Input function of the unknown_task target rule, in targets.smk; refuses a target under a
     task that is not configured, while the DAG is built (also in a dry run)."""
     from replaykit.tasks import KNOWN
 
