@@ -176,3 +176,31 @@ def test_schema_has_each_key_once_and_closed_blocks(tmp_path):
             sub = block["properties"][key]
             sub = schema["$defs"][sub["$ref"].split("/")[-1]] if "$ref" in sub else sub
             assert sub["additionalProperties"] is False, (name, key)
+
+
+def test_stable_diffusion_v1_5_scheduler_config_passes_the_audit(tmp_path):
+    """SD v1.5 ships PNDMScheduler's config (no timestep_spacing, prediction_type, ...); DDPO
+    builds its DDIMScheduler from it, and the effective values are the supported ones."""
+    from replaykit.tasks.ddpo.pipeline import check_scheduler
+
+    sd15 = {"_class_name": "PNDMScheduler", "_diffusers_version": "0.6.0", "beta_end": 0.012,
+            "beta_schedule": "scaled_linear", "beta_start": 0.00085, "num_train_timesteps": 1000,
+            "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1,
+            "trained_betas": None, "clip_sample": False}
+    (tmp_path / "scheduler_config.json").write_text(json.dumps(sd15))
+    effective = check_scheduler(tmp_path, 20)
+    assert (effective["timestep_spacing"], effective["prediction_type"]) == ("leading", "epsilon")
+
+
+def test_refused_spacing_breaks_the_fixed_stride_the_logprob_step_assumes():
+    """ddim_step_with_logprob takes the previous timestep as t - T // steps: true for
+    'leading' (the accepted value), false for 'linspace' (refused)."""
+    from diffusers import DDIMScheduler
+
+    from replaykit.tasks.ddpo.pipeline import SCHEDULER
+
+    for spacing, fixed in (("leading", True), ("linspace", False)):
+        scheduler = DDIMScheduler(**{**SCHEDULER, "timestep_spacing": spacing})
+        scheduler.set_timesteps(20)
+        strides = set((scheduler.timesteps[:-1] - scheduler.timesteps[1:]).tolist())
+        assert (strides == {1000 // 20}) is fixed, (spacing, strides)
