@@ -204,3 +204,29 @@ def test_refused_spacing_breaks_the_fixed_stride_the_logprob_step_assumes():
         scheduler.set_timesteps(20)
         strides = set((scheduler.timesteps[:-1] - scheduler.timesteps[1:]).tolist())
         assert (strides == {1000 // 20}) is fixed, (spacing, strides)
+
+
+def test_cli_strings_are_read_back_only_where_the_schema_wants_another_type():
+    """What Snakemake's --config parser (YAML BaseLoader) leaves: every scalar a string."""
+    import copy
+
+    import yaml
+
+    from replaykit.config import coerce_cli_values
+
+    schema = yaml.safe_load((ROOT / "config/schema.yaml").read_text())
+    cli = {"tasks": {"digress": {"seeds": ["42", "43"], "threads": "a: b: c", "candidate": "007"},
+                     "ddpo": {"evaluation": {"diversity_reference": "false"}}}}
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    for task, block in cli["tasks"].items():
+        for key, value in block.items():
+            if isinstance(value, dict):
+                config["tasks"][task][key].update(copy.deepcopy(value))
+            else:
+                config["tasks"][task][key] = copy.deepcopy(value)
+    coerce_cli_values(config, cli, schema)
+    digress, ddpo = config["tasks"]["digress"], config["tasks"]["ddpo"]
+    assert digress["seeds"] == [42, 43] and cli["tasks"]["digress"]["seeds"] == [42, 43]
+    assert digress["threads"] == "a: b: c"  # not a number: left for the schema's error
+    assert digress["candidate"] == "007"  # a string where the schema wants one: kept as given
+    assert ddpo["evaluation"]["diversity_reference"] is False

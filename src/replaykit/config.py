@@ -110,7 +110,10 @@ def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
                     or not _lookup(cli, path)
                 ):
                     continue
-                value = yaml.safe_load(err.instance)
+                try:
+                    value = yaml.safe_load(err.instance)
+                except yaml.YAMLError:
+                    continue  # not a YAML scalar: left for the schema error
                 wanted = (
                     err.validator_value
                     if isinstance(err.validator_value, list)
