@@ -1,4 +1,6 @@
+import copy
 import json
+import os
 import re
 import shlex
 import sys
@@ -6,18 +8,44 @@ from pathlib import Path
 
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
+import yaml
 
-from replaykit.config import check_config
+from replaykit.config import CLI, check_config, coerce_cli_values, load_yaml_strict
 from replaykit.harness.budget import Budget
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
 from replaykit.tasks import get_task
 
+SCHEMA_FILE = Path(workflow.basedir) / "config" / "schema.yaml"
+
+
+def config_layers():
+    """(source, mapping) of each config source, lowest priority first: the Snakefile's
+    configfile, each --configfile, then --config (see replaykit.config)."""
+    cli_files = [Path(f).resolve() for f in workflow.config_settings.configfiles]
+    files = [f for f in workflow.configfiles if Path(f).resolve() not in cli_files]
+    if workflow.config_settings.replace_workflow_config:
+        files = []  # --replace-workflow-config: the Snakefile's configfile is discarded
+    layers = [
+        (os.path.relpath(f), load_yaml_strict(f, os.path.relpath(f)))
+        for f in files + cli_files
+    ]
+    return layers + [(CLI, copy.deepcopy(dict(workflow.config_settings.config)))]
+
+
+SOURCE_NAME = " + ".join(map(str, workflow.configfiles)) or "config"
 try:
+    _layers = config_layers()
+    # Snakemake's --config parser leaves the items of a list / mapping as strings
+    coerce_cli_values(
+        config, _layers[-1][1], yaml.safe_load(Path(SCHEMA_FILE).read_text())
+    )
     check_config(
         config,
-        Path(workflow.basedir) / "config" / "schema.yaml",
-        " + ".join(map(str, workflow.configfiles)) or "config",
+        SCHEMA_FILE,
+        SOURCE_NAME,
+        layers=_layers,
+        recipes_root=Path(workflow.basedir) / "recipes",
     )
 except InputError as exc:
     sys.exit(f"error: {exc}")
@@ -81,8 +109,11 @@ def get_fixed_start_private(w):
 
 def get_builder_salt(w):
     """The final-split salt, for a builder that draws a held-out split (its spec has
-    heldout_per_class); other fixed starts do not depend on it, so it never rebuilds them."""
-    return config["final_salt"] if "heldout_per_class" in config["models"][w.model] else ""
+    heldout_per_class); other fixed starts do not depend on it, so it never rebuilds them.
+    """
+    return (
+        config["final_salt"] if "heldout_per_class" in config["models"][w.model] else ""
+    )
 
 
 def get_recipe_files(w):
@@ -260,3 +291,20 @@ def get_report_figures(w):
         for p in get_report_officials(w)
         for kind in ("training", "checkpoints", "budget")
     ]
+
+
+def refuse_unknown_task(w):
+    """Input function of the unknown_task target rule, in targets.smk; refuses a target under a
+    task that is not configured, while the DAG is built (also in a dry run)."""
+    from replaykit.tasks import KNOWN
+
+    configured = ", ".join(sorted(config["tasks"]))
+    if w.other in KNOWN:
+        stop(
+            f"{SOURCE_NAME}: tasks.{w.other}: the target names task {w.other!r}, which the "
+            f"config does not define (configured: {configured})"
+        )
+    stop(
+        f"{SOURCE_NAME}: tasks: the target names an unknown task {w.other!r} "
+        f"(tasks: {', '.join(KNOWN)}; configured: {configured})"
+    )

@@ -1,7 +1,13 @@
-"""Checks of the workflow configuration that give one clear line per problem."""
+"""Checks of the workflow configuration that give one clear line per problem.
+
+A value can come from ``config/config.yaml`` (the Snakefile's ``configfile:``), from files
+given with ``--configfile`` and from ``--config KEY=VALUE``; each error names the source the
+offending value came from (the last one that sets it), then its dotted key.
+"""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import jsonschema
@@ -10,42 +16,278 @@ import yaml
 from .harness.budget import Budget
 from .harness.errors import InputError
 
+CLI = "--config"  # the source name of values given on the command line
 
-def check_config(config: dict, schema_file: str | Path, source: str) -> None:
+Layer = tuple[str, dict]  # (source name, the mapping it contributes), lowest priority first
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _mapping_without_duplicates(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: explicit keys override it
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise InputError(
+                node.start_mark.name,
+                f"line {key_node.start_mark.line + 1}",
+                f"key {key!r} given twice in one mapping (first on line {seen[key]})",
+            )
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
+)
+
+
+def load_yaml_strict(path: str | Path, name: str | None = None):
+    """Parse a YAML file, refusing duplicate keys; errors name the file as ``name``
+    (default: ``path``).
+
+    Raises:
+        InputError: ``<path>: line <n>: key 'k' given twice ...`` or the parser's message
+            for YAML that does not parse.
+    """
+    name = str(path) if name is None else name
+    try:
+        with open(path) as handle:
+            return yaml.load(handle, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except InputError as exc:
+        raise InputError(name, exc.field, exc.message) from None
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "-"
+        raise InputError(name, f"line {line}", str(exc.problem)) from None
+
+
+def _lookup(mapping, path) -> bool:
+    """Whether the key path (a sequence of keys / list indices) exists in ``mapping``."""
+    node = mapping
+    for key in path:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return False
+    return True
+
+
+def source_of(path, layers: list[Layer], default: str) -> str:
+    """The source (file name or ``--config``) of the value at ``path``: the last layer that
+    sets it, else the last layer that sets its longest existing parent, else ``default``."""
+    path = list(path)
+    for depth in range(len(path), 0, -1):
+        for name, mapping in reversed(layers):
+            if _lookup(mapping, path[:depth]):
+                return name
+    return default
+
+
+def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
+    """Turn back into numbers / booleans / null the strings that Snakemake's ``--config``
+    parser leaves inside a structured value, where the schema asks for that type.
+
+    Snakemake parses ``--config 'tasks={"digress": {"seeds": [42, 43]}}'`` with YAML's
+    ``BaseLoader``, which makes every scalar a string (``["42", "43"]``). Each such string
+    is re-read with YAML's safe loader and kept only when the result is of a type the schema
+    expects at that place; both ``config`` (the merged config) and ``cli`` are updated.
+    """
+    validator = jsonschema.Draft202012Validator(schema)
+    for _ in range(10_000):  # one fix per pass: the error list changes as values change
+        fixed = False
+        for error in validator.iter_errors(config):
+            for err in [error, *(error.context or [])]:
+                path = list(err.absolute_path)
+                if (
+                    err.validator != "type"
+                    or not isinstance(err.instance, str)
+                    or not _lookup(cli, path)
+                ):
+                    continue
+                try:
+                    value = yaml.safe_load(err.instance)
+                except yaml.YAMLError:
+                    continue  # not a YAML scalar: left for the schema error
+                wanted = (
+                    err.validator_value
+                    if isinstance(err.validator_value, list)
+                    else [err.validator_value]
+                )
+                if not any(validator.is_type(value, t) for t in wanted) or isinstance(value, str):
+                    continue
+                for target in (config, cli):
+                    node = target
+                    for key in path[:-1]:
+                        node = node[key]
+                    node[path[-1]] = value
+                fixed = True
+                break
+            if fixed:
+                break
+        if not fixed:
+            return
+
+
+def _schema_error(
+    error: jsonschema.ValidationError, layers: list[Layer], default: str
+) -> InputError:
+    """One InputError for a schema violation; an unknown key is named itself, with the keys
+    its block defines (and the nearest one, for a typo)."""
+    path = list(error.absolute_path)
+    message = error.message
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in error.schema.get("properties", {}))
+        if extra:
+            path.append(extra[0])
+            close = difflib.get_close_matches(str(extra[0]), allowed, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            message = f"unknown key{hint} (this block takes: {', '.join(allowed)})"
+    elif (
+        error.validator == "type"
+        and isinstance(error.instance, str)
+        and source_of(path, layers, "") == CLI
+    ):
+        message += (
+            " (from --config: write numbers and booleans unquoted, e.g. "
+            '--config \'tasks={"digress": {"seeds": [42, 43]}}\')'
+        )
+    field = ".".join(str(p) for p in path) or "-"
+    return InputError(source_of(path, layers, default), field, message)
+
+
+def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None:
+    """``recipe.profile`` and the keys of ``recipe.overrides`` against the shipped recipe
+    ``recipes/<task>/configs/<profile>.yaml``. When the task's candidate patch changes that
+    profile file, its keys are checked when the replay starts, on the patched workspace.
+
+    Raises:
+        InputError: naming ``source`` and ``tasks.<task>.recipe.profile`` or
+            ``tasks.<task>.recipe.overrides.<key>``.
+    """
+    from .harness.replay import check_overrides
+    from .harness.workspace import patch_paths
+
+    recipe = task.get("recipe") or {}
+    profile = recipe.get("profile", "embedded")
+    overrides = recipe.get("overrides") or {}
+    shipped = recipes_root / name
+    profile_file = shipped / "configs" / f"{profile}.yaml"
+    candidate = task.get("candidate", "shipped")
+    patch = (task.get("candidates") or {}).get(candidate)
+    if patch is not None:
+        try:
+            touched = patch_paths(patch)
+        except InputError:
+            return  # a malformed patch is refused, naming its line, by the workspace rule
+        if f"configs/{profile}.yaml" in touched:
+            return  # the patched profile may add keys: check_overrides runs at replay start
+    if not profile_file.is_file():
+        profiles = sorted(p.stem for p in (shipped / "configs").glob("*.yaml"))
+        raise InputError(
+            source,
+            f"tasks.{name}.recipe.profile",
+            f"{profile!r} is not a profile of the shipped recipe "
+            f"(recipes/{name}/configs/: {', '.join(profiles)})",
+        )
+    try:
+        check_overrides(shipped, profile, overrides)
+    except InputError as exc:
+        raise InputError(
+            source,
+            f"tasks.{name}.{exc.field}",
+            f"not a key of the shipped recipe's recipes/{name}/configs/{profile}.yaml"
+            " (a candidate patch that adds it must change that file)",
+        ) from None
+
+
+def check_config(
+    config: dict,
+    schema_file: str | Path,
+    source: str,
+    layers: list[Layer] | None = None,
+    recipes_root: str | Path | None = None,
+) -> None:
     """Validate ``config`` against the JSON schema, then the rules a schema cannot state.
 
-    Raises :class:`InputError` naming ``source`` (the config file(s)) and the dotted path of
-    the first offending field, e.g. ``tasks.dpo.budget.outer_limit_s``.
+    Args:
+        config: the merged workflow config.
+        schema_file: ``config/schema.yaml``.
+        source: the name used when ``layers`` cannot tell where a value came from.
+        layers: ``(source name, mapping)`` of each config source, lowest priority first, so
+            that an error names the file (or ``--config``) its value came from.
+        recipes_root: the ``recipes/`` folder; when given, ``recipe.profile`` and
+            ``recipe.overrides`` are checked against the shipped recipes.
+
+    Raises:
+        InputError: naming the source and the dotted path of the first offending field,
+            e.g. ``tasks.dpo.budget.outer_limit_s``.
     """
+    layers = layers or [(source, config)]
     schema = yaml.safe_load(Path(schema_file).read_text())
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(config)
+    )
     if error is not None:
-        field = ".".join(str(p) for p in error.absolute_path) or "-"
-        raise InputError(source, field, error.message)
+        raise _schema_error(error, layers, source)
     from .tasks import get_task
 
     for name, task in config["tasks"].items():
+
+        def src(*keys, _name=name):
+            return source_of(["tasks", _name, *keys], layers, source)
+
         plugin = get_task(name)
         try:
             plugin.check_data(task["data"])
         except KeyError as exc:
-            raise InputError(source, f"tasks.{name}.data.{exc.args[0]}", "required key missing") from None
+            raise InputError(
+                src("data"), f"tasks.{name}.data.{exc.args[0]}", "required key missing"
+            ) from None
         except ValueError as exc:
             key, _, message = str(exc).partition(": ")
-            raise InputError(source, f"tasks.{name}.data.{key}", message) from None
+            raise InputError(src("data", key), f"tasks.{name}.data.{key}", message) from None
         for cand, patch in task.get("candidates", {}).items():
             if not Path(patch).is_file():
-                raise InputError(source, f"tasks.{name}.candidates.{cand}", f"patch file {patch!r} not found")
+                raise InputError(
+                    src("candidates", cand),
+                    f"tasks.{name}.candidates.{cand}",
+                    f"patch file {patch!r} not found",
+                )
         try:
             Budget.from_config(task["budget"])
         except ValueError as exc:
-            raise InputError(source, f"tasks.{name}.budget", str(exc)) from None
+            raise InputError(src("budget"), f"tasks.{name}.budget", str(exc)) from None
         fixed_start = task["fixed_start"]
         if fixed_start not in config.get("models", {}) and not any(
-                (Path(fixed_start) / f).is_file() for f in ("config.json", "model_index.json")):  # HF model / diffusers pipeline
-            raise InputError(source, f"tasks.{name}.fixed_start",
-                             f"{fixed_start!r} is neither a name in models nor a model directory with config.json "
-                             "(or a diffusers pipeline with model_index.json)")
+            (Path(fixed_start) / f).is_file() for f in ("config.json", "model_index.json")
+        ):  # HF model / diffusers pipeline
+            raise InputError(
+                src("fixed_start"),
+                f"tasks.{name}.fixed_start",
+                f"{fixed_start!r} is neither a name in models nor a model directory with "
+                "config.json "
+                "(or a diffusers pipeline with model_index.json)",
+            )
+        check_start = getattr(plugin, "check_fixed_start", None)
+        if check_start is not None and fixed_start not in config.get("models", {}):
+            check_start(fixed_start)  # InputError naming the fixed start's file
         candidate = task.get("candidate", "shipped")
         if candidate != "shipped" and candidate not in task.get("candidates", {}):
-            raise InputError(source, f"tasks.{name}.candidate", f"{candidate!r} is not a key of candidates")
+            raise InputError(
+                src("candidate"),
+                f"tasks.{name}.candidate",
+                f"{candidate!r} is not a key of candidates",
+            )
+        if recipes_root is not None:
+            try:
+                check_recipe(name, task, Path(recipes_root), source)
+            except InputError as exc:
+                keys = exc.field.split(".")[2:] if exc.field.startswith("tasks.") else []
+                raise InputError(src(*keys) if keys else exc.path, exc.field, exc.message) from None

@@ -19,6 +19,8 @@
   sandbox hides them (other existing paths in ``data`` are shown read-only);
 * ``FIXED_START_IS_DATA`` - True when the fixed start is raw data whose complement is the
   test split (digress's QM9): the replay sandbox does not show it;
+* ``check_fixed_start(path)`` (optional) - workflow-start check of a local fixed start
+  (soup: aligned ingredient heads; ddpo: the scheduler config), :class:`InputError`;
 * ``FIXED_START_REFERENCE`` (optional, default True) - False when the fixed start cannot be
   scored by itself (``rm``: no reward head), so the final result has no fixed-start reference.
 

@@ -38,6 +38,7 @@ REPORT_DIAGNOSTICS = ("text_image_alignment", "mean_pairwise_image_distance")
 FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = False
 TRAINING_CURVE = "reward_mean"  # the report plots the per-epoch mean reward of the samples
+INFERENCE_STEPS = 20  # DDIM steps of the scoring (guidance 5, eta 0)
 PROMPTS, PROXY_FILE, FINAL_FILE, SCORING = "prompts.txt", "proxy.jsonl", "final.jsonl", "scoring.json"
 EMBEDDED_KEYS = ("public_seed", "n_proxy", "hidden_seed", "n_final")
 LOCAL_KEYS = ("prompts_file", "clip_dir", "aesthetic_mlp", "public_seed", "n_proxy", "hidden_seed", "n_final")
@@ -50,6 +51,15 @@ def check_data(data: dict) -> None:
     if data.get("source") == "local" and not Path(data["clip_dir"]).is_dir():
         raise ValueError(f"clip_dir: folder {data['clip_dir']!r} not found")
 
+
+
+def check_fixed_start(fixed_start: str | Path) -> None:
+    """Workflow-start check of a local pipeline folder: its scheduler config
+    (:func:`.pipeline.check_scheduler`); the rest is checked when assets are built."""
+    from .pipeline import check_scheduler
+
+    if (Path(fixed_start) / "scheduler").is_dir():
+        check_scheduler(Path(fixed_start) / "scheduler", INFERENCE_STEPS)
 
 def read_prompts(path: str | Path) -> list[str]:
     """Prompts of a text file, one per line (blank lines skipped); InputError when empty."""
@@ -69,14 +79,17 @@ def stream(prompts: list[str], n: int, seed: int, prefix: str) -> list[dict]:
 def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
     """Write the prompt list, the public-64 / final-256 streams and ``scoring.json`` (see the
     module docstring). Raises :class:`InputError` for a fixed start that is not a
-    diffusers pipeline folder, an empty prompt file, or streams that share a latent seed."""
+    diffusers pipeline folder, a scheduler config the DDIM-with-log-prob step does not support
+    (:func:`.pipeline.check_scheduler`), an empty prompt file, or streams that share a latent
+    seed."""
     from ...harness.hashing import sha256_file, tree_files
-    from .pipeline import CONFIG, prompts as digit_prompts
+    from .pipeline import CONFIG, check_scheduler, prompts as digit_prompts
 
     fixed_start = Path(fixed_start)
     for sub in ("unet", "vae", "text_encoder", "tokenizer", "scheduler"):
         if not (fixed_start / sub).is_dir():
             raise InputError(fixed_start, sub, "missing: not a Stable Diffusion pipeline folder (diffusers layout)")
+    check_scheduler(fixed_start / "scheduler", INFERENCE_STEPS)
     if cfg.get("source") == "local":
         prompts = read_prompts(cfg["prompts_file"])
         scoring = {"reward": "aesthetic", "clip_dir": str(Path(cfg["clip_dir"]).resolve()),
@@ -92,7 +105,7 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
             raise InputError(fixed_start / CONFIG, "embedder", "the embedded pipeline needs its digit CLIP (clip/)")
         prompts = config.get("prompts") or digit_prompts()
         scoring = {"reward": "jpeg_compressibility", "jpeg_quality": 95, "embedder": config["embedder"]}
-    scoring.update(inference_steps=20, guidance_scale=5.0, eta=0.0)
+    scoring.update(inference_steps=INFERENCE_STEPS, guidance_scale=5.0, eta=0.0)
     proxy = stream(prompts, int(cfg["n_proxy"]), int(cfg["public_seed"]), "public")
     final = stream(prompts, int(cfg["n_final"]), int(cfg["hidden_seed"]), "final")
     shared = {r["latent_seed"] for r in proxy} & {r["latent_seed"] for r in final}

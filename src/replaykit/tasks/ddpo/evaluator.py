@@ -126,7 +126,33 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
                        scoring={"reward": scoring["reward"], "steps": scoring["inference_steps"],
                                 "guidance": scoring["guidance_scale"], "eta": scoring["eta"], "device": device,
                                 "dtype": str(dtype), "sampling_s": sampled_s, "seconds": time.time() - started})
+    if scoring["reward"] == "jpeg_compressibility":
+        caveat = jpeg_caveat(images.shape[-2:], int(scoring.get("jpeg_quality", 95)))
+        diagnostics["scoring"]["jpeg_fixed_overhead_kb"] = caveat["fixed_overhead_kb"]
+        advisories.append(caveat["advisory"])
     summary = {"metric": metric.format(n=len(items), reward=reward_name), "direction": "maximize",
                "value": float(rewards.mean()), "uncertainty": {"value": mean_se(rewards), "kind": "se_of_mean"},
                "n": len(items), "diagnostics": diagnostics, "advisories": advisories}
     return summary, rows
+
+
+def jpeg_caveat(size: tuple[int, int], quality: int) -> dict:
+    """Why the JPEG-compressibility score is not comparable with DDPO's reported numbers.
+
+    The reward is minus the JPEG size in kB; at small image sizes most of that size is the
+    fixed cost of headers and quantisation / Huffman tables, measured here as the size of a
+    uniform grey image of the same ``size`` (h, w) and ``quality``. DDPO's numbers are for
+    512 × 512 Stable Diffusion images, where that overhead is a small share.
+
+    Returns ``{"fixed_overhead_kb": float, "advisory": str}``.
+    """
+    from .rewards import jpeg_size_kb
+
+    h, w = int(size[0]), int(size[1])
+    overhead = float(jpeg_size_kb(torch.full((1, 3, h, w), 0.5), quality)[0])
+    return {"fixed_overhead_kb": overhead,
+            "advisory": ("jpeg_compressibility is not comparable with the DDPO paper's "
+                         f"numbers: at {h} x {w} px a uniform image already costs "
+                         f"{overhead:.3f} kB of fixed JPEG overhead (headers, tables; quality "
+                         f"{quality}), which dominates the score; the paper scores 512 x 512 "
+                         "images")}

@@ -52,6 +52,63 @@ TEXT = dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_l
             max_position_embeddings=MAX_LENGTH, bos_token_id=49406, eos_token_id=49407, pad_token_id=49407)
 
 
+# What ``recipes/ddpo/ddim_with_logprob.py`` assumes of the effective DDIMScheduler config:
+# a fixed stride ``T // steps`` between timesteps ("leading" spacing; "linspace" has another
+# stride, so the per-step log-probabilities would use wrong previous timesteps), a non-zero
+# variance after the last step (set_alpha_to_one=True gives sigma = 0: log 0), an epsilon
+# prediction, no clipping or thresholding of x0 and no zero-terminal-SNR rescaling (a_T = 0
+# divides by zero). Keys absent from the file take DDIMScheduler's defaults, which are not
+# SD's (clip_sample and set_alpha_to_one default to True), so the effective values are judged.
+SCHEDULER_SUPPORTED = {"timestep_spacing": ("leading",), "set_alpha_to_one": (False,),
+                       "prediction_type": ("epsilon",), "clip_sample": (False,),
+                       "thresholding": (False,), "rescale_betas_zero_snr": (False,)}
+SCHEDULER_FOREIGN_KEYS = ("skip_prk_steps",)  # PNDMScheduler's (SD v1.5 ships PNDM's config)
+
+
+def check_scheduler(folder: str | Path, inference_steps: int) -> dict:
+    """Refuse a scheduler config the DDIM-with-log-prob step cannot use.
+
+    Args:
+        folder: the pipeline's ``scheduler/`` folder (``scheduler_config.json``).
+        inference_steps: DDIM steps of the scoring (``steps_offset`` must stay below the
+            stride ``num_train_timesteps // inference_steps``).
+    Returns the effective config (DDIMScheduler's defaults filled in).
+    Raises:
+        InputError: ``<folder>/scheduler_config.json: <key>: <message>`` for an unknown key,
+            an unsupported value (see ``SCHEDULER_SUPPORTED``) or a ``steps_offset`` outside
+            ``[0, stride)``.
+    """
+    import inspect
+
+    from diffusers import DDIMScheduler
+
+    from ...harness.errors import InputError
+
+    path = Path(folder) / "scheduler_config.json"
+    if not path.is_file():
+        raise InputError(path, "-", "missing: the pipeline needs a DDIM scheduler config")
+    raw = json.loads(path.read_text())
+    known = set(inspect.signature(DDIMScheduler.__init__).parameters) - {"self"}
+    for key in raw:
+        if not key.startswith("_") and key not in known and key not in SCHEDULER_FOREIGN_KEYS:
+            raise InputError(path, key,
+                             f"not a DDIMScheduler setting (known: {', '.join(sorted(known))})")
+    effective = dict(DDIMScheduler.from_config(raw).config)
+    for key, allowed in SCHEDULER_SUPPORTED.items():
+        if effective[key] not in allowed:
+            given = "" if key in raw else " (absent from the file: DDIMScheduler's default)"
+            raise InputError(path, key, f"{effective[key]!r}{given} is not supported by the "
+                                        "DDIM-with-log-prob step of DDPO; use "
+                                        f"{' or '.join(map(repr, allowed))}")
+    stride = int(effective["num_train_timesteps"]) // int(inference_steps)
+    offset = effective["steps_offset"]
+    if not (isinstance(offset, int) and 0 <= offset < stride):
+        raise InputError(path, "steps_offset", f"{offset!r} must be an integer in [0, {stride}) "
+                                               f"(the stride num_train_timesteps // "
+                                               f"{inference_steps} steps)")
+    return effective
+
+
 def prompts() -> list[str]:
     """The embedded task's prompt list: one caption per digit."""
     return [PROMPT_TEMPLATE.format(name) for name in CLASS_NAMES]

@@ -59,6 +59,18 @@ def _head(rows: list, n: int | None) -> list:
     return rows if n is None else rows[:n]
 
 
+
+def training_smiles(atoms, bonds) -> list[str]:
+    """Sorted distinct SMILES of the training graphs, canonicalised from the graph
+    representation exactly as sampled graphs are (:func:`.metrics.molecule_smiles`: no
+    charges, no stereo, largest fragment), as DiGress's ``get_train_smiles`` does; the QM9
+    source strings would keep charges and stereo marks (``[NH3+]CCC([O-])=O``,
+    ``C[C@H](N)C(=O)O``) that no sampled graph can have, counting training molecules as
+    novel. Graphs that do not sanitise are left out (DiGress does the same)."""
+    from .metrics import molecule_smiles
+
+    return sorted({molecule_smiles(a, b)[0] for a, b in zip(atoms, bonds)} - {None})
+
 def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
     """Read the fixed asset's QM9 CSVs, split like DiGress, write the splits (see the module
     docstring). Raises :class:`InputError` for a fixed start that is not a qm9pack folder,
@@ -78,7 +90,7 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     splits = {k: _head(v, cfg.get(f"n_{k}")) for k, v in splits.items()}
     dense = {k: data.dense(v) for k, v in splits.items()}
     stats = data.statistics(*dense["train"])
-    train_smiles = sorted({data.canonical(r["smiles"]) for r in splits["train"]} - {None})
+    train_smiles = training_smiles(*dense["train"])
     for folder in (Path(public_dir), Path(hidden_dir)):
         if folder.exists():
             shutil.rmtree(folder)

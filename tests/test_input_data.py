@@ -1,0 +1,232 @@
+"""Issue 21, data items checked by direct calls: digress novelty from graphs, dpo plain-text
+pairs and the prompt format in the summary, the ddpo JPEG caveat, soup head alignment when
+assets are built, the ddpo scheduler audit when assets are built, and the schema itself."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import ROOT
+from replaykit.harness.errors import InputError
+
+# QM9 rows whose source strings carry charges and stereo marks; their graphs carry neither.
+CHARGED_STEREO = {
+    "[NH3+]CCC([O-])=O": "NCCC(=O)O",
+    "C[C@H](N)C(=O)O": "CC(N)C(=O)O",
+    "C[C@@H](O)C#N": "CC(O)C#N",
+    "CCO": "CCO",
+    "c1ccoc1": "c1ccoc1",
+    "CC(C)=O": "CC(C)=O",
+}
+
+
+def test_digress_training_set_is_not_novel_against_itself(tmp_path):
+    from replaykit.tasks import digress
+    from replaykit.tasks.digress import data, metrics
+    from test_digress import write_fixed_start
+
+    rows = list(CHARGED_STEREO) * 2  # every molecule in every split
+    fixed = write_fixed_start(tmp_path / "fixed", rows)
+    digress.build_assets(
+        {"split_seed": 42, "split_train": 8, "n_train": None, "n_val": None, "n_test": None},
+        fixed,
+        tmp_path / "public",
+        tmp_path / "hidden",
+    )
+    train_smiles = set((tmp_path / "public/train_smiles.txt").read_text().split())
+    train_rows = [
+        json.loads(l)["smiles"] for l in (tmp_path / "public/train.jsonl").read_text().splitlines()
+    ]
+    assert train_smiles == {
+        CHARGED_STEREO[s] for s in train_rows
+    }  # the graphs' SMILES, written by hand
+    assert not any(c in s for s in train_smiles for c in "+-@")
+    atoms, bonds = data.load_npz(tmp_path / "public/train_graphs.npz")
+    scored, _ = metrics.graph_metrics(atoms, bonds, train_smiles)
+    assert scored["novelty"] == 0.0 and scored["validity"] == 1.0
+    # the old rule (canonical source strings) counted the charged / stereo molecules as novel
+    old = {data.canonical(s) for s in train_rows}
+    assert metrics.graph_metrics(atoms, bonds, old)[0]["novelty"] > 0
+
+
+def test_dpo_plain_text_pairs_are_trained_as_chat_turns(tmp_path):
+    from replaykit.tasks.dpo import read_pairs
+
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(
+        json.dumps({"prompt": "Name a colour.", "chosen": "Blue.", "rejected": "No."}) + "\n"
+    )
+    assert read_pairs(path) == [
+        {
+            "prompt": [{"role": "user", "content": "Name a colour."}],
+            "chosen": [{"role": "assistant", "content": "Blue."}],
+            "rejected": [{"role": "assistant", "content": "No."}],
+        }
+    ]
+
+
+SMOLLM2_TEMPLATE = (  # SmolLM2-135M-Instruct's template: a default system turn when none is given
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+    "trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def test_dpo_summary_names_template_and_system_prompt(tiny_llama):
+    import hashlib
+
+    from transformers import AutoTokenizer
+
+    from conftest import CHAT_TEMPLATE
+    from replaykit.tasks.dpo.evaluator import prompt_format
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    plain = prompt_format(tokenizer)
+    assert plain == {
+        "chat_template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(),
+        "prompt_format": "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n",
+        "system_prompt": None,
+    }
+    tokenizer.chat_template = SMOLLM2_TEMPLATE
+    smol = prompt_format(tokenizer)
+    assert (
+        smol["system_prompt"]
+        == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    )
+    assert smol["prompt_format"].startswith("<|im_start|>system\nYou are a helpful")
+
+
+def test_ddpo_jpeg_caveat_states_the_measured_overhead():
+    from replaykit.tasks.ddpo.evaluator import jpeg_caveat
+
+    buffer = io.BytesIO()  # a uniform grey 32 x 32 image, saved by PIL directly
+    Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(
+        buffer, format="JPEG", quality=95
+    )
+    caveat = jpeg_caveat((32, 32), 95)
+    assert caveat["fixed_overhead_kb"] == pytest.approx(len(buffer.getvalue()) / 1000, abs=0.002)
+    assert "not comparable with the DDPO paper" in caveat["advisory"]
+    assert f"{caveat['fixed_overhead_kb']:.3f} kB" in caveat["advisory"]
+
+
+def test_soup_assets_refuse_shifted_heads_and_record_alignment(tmp_path):
+    from replaykit.tasks import soup
+    from test_input_table import _soup_start
+
+    with pytest.raises(InputError) as err:
+        soup.check_fixed_start(_soup_start(tmp_path / "shifted", shifted=1))
+    assert err.value.path.endswith("ingredient_00.safetensors") and err.value.field == "head.weight"
+    aligned = _soup_start(tmp_path / "aligned")
+    soup.check_fixed_start(aligned)
+    info = soup.model.check_heads(aligned)
+    assert info["reference"] == "zeroshot.safetensors" and min(info["worst"].values()) > 0.9
+
+
+def test_ddpo_assets_refuse_the_scheduler_before_writing(tmp_path):
+    from replaykit.tasks import ddpo
+    from test_input_table import _ddpo_start
+
+    start = _ddpo_start(tmp_path / "start", timestep_spacing="linspace")
+    for sub in ("unet", "vae", "text_encoder", "tokenizer"):
+        (start / sub).mkdir()
+    with pytest.raises(InputError, match="scheduler_config.json: timestep_spacing: 'linspace'"):
+        ddpo.build_assets(
+            {"source": "embedded", "public_seed": 1, "n_proxy": 2, "hidden_seed": 2, "n_final": 2},
+            start,
+            tmp_path / "public",
+            tmp_path / "hidden",
+        )
+    assert not (tmp_path / "public").exists() and not (tmp_path / "hidden").exists()
+
+
+def test_embedded_ddpo_scheduler_passes_the_audit(tmp_path):
+    from diffusers import DDIMScheduler
+
+    from replaykit.tasks.ddpo import INFERENCE_STEPS
+    from replaykit.tasks.ddpo.pipeline import SCHEDULER, check_scheduler
+
+    DDIMScheduler(**SCHEDULER).save_pretrained(tmp_path)
+    effective = check_scheduler(tmp_path, INFERENCE_STEPS)
+    assert (effective["timestep_spacing"], effective["steps_offset"]) == ("leading", 1)
+
+
+def test_schema_has_each_key_once_and_closed_blocks(tmp_path):
+    """The schema parses with duplicate keys refused (it once had `device:` twice), and every
+    object of a task block refuses keys it does not define."""
+    from replaykit.config import load_yaml_strict
+
+    schema = load_yaml_strict(ROOT / "config/schema.yaml")
+    path = tmp_path / "dup.yaml"
+    path.write_text("device: {type: string}\ndevice: {type: integer}\n")
+    with pytest.raises(InputError, match="dup.yaml: line 2: key 'device' given twice"):
+        load_yaml_strict(path, "dup.yaml")
+    for name in ("dpo", "rm", "soup", "digress", "ddpo"):
+        block = schema["$defs"][name]
+        assert block["additionalProperties"] is False
+        for key in ("data", "evaluation", "validation"):
+            sub = block["properties"][key]
+            sub = schema["$defs"][sub["$ref"].split("/")[-1]] if "$ref" in sub else sub
+            assert sub["additionalProperties"] is False, (name, key)
+
+
+def test_stable_diffusion_v1_5_scheduler_config_passes_the_audit(tmp_path):
+    """SD v1.5 ships PNDMScheduler's config (no timestep_spacing, prediction_type, ...); DDPO
+    builds its DDIMScheduler from it, and the effective values are the supported ones."""
+    from replaykit.tasks.ddpo.pipeline import check_scheduler
+
+    sd15 = {"_class_name": "PNDMScheduler", "_diffusers_version": "0.6.0", "beta_end": 0.012,
+            "beta_schedule": "scaled_linear", "beta_start": 0.00085, "num_train_timesteps": 1000,
+            "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1,
+            "trained_betas": None, "clip_sample": False}
+    (tmp_path / "scheduler_config.json").write_text(json.dumps(sd15))
+    effective = check_scheduler(tmp_path, 20)
+    assert (effective["timestep_spacing"], effective["prediction_type"]) == ("leading", "epsilon")
+
+
+def test_refused_spacing_breaks_the_fixed_stride_the_logprob_step_assumes():
+    """ddim_step_with_logprob takes the previous timestep as t - T // steps: true for
+    'leading' (the accepted value), false for 'linspace' (refused)."""
+    from diffusers import DDIMScheduler
+
+    from replaykit.tasks.ddpo.pipeline import SCHEDULER
+
+    for spacing, fixed in (("leading", True), ("linspace", False)):
+        scheduler = DDIMScheduler(**{**SCHEDULER, "timestep_spacing": spacing})
+        scheduler.set_timesteps(20)
+        strides = set((scheduler.timesteps[:-1] - scheduler.timesteps[1:]).tolist())
+        assert (strides == {1000 // 20}) is fixed, (spacing, strides)
+
+
+def test_cli_strings_are_read_back_only_where_the_schema_wants_another_type():
+    """What Snakemake's --config parser (YAML BaseLoader) leaves: every scalar a string."""
+    import copy
+
+    import yaml
+
+    from replaykit.config import coerce_cli_values
+
+    schema = yaml.safe_load((ROOT / "config/schema.yaml").read_text())
+    cli = {"tasks": {"digress": {"seeds": ["42", "43"], "threads": "a: b: c", "candidate": "007"},
+                     "ddpo": {"evaluation": {"diversity_reference": "false"}}}}
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    for task, block in cli["tasks"].items():
+        for key, value in block.items():
+            if isinstance(value, dict):
+                config["tasks"][task][key].update(copy.deepcopy(value))
+            else:
+                config["tasks"][task][key] = copy.deepcopy(value)
+    coerce_cli_values(config, cli, schema)
+    digress, ddpo = config["tasks"]["digress"], config["tasks"]["ddpo"]
+    assert digress["seeds"] == [42, 43] and cli["tasks"]["digress"]["seeds"] == [42, 43]
+    assert digress["threads"] == "a: b: c"  # not a number: left for the schema's error
+    assert digress["candidate"] == "007"  # a string where the schema wants one: kept as given
+    assert ddpo["evaluation"]["diversity_reference"] is False
