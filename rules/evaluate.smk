@@ -1,7 +1,8 @@
 rule validate:
     """Frozen loader's verdict on one retained checkpoint (never fails on a bad one)."""
     input:
-        record="results/{task}/{run}/replay/record.json",
+        # not the record: a record rewritten for the same checkpoints (a replay rerun after it
+        # was lost) must not re-validate them; the marker carries the record's hash instead
         checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
         fixed_start=get_fixed_start,
     output:
@@ -18,9 +19,11 @@ rule validate:
         runtime=lambda w, attempt: attempt * task_cfg(w)["validation"]["runtime"],
     params:
         cfg=as_json("validation"),
+        record=lambda w: f"{replay_dir(w)}/record.json",
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit validate --task {wildcards.task}"
         " --checkpoint {input.checkpoint} --fixed-start {input.fixed_start} --cfg {params.cfg:q}"
+        " --record {params.record}"
         " --out {output.marker} > {log} 2>&1"
 
 

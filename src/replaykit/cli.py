@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .harness.errors import InputError
 from .harness.fileio import atomic_write_json, atomic_write_jsonl, read_json
-from .harness.hashing import sha256_file, sha256_tree, tree_files
+from .harness.hashing import listing_sha256, sha256_file, sha256_tree, tree_files
 from .harness.provenance import git_commit, library_versions, utc_now
 from .harness.replay import ReplayError
 
@@ -86,10 +86,23 @@ def cmd_validate(a) -> None:
 
     started = time.time()
     checkpoint = Path(a.checkpoint)
-    verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
-    verdict.update({"checkpoint": str(checkpoint), "progress": int(checkpoint.name.split("-")[-1]),
-                    "seconds": time.time() - started, "validated_at": utc_now(),
-                    "files": tree_files(checkpoint) if checkpoint.is_dir() else {}})
+    progress = int(checkpoint.name.split("-")[-1])
+    files = tree_files(checkpoint) if checkpoint.is_dir() else {}
+    actual = listing_sha256(files)
+    recorded = None
+    if a.record:  # the receipt: the checkpoint must be the one the replay published
+        entry = read_json(a.record, required=("checkpoints",))["checkpoints"].get(str(progress))
+        if not isinstance(entry, dict) or "sha256" not in entry:
+            raise InputError(a.record, f"checkpoints.{progress}.sha256", "not in the replay record")
+        recorded = entry["sha256"]
+    if recorded is not None and actual != recorded:
+        verdict = {"valid": False, "reason": f"checkpoint changed after publication: tree sha256 {actual} "
+                                             f"differs from {recorded} in its replay record {a.record}"}
+    else:
+        verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
+    verdict.update({"checkpoint": str(checkpoint), "progress": progress,
+                    "seconds": time.time() - started, "validated_at": utc_now(), "files": files,
+                    "checkpoint_sha256": actual, "record": a.record or None, "recorded_sha256": recorded})
     atomic_write_json(a.out, verdict)
     print(f"[validate] {checkpoint.name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
 
@@ -144,6 +157,9 @@ def cmd_score(a) -> None:
         assert_workspace_free(a.workspace)
     summary["split"] = a.split
     summary["checkpoint"] = a.checkpoint or None
+    # receipts: what this score was made from (checked again before an official uses it)
+    summary["checkpoint_sha256"] = sha256_tree(a.checkpoint) if a.checkpoint else None
+    summary["marker_sha256"] = sha256_file(a.marker) if a.marker else None
     summary["items_sha256"] = sha256_file(a.items)
     summary["scored_at"] = utc_now()
     (out_dir / ".complete").unlink(missing_ok=True)  # receipts come last: none while rewriting
@@ -261,6 +277,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="frozen loader's verdict on one checkpoint")
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
         s.add_argument(arg, required=True)
+    s.add_argument("--record", default="", help="replay record: a checkpoint whose tree hash differs is invalid")
     s.add_argument("--cfg", default="{}")
     s.set_defaults(func=cmd_validate)
 

@@ -23,6 +23,9 @@ from .hashing import sha256_tree
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 LEDGER = "publications.jsonl"
 KEEP = 3
+# Fault injection for the resume tests: the process publishing checkpoint-<value> dies
+# (exit 137, like ``kill -9``) right after that publication, before any record is written.
+FAULT_ENV = "REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH"
 
 
 def published(root: str | Path) -> list[int]:
@@ -114,4 +117,7 @@ def publish_checkpoint(src: str | Path, root: str | Path, progress: int, keep: i
              "time": time.time(), "retained": retained}
     # rewritten whole (atomically), so a line cut short by a kill never corrupts later ones
     atomic_write_text(root / LEDGER, "".join(json.dumps(e, sort_keys=True) + "\n" for e in ledger + [entry]))
+    if os.environ.get(FAULT_ENV) == str(progress):  # tests: a kill -9 right after this publication
+        print(f"[publish] checkpoint-{progress}", flush=True)
+        os._exit(137)
     return entry

@@ -33,9 +33,13 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
         marker = read_json(markers[progress], required=("valid", "reason"))
         if not isinstance(marker["valid"], bool):
             raise InputError(markers[progress], "valid", f"must be true or false, got {marker['valid']!r}")
+        summary_path = Path(scores[progress]) / "summary.json"
         entry = {"progress": progress, "valid": marker["valid"], "reason": marker["reason"],
                  "marker": str(markers[progress]), "scores": str(scores[progress]),
-                 "score_status": status(scores[progress]), "value": None, "se": None}
+                 "score_status": status(scores[progress]), "value": None, "se": None,
+                 "checkpoint_sha256": marker.get("checkpoint_sha256"),
+                 "marker_sha256": sha256_file(markers[progress]),
+                 "summary_sha256": sha256_file(summary_path) if summary_path.is_file() else None}
         if entry["valid"]:
             summary = read_complete_summary(scores[progress])
             entry.update(value=summary["value"], se=summary["uncertainty"]["value"], n=summary["n"],
@@ -158,7 +162,10 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
         "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]}, "n": best["n"],
         "diagnostics": best.get("diagnostics", {}), "advisories": advisories,
         "official": {"run": primary["run"], "seed": primary["seed"], "progress": best["progress"],
-                     "scores": best["scores"], "official": str(officials[0])},
+                     "scores": best["scores"], "official": str(officials[0]),
+                     "checkpoint_sha256": best.get("checkpoint_sha256")},
+        # receipts: the exact official.json files this summary was made from
+        "officials_sha256": {str(p): sha256_file(p) for p in dict.fromkeys([*officials, shipped_official])},
         "references": references, "comparisons": comparisons, "normalised_score": normalised,
         "seeds": {**seeds, "per_seed": per_seed},
         "lineage": {"asset_manifest": primary["asset_manifest"], "asset_manifest_sha256": primary["asset_manifest_sha256"],
