@@ -170,7 +170,10 @@ def _apply(findings):
         return
     if workflow.execution_settings is None or workflow.dryrun:
         paths = ", ".join(dict.fromkeys(p for f in bad for p in f.invalidates))
-        print(f"receipts: not removed (dry run); a real run rebuilds: {paths}", file=sys.stderr)
+        print(
+            f"receipts: not removed (dry run); a real run rebuilds: {paths}",
+            file=sys.stderr,
+        )
         return
     for path in invalidate(bad):
         print(f"receipts: removed {path}; it will be rebuilt", file=sys.stderr)
@@ -186,7 +189,8 @@ def reverify_official(w):
 
 def reverify_final(w):
     """Input function of `final`: check the receipts of every run it uses and final/ itself
-    against them; a run that must be rebuilt invalidates final/ too (returns no files)."""
+    against them; a run that must be rebuilt invalidates final/ too (returns no files).
+    """
     if ("final", w.task) in _CHECKED:
         return []
     _CHECKED["final", w.task] = True
@@ -196,9 +200,15 @@ def reverify_final(w):
         findings += _check_run(w.task, run)
     if any(f.invalidates for f in findings):
         if Path(final_dir).exists():
-            findings.append(Finding(final_dir, "stale", "built from receipts being rebuilt", [final_dir]))
+            findings.append(
+                Finding(
+                    final_dir, "stale", "built from receipts being rebuilt", [final_dir]
+                )
+            )
     else:
-        officials = [f"results/{w.task}/{run}/official.json" for run in _runs_of_final(w.task)]
+        officials = [
+            f"results/{w.task}/{run}/official.json" for run in _runs_of_final(w.task)
+        ]
         verdict = check_final(final_dir, officials)
         findings += [verdict] if verdict else []
     _apply(findings)
