@@ -243,6 +243,14 @@ def cmd_report(a) -> None:
     print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(pngs)} figures -> {a.out_html}")
 
 
+def cmd_status(a) -> int:
+    from .harness.verify import status_lines
+
+    lines, ok = status_lines(a.results, a.task or None)
+    print("\n".join(lines) if lines else f"{a.results}: no runs")
+    return 0 if ok else 1
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="replaykit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="step", required=True)
@@ -326,20 +334,26 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--run-figures", nargs="+", required=True, help="each run's figures folder, same order")
     s.add_argument("--n-boot", type=int, default=10_000)
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("status", help="per run: which receipts are verified, stale or missing (exit 1 unless all"
+                                      " are verified); reads receipts only, rebuilds nothing")
+    s.add_argument("--results", default="results", help="the results folder")
+    s.add_argument("task", nargs="*", help="tasks to report (default: all under --results)")
+    s.set_defaults(func=cmd_status)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        args.func(args)
+        code = args.func(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ReplayError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -176,3 +176,39 @@ def invalidate(findings: list[Finding]) -> list[str]:
             continue
         removed.append(path)
     return removed
+
+
+def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[list[str], bool]:
+    """What is verified, stale or missing, per run and per ``final/``, from the receipts alone
+    (nothing is rebuilt, removed or cached). Runs are the ``<task>/<name>-seed<N>``
+    directories under ``results``; ``final/`` is checked against the ``official.json`` files
+    its summary names. Returns the report's lines and whether everything is verified."""
+    results = Path(results)
+    lines, ok = [], True
+    task_dirs = sorted(p for p in results.iterdir() if p.is_dir() and p.name != "models") if results.is_dir() else []
+    for task_dir in task_dirs:
+        if tasks and task_dir.name not in tasks:
+            continue
+        entries = []
+        for run_dir in sorted(p for p in task_dir.iterdir() if p.is_dir() and "-seed" in p.name):
+            findings = check_run(run_dir, HashCache(run_dir / CACHE) if (run_dir / CACHE).is_file() else None)
+            if not findings and not (run_dir / "replay").exists():
+                continue
+            entries.append((f"{task_dir.name}/{run_dir.name}", findings or
+                            [Finding(str(run_dir / "replay" / "record.json"), "missing", "not replayed yet")]))
+        final_dir = task_dir / "final"
+        if final_dir.exists():
+            summary = _json(final_dir / SUMMARY) or {}
+            names = list(summary.get("officials_sha256") or {})
+            verdict = check_final(final_dir, names) if names else Finding(
+                str(final_dir), "stale", "its summary names no official.json hashes", [str(final_dir)])
+            entries.append((f"{task_dir.name}/final", [verdict]))
+        for name, findings in entries:
+            bad = [f for f in findings if f.state != "verified"]
+            states = {f.state for f in bad}
+            overall = ("stale" if states & {"stale", "tampered"} else "missing") if bad else "verified"
+            ok = ok and not bad
+            counted = len(findings) - len(bad)
+            lines.append(f"{name}: {overall} ({counted} of {len(findings)} receipts verified)")
+            lines += [f"  {f.line()}" for f in bad]
+    return lines, ok
