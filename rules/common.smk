@@ -129,8 +129,8 @@ def retained(w):
     if missing:
         stop(
             f"{record}: retained: {missing[0]} is listed but not visible after {latency_s} s; "
-            "on a shared filesystem raise --latency-wait (if it was removed, remove the record "
-            "too and rerun)"
+            "on a shared filesystem raise --latency-wait (if it was removed, start a fresh formal "
+            f"replay: rm -r {replay_dir(w)} results/{w.task}/{w.run}/replay-state, then rerun)"
         )
     return progress
 
