@@ -181,7 +181,8 @@ def _apply(findings):
 
 def reverify_official(w):
     """Input function of `official`: check the run's receipts (returns no files)."""
-    if ("official", w.task, w.run) not in _CHECKED:
+    # only in the main process: a job run remotely (SLURM) builds its own DAG for one job
+    if workflow.is_main_process and ("official", w.task, w.run) not in _CHECKED:
         _CHECKED["official", w.task, w.run] = True
         _apply(_check_run(w.task, w.run))
     return []
@@ -191,7 +192,7 @@ def reverify_final(w):
     """Input function of `final`: check the receipts of every run it uses and final/ itself
     against them; a run that must be rebuilt invalidates final/ too (returns no files).
     """
-    if ("final", w.task) in _CHECKED:
+    if not workflow.is_main_process or ("final", w.task) in _CHECKED:
         return []
     _CHECKED["final", w.task] = True
     findings, final_dir = [], f"results/{w.task}/final"

@@ -416,7 +416,8 @@ def test_bad_fixed_asset_is_named(tmp_path):
 def _published(run: Path) -> tuple[list[int], list[int]]:
     """(checkpoints on disk, progress of every ledger entry)."""
     on_disk = sorted(int(p.name.split("-")[1]) for p in (run / "pub").glob("checkpoint-*"))
-    ledger = [json.loads(line)["progress"] for line in (run / "pub/publications.jsonl").read_text().splitlines()]
+    lines = (run / "pub/publications.jsonl").read_text().splitlines()
+    ledger = [json.loads(line)["progress"] for line in lines]
     return on_disk, ledger
 
 

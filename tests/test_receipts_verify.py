@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, copy_workflow, orphan_processes, snakemake, tiny_config, write_config
+from conftest import (
+    ROOT,
+    VENV_BIN,
+    copy_workflow,
+    orphan_processes,
+    snakemake,
+    tiny_config,
+    write_config,
+)
 from replaykit.harness.hashing import HashCache
 
 DPO = "results/dpo/final"
@@ -40,7 +48,11 @@ def tree_sha(root) -> str:
     """The record's tree hash, recomputed: SHA-256 of ``relpath\\0sha256\\n`` lines, in
     path order, of every file under ``root``."""
     root = Path(root)
-    lines = "".join(f"{p.relative_to(root).as_posix()}\0{file_sha(p)}\n" for p in sorted(root.rglob("*")) if p.is_file())
+    lines = "".join(
+        f"{p.relative_to(root).as_posix()}\0{file_sha(p)}\n"
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    )
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
@@ -57,8 +69,14 @@ def flip_middle_byte(path: Path) -> None:
 
 def status(work, *tasks) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    return subprocess.run([sys.executable, "-m", "replaykit", "status", *tasks], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "replaykit", "status", *tasks],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def assert_receipts_agree(work: Path, task: str, run: Path, tampered: tuple[int, ...] = ()) -> dict:
@@ -81,7 +99,9 @@ def assert_receipts_agree(work: Path, task: str, run: Path, tampered: tuple[int,
         scores = work / run / f"final-scores/checkpoint-{p}"
         assert (scores / ".complete").exists()
         summary = read(scores / "summary.json")
-        assert summary["checkpoint_sha256"] == actual and summary["marker_sha256"] == file_sha(marker_path)
+        assert summary["checkpoint_sha256"] == actual and summary["marker_sha256"] == file_sha(
+            marker_path
+        )
         assert entry["marker_sha256"] == file_sha(marker_path)
         assert entry["summary_sha256"] == file_sha(scores / "summary.json")
         assert entry["valid"] == marker["valid"]
@@ -90,9 +110,13 @@ def assert_receipts_agree(work: Path, task: str, run: Path, tampered: tuple[int,
         summary = read(final / "summary.json")
         assert (final / ".complete").exists()
         assert summary["lineage"]["record_sha256"] == file_sha(work / run / "replay/record.json")
-        assert summary["officials_sha256"][str(run / "official.json")] == file_sha(work / run / "official.json")
+        assert summary["officials_sha256"][str(run / "official.json")] == file_sha(
+            work / run / "official.json"
+        )
         best = official["official"]
-        assert summary["official"]["progress"] == best["progress"] and best["progress"] not in tampered
+        assert (
+            summary["official"]["progress"] == best["progress"] and best["progress"] not in tampered
+        )
         assert summary["value"] == best["value"]
     return record
 
@@ -107,8 +131,11 @@ def jobs_run(out: subprocess.CompletedProcess) -> dict[str, int]:
     if "Job stats:" not in text:
         return {}
     table = text.split("Job stats:")[1].split("total")[0]
-    return {line.split()[0]: int(line.split()[1]) for line in table.splitlines()
-            if len(line.split()) == 2 and line.split()[1].isdigit()}
+    return {
+        line.split()[0]: int(line.split()[1])
+        for line in table.splitlines()
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
 
 
 def copy_run(src: Path, dest: Path) -> Path:
@@ -147,14 +174,24 @@ def soup_finished(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("soup-receipts")
     fixed = base / "ingredients"
-    ingredients.build({"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4}, fixed,
-                      log=lambda m: None)
+    ingredients.build(
+        {"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4},
+        fixed,
+        log=lambda m: None,
+    )
     (base / "work").mkdir()
     work = copy_workflow(base / "work")
-    task = {"fixed_start": str(fixed), "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-            "recipe": {"profile": "embedded", "overrides": {}}, "seeds": [42], "threads": 1,
-            "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-            "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5}, "final": {"n_boot": 200}}
+    task = {
+        "fixed_start": str(fixed),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "recipe": {"profile": "embedded", "overrides": {}},
+        "seeds": [42],
+        "threads": 1,
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 200},
+    }
     write_config(work, {"models": {}, "tasks": {"soup": task}})
     build(work, SOUP)
     return work
@@ -165,10 +202,15 @@ def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
     work = copy_run(soup_finished, tmp_path / "w")
     before = assert_receipts_agree(work, "soup", SOUP_RUN)
     assert before["retained"] == [3]
-    cases = [(SOUP_RUN / "validation/checkpoint-3.json", {"validate", "score_final", "official", "final"}),
-             (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score_final", "official", "final"}),
-             (SOUP_RUN / "official.json", {"official", "final"}),
-             (Path(SOUP) / ".complete", {"final"})]
+    cases = [
+        (
+            SOUP_RUN / "validation/checkpoint-3.json",
+            {"validate", "score_final", "official", "final"},
+        ),
+        (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score_final", "official", "final"}),
+        (SOUP_RUN / "official.json", {"official", "final"}),
+        (Path(SOUP) / ".complete", {"final"}),
+    ]
     for path, rules in cases:
         (work / path).unlink()
         out = build(work, SOUP)
@@ -194,7 +236,9 @@ def test_soup_deleted_record_reruns_the_replay_without_recomputing(soup_finished
     record = assert_receipts_agree(work, "soup", SOUP_RUN)
     assert record["retained"] == [3] and record["steps"] == 3 and record["publication_count"] == 1
     assert record["resumed"] is True
-    assert (work / SOUP_RUN / "validation/checkpoint-3.json").stat().st_mtime_ns == marker_mtime  # not re-validated
+    assert (
+        work / SOUP_RUN / "validation/checkpoint-3.json"
+    ).stat().st_mtime_ns == marker_mtime  # not re-validated
 
 
 @pytest.mark.slow
@@ -207,8 +251,10 @@ def test_soup_changed_checkpoint_never_gives_a_stale_official(soup_finished, tmp
     out = build(work, SOUP, check=False)
     # the only checkpoint is now invalid: no official result, and no final/ left claiming one
     assert out.returncode != 0 and not (work / SOUP).exists()
-    assert "error: results/soup/shipped-seed42/official.json: official: no valid checkpoint" in \
-        (work / "logs/soup/final.log").read_text()
+    assert (
+        "error: results/soup/shipped-seed42/official.json: official: no valid checkpoint"
+        in (work / "logs/soup/final.log").read_text()
+    )
     assert read(work / SOUP_RUN / "official.json")["official"] is None
     assert_receipts_agree(work, "soup", SOUP_RUN, tampered=(3,))
     report = status(work, "soup")
@@ -240,7 +286,9 @@ def test_soup_resume_at_its_last_publication_and_before_it(soup_finished, tmp_pa
     (work / SOUP_RUN / "replay/publications.jsonl").unlink()
     build(work, target)
     record = read(work / target)
-    assert record["retained"] == [3] and record["publication_count"] == 1 and record["resumed"] is True
+    assert (
+        record["retained"] == [3] and record["publication_count"] == 1 and record["resumed"] is True
+    )
     assert "already published" not in (work / "logs/soup/shipped-seed42/replay.log").read_text()
     build(work, SOUP)
     assert_receipts_agree(work, "soup", SOUP_RUN)
@@ -274,7 +322,7 @@ def test_dpo_changed_checkpoint_is_revalidated_and_rescored(dpo_finished, tmp_pa
     assert set(jobs_run(out)) == {"validate", "score_final", "official", "final"}
     assert jobs_run(out)["validate"] == 1 and jobs_run(out)["score_final"] == 1
     assert_receipts_agree(work, "dpo", DPO_RUN, tampered=(official,))
-    assert read(work / DPO)["official"]["progress"] != official
+    assert read(work / DPO / "summary.json")["official"]["progress"] != official
     assert "invalid: checkpoint changed after publication" in (work / DPO / "report.md").read_text()
     out = build(work, DPO)
     assert "Nothing to be done" in out.stdout + out.stderr
@@ -291,8 +339,14 @@ def test_dpo_deleted_record_marker_and_score_are_rebuilt(dpo_finished, tmp_path)
     log = (work / "logs/dpo/shipped-seed42/replay.log").read_text()
     assert "[train] resumed at step 5 of 5: no training (max_steps)" in log and "step 6" not in log
     record = assert_receipts_agree(work, "dpo", DPO_RUN)
-    assert record["steps"] == 5 and record["retained"] == [3, 4, 5] and record["publication_count"] == 5
-    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # the same checkpoints: not re-validated
+    assert (
+        record["steps"] == 5
+        and record["retained"] == [3, 4, 5]
+        and record["publication_count"] == 5
+    )
+    assert {
+        p: p.stat().st_mtime_ns for p in mtimes
+    } == mtimes  # the same checkpoints: not re-validated
     (work / DPO_RUN / "validation/checkpoint-4.json").unlink()
     (work / DPO_RUN / "final-scores/checkpoint-5/.complete").unlink()
     out = build(work, DPO)
@@ -316,10 +370,19 @@ def test_dpo_kill_after_the_last_publication_resumes_without_training(tiny_llama
     `max_steps: 5` replay, before the record; then --unlock and --rerun-incomplete."""
     work = copy_workflow(tmp_path)
     write_config(work, tiny_config(tiny_llama))
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
-               REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH="5:hang")  # holds the job after the publication
-    proc = subprocess.Popen([str(VENV_BIN / "snakemake"), DPO, *GPU, "--workflow-profile", "none"], cwd=work,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = dict(
+        os.environ,
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+        REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH="5:hang",
+    )  # holds the job after the publication
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "snakemake"), DPO, *GPU, "--workflow-profile", "none"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     log = work / "logs/dpo/shipped-seed42/replay.log"
     wait_for(log, "[publish] checkpoint-5", 300)
     os.kill(proc.pid, signal.SIGKILL)
@@ -332,8 +395,18 @@ def test_dpo_kill_after_the_last_publication_resumes_without_training(tiny_llama
     log = log.read_text()
     assert "[train] resumed at step 5 of 5: no training (max_steps)" in log and "step 6" not in log
     record = assert_receipts_agree(work, "dpo", DPO_RUN)
-    assert record["steps"] == 5 and record["retained"] == [3, 4, 5] and record["publication_count"] == 5
-    assert record["resumed"] is True and [h["progress"] for h in record["train_history"]] == [1, 2, 3, 4, 5]
+    assert (
+        record["steps"] == 5
+        and record["retained"] == [3, 4, 5]
+        and record["publication_count"] == 5
+    )
+    assert record["resumed"] is True and [h["progress"] for h in record["train_history"]] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
 
 
 @pytest.mark.slow
@@ -346,6 +419,49 @@ def test_dpo_kill_one_step_before_the_end_trains_only_the_last_step(tiny_llama, 
     assert not (work / DPO_RUN / "replay/checkpoint-5").exists()
     build(work, target)
     log = (work / "logs/dpo/shipped-seed42/replay.log").read_text()
-    assert "resuming from" in log and "[train] step 5/5" in log and "step 4/5" not in log and "step 6" not in log
+    assert (
+        "resuming from" in log
+        and "[train] step 5/5" in log
+        and "step 4/5" not in log
+        and "step 6" not in log
+    )
     record = read(work / target)
-    assert record["steps"] == 5 and record["retained"] == [3, 4, 5] and record["publication_count"] == 5
+    assert (
+        record["steps"] == 5
+        and record["retained"] == [3, 4, 5]
+        and record["publication_count"] == 5
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "killed_after", [4, 3]
+)  # rm's tiny max_steps is 4: its last step, one before
+def test_rm_resume_never_trains_past_max_steps(tiny_llama, tmp_path, killed_after):
+    from conftest import rm_config
+
+    work = copy_workflow(tmp_path)
+    write_config(work, rm_config(tiny_llama))
+    target = "results/rm/shipped-seed42/replay/record.json"
+    out = run_env(work, {"REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH": str(killed_after)}, target, *GPU)
+    assert out.returncode != 0 and not (work / target).exists()
+    build(work, target)
+    log = (work / "logs/rm/shipped-seed42/replay.log").read_text()
+    assert "step 5" not in log
+    if killed_after == 4:
+        assert (
+            "[train] resumed at step 4 of 4: no training (max_steps)" in log
+            and "[train] step" not in log
+        )
+    else:
+        assert "[train] step 4/4" in log and "[train] step 3/4" not in log
+    record = read(work / target)
+    assert (
+        record["steps"] == 4
+        and record["retained"] == [2, 3, 4]
+        and record["publication_count"] == 4
+    )
+    for p in record["retained"]:
+        assert record["checkpoints"][str(p)]["sha256"] == tree_sha(
+            work / f"results/rm/shipped-seed42/replay/checkpoint-{p}"
+        )

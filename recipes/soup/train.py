@@ -111,8 +111,10 @@ def main() -> int:
     done = resumed_soup(request, n)
     if done is not None:  # a kill came after the publication, before the record: nothing to redo
         published_at.append(n)
-        curve = [{"progress": k + 1, "proxy_accuracy": acc} for k, acc in enumerate(done.get("history", []))]
-        print(f"[soup] resumed: checkpoint-{n} is already published; nothing to compute", flush=True)
+        curve = [{"progress": k + 1, "proxy_accuracy": acc}
+                 for k, acc in enumerate(done.get("history", []))]
+        print(f"[soup] resumed: checkpoint-{n} is already published; nothing to compute",
+              flush=True)
     elif recipe["method"] == "uniform":
         publish(n, [1.0 / n] * n, {})
     else:

@@ -96,13 +96,15 @@ def cmd_validate(a) -> None:
             raise InputError(a.record, f"checkpoints.{progress}.sha256", "not in the replay record")
         recorded = entry["sha256"]
     if recorded is not None and actual != recorded:
-        verdict = {"valid": False, "reason": f"checkpoint changed after publication: tree sha256 {actual} "
-                                             f"differs from {recorded} in its replay record {a.record}"}
+        verdict = {"valid": False,
+                   "reason": f"checkpoint changed after publication: tree sha256 {actual} "
+                             f"differs from {recorded} in its replay record {a.record}"}
     else:
         verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
     verdict.update({"checkpoint": str(checkpoint), "progress": progress,
                     "seconds": time.time() - started, "validated_at": utc_now(), "files": files,
-                    "checkpoint_sha256": actual, "record": a.record or None, "recorded_sha256": recorded})
+                    "checkpoint_sha256": actual, "record": a.record or None,
+                    "recorded_sha256": recorded})
     atomic_write_json(a.out, verdict)
     print(f"[validate] {checkpoint.name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
 
@@ -285,7 +287,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="frozen loader's verdict on one checkpoint")
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
         s.add_argument(arg, required=True)
-    s.add_argument("--record", default="", help="replay record: a checkpoint whose tree hash differs is invalid")
+    s.add_argument("--record", default="",
+                   help="replay record: a checkpoint whose tree hash differs is invalid")
     s.add_argument("--cfg", default="{}")
     s.set_defaults(func=cmd_validate)
 
@@ -335,8 +338,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--n-boot", type=int, default=10_000)
     s.set_defaults(func=cmd_report)
 
-    s = sub.add_parser("status", help="per run: which receipts are verified, stale or missing (exit 1 unless all"
-                                      " are verified); reads receipts only, rebuilds nothing")
+    s = sub.add_parser("status", help="per run: which receipts are verified, stale or missing "
+                                      "(exit 1 unless all are verified); reads receipts only")
     s.add_argument("--results", default="results", help="the results folder")
     s.add_argument("task", nargs="*", help="tasks to report (default: all under --results)")
     s.set_defaults(func=cmd_status)

@@ -252,8 +252,9 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     ledger_sha = {e["progress"]: e.get("sha256") for e in ledger}
     changed = [p for p in retained if p in ledger_sha and ledger_sha[p] != hashes[p]]
     if failure is None and changed:  # a resume must not adopt a checkpoint changed on disk
-        failure = (f"checkpoint-{changed[0]} differs from its publication in {publish_dir}/publications.jsonl "
-                   f"(changed after publication); start a fresh formal replay: rm -r {publish_dir} {state_dir}")
+        failure = (f"checkpoint-{changed[0]} differs from its publication in "
+                   f"{publish_dir}/publications.jsonl (changed after publication); "
+                   f"start a fresh formal replay: rm -r {publish_dir} {state_dir}")
     if failure is not None:
         atomic_write_json(publish_dir / "last-failure.json",
                           {"error": failure, "returncode": returncode, "time": utc_now(), "retained": retained})

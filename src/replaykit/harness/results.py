@@ -165,7 +165,8 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
                      "scores": best["scores"], "official": str(officials[0]),
                      "checkpoint_sha256": best.get("checkpoint_sha256")},
         # receipts: the exact official.json files this summary was made from
-        "officials_sha256": {str(p): sha256_file(p) for p in dict.fromkeys([*officials, shipped_official])},
+        "officials_sha256": {str(p): sha256_file(p)
+                             for p in dict.fromkeys([*officials, shipped_official])},
         "references": references, "comparisons": comparisons, "normalised_score": normalised,
         "seeds": {**seeds, "per_seed": per_seed},
         "lineage": {"asset_manifest": primary["asset_manifest"], "asset_manifest_sha256": primary["asset_manifest_sha256"],

@@ -132,11 +132,13 @@ class ReplayCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
-        self.publish_saved(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
+        step = state.global_step
+        self.publish_saved(Path(args.output_dir) / f"checkpoint-{step}", step)
         return control
 
     def publish_saved(self, saved: Path, step: int) -> None:
-        """Publish the artifact files of the trainer checkpoint ``saved`` as ``checkpoint-<step>``."""
+        """Publish the artifact files of the trainer checkpoint ``saved`` as
+        ``checkpoint-<step>``."""
         # Export through a scratch folder that is NOT inside the trainer checkpoint: a
         # subfolder holding an adapter there would be loaded as a second adapter on resume.
         started = time.time()
@@ -148,7 +150,8 @@ class ReplayCallback(TrainerCallback):
         finally:
             shutil.rmtree(export, ignore_errors=True)
         self.publish_s += time.time() - started
-        print(f"[publish] checkpoint-{step} (publication {entry['count']}, retained {entry['retained']})", flush=True)
+        print(f"[publish] checkpoint-{step} (publication {entry['count']}, "
+              f"retained {entry['retained']})", flush=True)
 
     def publish_if_missing(self, saved: Path, step: int) -> None:
         """After a resume that trains no more: publish the resumed state's artifact unless it

@@ -70,8 +70,14 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
     out: list[Finding] = []
     if not record_path.is_file():
         if official_path.exists():
-            out.append(Finding(str(record_path), "missing", "the replay record is gone; official.json names it",
-                               [str(official_path)]))
+            out.append(
+                Finding(
+                    str(record_path),
+                    "missing",
+                    "the replay record is gone; official.json names it",
+                    [str(official_path)],
+                )
+            )
         return out
     record = _json(record_path)
     if record is None or not isinstance(record.get("retained"), list):
@@ -93,28 +99,58 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
         doc = _json(marker)
         if doc is None:
             state = "missing" if not marker.exists() else "stale"
-            out.append(Finding(str(marker), state, "no readable validation marker",
-                               [str(marker), *score_files, *downstream_of_run]))
+            out.append(
+                Finding(
+                    str(marker),
+                    state,
+                    "no readable validation marker",
+                    [str(marker), *score_files, *downstream_of_run],
+                )
+            )
             continue
         if doc.get("checkpoint_sha256") != actual or doc.get("recorded_sha256") != recorded:
-            why = ("checkpoint changed after publication (tree hash differs from the record)" if tampered
-                   else "made from another checkpoint or record")
-            out.append(Finding(str(marker), "stale", why, [str(marker), *score_files, *downstream_of_run]))
+            why = (
+                "checkpoint changed after publication (tree hash differs from the record)"
+                if tampered
+                else "made from another checkpoint or record"
+            )
+            out.append(
+                Finding(str(marker), "stale", why, [str(marker), *score_files, *downstream_of_run])
+            )
             continue
         if tampered:
-            out.append(Finding(str(checkpoint), "tampered",
-                               f"tree hash differs from {record_path}; its marker says invalid"))
+            out.append(
+                Finding(
+                    str(checkpoint),
+                    "tampered",
+                    f"tree hash differs from {record_path}; its marker says invalid",
+                )
+            )
         else:
             out.append(Finding(str(checkpoint), "verified"))
         out.append(Finding(str(marker), "verified"))
         summary = _json(scores / SUMMARY)
         if status(scores) != "complete" or summary is None:
-            out.append(Finding(str(scores / SUMMARY), "missing", "no complete final score",
-                               [*score_files, *downstream_of_run]))
+            out.append(
+                Finding(
+                    str(scores / SUMMARY),
+                    "missing",
+                    "no complete final score",
+                    [*score_files, *downstream_of_run],
+                )
+            )
             continue
-        if summary.get("checkpoint_sha256") != actual or summary.get("marker_sha256") != cache.file(marker):
-            out.append(Finding(str(scores / SUMMARY), "stale", "made from another checkpoint or marker",
-                               [*score_files, *downstream_of_run]))
+        if summary.get("checkpoint_sha256") != actual or summary.get("marker_sha256") != cache.file(
+            marker
+        ):
+            out.append(
+                Finding(
+                    str(scores / SUMMARY),
+                    "stale",
+                    "made from another checkpoint or marker",
+                    [*score_files, *downstream_of_run],
+                )
+            )
             continue
         out.append(Finding(str(scores / SUMMARY), "verified"))
     if any(f.invalidates for f in out):
@@ -122,7 +158,9 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
     official = _json(official_path)
     if official is None:
         state = "missing" if not official_path.exists() else "stale"
-        out.append(Finding(str(official_path), state, "no readable official.json", [str(official_path)]))
+        out.append(
+            Finding(str(official_path), state, "no readable official.json", [str(official_path)])
+        )
         return out
     problem = None
     if official.get("record_sha256") != record_sha:
@@ -134,7 +172,9 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
         for progress, c in sorted(entries.items()) if problem is None else []:
             marker = run_dir / "validation" / f"checkpoint-{progress}.json"
             summary = run_dir / "final-scores" / f"checkpoint-{progress}" / SUMMARY
-            if c.get("marker_sha256") != cache.file(marker) or c.get("summary_sha256") != cache.file(summary):
+            if c.get("marker_sha256") != cache.file(marker) or c.get(
+                "summary_sha256"
+            ) != cache.file(summary):
                 problem = f"made from another marker or score of checkpoint-{progress}"
                 break
     if problem:
@@ -144,7 +184,9 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
     return out
 
 
-def check_final(final_dir: str | Path, officials: list[str | Path], cache: HashCache | None = None) -> Finding | None:
+def check_final(
+    final_dir: str | Path, officials: list[str | Path], cache: HashCache | None = None
+) -> Finding | None:
     """Check ``final/`` against the ``official.json`` files it must be made from (None when
     ``final/`` does not exist)."""
     final_dir = Path(final_dir)
@@ -185,28 +227,53 @@ def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[l
     its summary names. Returns the report's lines and whether everything is verified."""
     results = Path(results)
     lines, ok = [], True
-    task_dirs = sorted(p for p in results.iterdir() if p.is_dir() and p.name != "models") if results.is_dir() else []
+    task_dirs = (
+        sorted(p for p in results.iterdir() if p.is_dir() and p.name != "models")
+        if results.is_dir()
+        else []
+    )
     for task_dir in task_dirs:
         if tasks and task_dir.name not in tasks:
             continue
         entries = []
         for run_dir in sorted(p for p in task_dir.iterdir() if p.is_dir() and "-seed" in p.name):
-            findings = check_run(run_dir, HashCache(run_dir / CACHE) if (run_dir / CACHE).is_file() else None)
+            findings = check_run(
+                run_dir, HashCache(run_dir / CACHE) if (run_dir / CACHE).is_file() else None
+            )
             if not findings and not (run_dir / "replay").exists():
                 continue
-            entries.append((f"{task_dir.name}/{run_dir.name}", findings or
-                            [Finding(str(run_dir / "replay" / "record.json"), "missing", "not replayed yet")]))
+            entries.append(
+                (
+                    f"{task_dir.name}/{run_dir.name}",
+                    findings
+                    or [
+                        Finding(
+                            str(run_dir / "replay" / "record.json"), "missing", "not replayed yet"
+                        )
+                    ],
+                )
+            )
         final_dir = task_dir / "final"
         if final_dir.exists():
             summary = _json(final_dir / SUMMARY) or {}
             names = list(summary.get("officials_sha256") or {})
-            verdict = check_final(final_dir, names) if names else Finding(
-                str(final_dir), "stale", "its summary names no official.json hashes", [str(final_dir)])
+            verdict = (
+                check_final(final_dir, names)
+                if names
+                else Finding(
+                    str(final_dir),
+                    "stale",
+                    "its summary names no official.json hashes",
+                    [str(final_dir)],
+                )
+            )
             entries.append((f"{task_dir.name}/final", [verdict]))
         for name, findings in entries:
             bad = [f for f in findings if f.state != "verified"]
             states = {f.state for f in bad}
-            overall = ("stale" if states & {"stale", "tampered"} else "missing") if bad else "verified"
+            overall = (
+                ("stale" if states & {"stale", "tampered"} else "missing") if bad else "verified"
+            )
             ok = ok and not bad
             counted = len(findings) - len(bad)
             lines.append(f"{name}: {overall} ({counted} of {len(findings)} receipts verified)")
