@@ -4,6 +4,7 @@ rule fixed_start_model:
     output:
         model=directory("results/models/{model}"),
         manifest="results/models/{model}.manifest.json",
+        private="results/models/{model}.private.json",
     log:
         "logs/models/{model}.log",
     benchmark:
@@ -12,15 +13,17 @@ rule fixed_start_model:
         "../envs/replaykit.yaml"
     params:
         spec=lambda w: json.dumps(config["models"][w.model], sort_keys=True),
+        final_salt=get_builder_salt,
     shell:
         "python -m replaykit fixed-start --spec {params.spec:q} --out {output.model}"
-        " --manifest {output.manifest} > {log} 2>&1"
+        " --manifest {output.manifest} --final-salt {params.final_salt:q} > {log} 2>&1"
 
 
 rule assets:
     """The task's fixed assets: public data (training + proxy), hidden final split, manifest."""
     input:
         fixed_start=get_fixed_start,
+        private=get_fixed_start_private,
     output:
         public=directory("results/{task}/assets/public"),
         hidden=directory("results/{task}/assets/hidden"),
@@ -36,6 +39,7 @@ rule assets:
             {
                 "data": task_cfg(w)["data"],
                 "fixed_start_sha256": task_cfg(w).get("fixed_start_sha256"),
+                "final_salt": config["final_salt"],
             },
             sort_keys=True,
         ),

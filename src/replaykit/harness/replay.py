@@ -35,8 +35,12 @@ from .budget import Budget
 from .errors import InputError
 from .fileio import atomic_write_json, read_json
 from .hashing import sha256_bytes, sha256_file, sha256_tree
+from .frozen import first_difference, frozen_files
+from .frozen import digest as frozen_digest
 from .provenance import git_commit, library_versions, utc_now
 from .publish import KEEP, published, read_ledger
+from .sandbox import NO_ISOLATION_ADVISORY, python_roots, wrap
+from .workspace import special_entries
 
 _PR_SET_PDEATHSIG = 1
 GRACE_S = 10.0  # SIGTERM -> SIGKILL grace for the training process group
@@ -55,7 +59,8 @@ def set_parent_death_signal(sig: int) -> None:
         pass
 
 
-def verify_assets(manifest_path: str | Path, fixed_start: str | Path, split: str = "public") -> dict:
+def verify_assets(manifest_path: str | Path, fixed_start: str | Path, split: str = "public",
+                  fixed_start_too: bool = True) -> dict:
     """Re-hash the fixed start and every asset file of ``split`` against the manifest.
 
     The replay verifies the public split (it never opens hidden files); scoring verifies the
@@ -65,7 +70,7 @@ def verify_assets(manifest_path: str | Path, fixed_start: str | Path, split: str
     manifest_path = Path(manifest_path)
     manifest = read_json(manifest_path, required=("fixed_start", "files"))
     fixed_start = Path(fixed_start)
-    expected = manifest["fixed_start"]["files"]
+    expected = manifest["fixed_start"]["files"] if fixed_start_too else {}
     for rel, digest in expected.items():
         path = fixed_start / rel
         if not path.is_file():
@@ -155,11 +160,19 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
                manifest: str | Path, fixed_start: str | Path, public_dir: str | Path,
                publish_dir: str | Path, state_dir: str | Path, record_path: str | Path,
                budget: Budget, seed: int, profile: str, overrides: dict, threads: int,
-               keep: int = KEEP) -> dict:
+               keep: int = KEEP, isolation: str = "bwrap", hide: tuple = (),
+               show: tuple = (), show_fixed_start: bool = True) -> dict:
     """Run one formal replay (or resume the same one) and write its record.
 
     The budget spans attempts: a resumed replay gets what earlier attempts left of the
     internal deadline and of the outer limit.
+
+    ``train.py`` runs in the sandbox of :mod:`replaykit.harness.sandbox` (``isolation:
+    bwrap``): it sees its workspace, the fixed start (unless ``show_fixed_start`` is False:
+    the fixed start is raw data whose complement is the test set), the public split, the
+    read-only paths in ``show`` and nothing of ``hide`` or the working directory; it can
+    write only ``publish_dir`` and ``state_dir``. The frozen package is hashed before and
+    after training: a change is a :class:`ReplayError`.
 
     Returns the record. Raises :class:`InputError` for bad assets, workspace or overrides
     (before anything is removed), and :class:`ReplayError` when the recipe fails; publications
@@ -204,9 +217,17 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     print(f"[replay] {task}/{run}: {'resuming' if resume else 'fresh formal replay'}; "
           f"{spent_s:.0f} s spent by earlier attempts; internal deadline in {deadline_unix - started_unix:.0f} s, "
           f"outer limit in {outer_unix - started_unix:.0f} s", flush=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
-    proc = subprocess.Popen([sys.executable, "train.py", "--request", str(request_path.resolve())],
-                            cwd=workspace, env=env, start_new_session=True,
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), PYTHONDONTWRITEBYTECODE="1")
+    command = [sys.executable, "train.py", "--request", str(request_path.resolve())]
+    command = wrap(command, isolation, chdir=workspace.resolve(),
+                   hide=[Path.cwd(), *hide],
+                   read_only=[*python_roots(), workspace, public_dir, *show,
+                              *([fixed_start] if show_fixed_start else [])],
+                   writable=[publish_dir, state_dir])
+    print(f"[replay] isolation: {isolation}" + ("" if isolation != "none" else f" ({NO_ISOLATION_ADVISORY})"),
+          flush=True)
+    frozen_before = frozen_files()
+    proc = subprocess.Popen(command, cwd=workspace, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
                             preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))
 
     def on_signal(signum, _frame):
@@ -244,15 +265,29 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         result["stop_reason"] = "outer_limit"
     elif returncode != 0:
         failure = result.get("error") or f"train.py exited with status {returncode} (see the log above)"
+    changed = first_difference(frozen_before, frozen_files())
+    if changed is not None:
+        failure = f"the frozen package changed during the replay: {changed}"
+    elif sha256_tree(workspace) != ws_info["workspace_sha256"]:  # read-only in the sandbox
+        failure = f"the workspace {workspace} changed during the replay"
+    else:
+        try:
+            verify_assets(manifest, fixed_start, split="public", fixed_start_too=False)
+        except InputError as exc:
+            failure = f"the public split changed during the replay: {exc}"
     if failure is None and not retained:
         failure = "no checkpoint was published"
+    for p in retained if failure is None else []:
+        if special := special_entries(publish_dir / f"checkpoint-{p}"):
+            failure = f"checkpoint-{p}/{special[0]}: not a regular file (symlinks, FIFOs and devices are refused)"
+            break
     if failure is None and len(retained) > keep:
         failure = f"retention broken: {len(retained)} checkpoints retained (keep {keep})"
     hashes = {p: sha256_tree(publish_dir / f"checkpoint-{p}") for p in retained}
     ledger_sha = {e["progress"]: e.get("sha256") for e in ledger}
-    changed = [p for p in retained if p in ledger_sha and ledger_sha[p] != hashes[p]]
-    if failure is None and changed:  # a resume must not adopt a checkpoint changed on disk
-        failure = (f"checkpoint-{changed[0]} differs from its publication in "
+    moved = [p for p in retained if p in ledger_sha and ledger_sha[p] != hashes[p]]
+    if failure is None and moved:  # a resume must not adopt a checkpoint changed on disk
+        failure = (f"checkpoint-{moved[0]} differs from its publication in "
                    f"{publish_dir}/publications.jsonl (changed after publication); "
                    f"start a fresh formal replay: rm -r {publish_dir} {state_dir}")
     if failure is not None:
@@ -290,6 +325,9 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         "asset_manifest": str(manifest), "asset_manifest_sha256": manifest_sha,
         "profile": profile, "overrides": overrides, "threads": threads,
         "project": git_commit(Path(__file__).resolve().parent),
+        "isolation": isolation,
+        "advisories": [NO_ISOLATION_ADVISORY] if isolation == "none" else [],
+        "frozen_code_sha256": frozen_digest(frozen_before),
         "libraries": library_versions(),
         "train_metrics": result.get("metrics", {}),
         "train_history": result.get("history", []),

@@ -55,6 +55,7 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
            "budget": record.get("budget"),
            "stop_reason": record.get("stop_reason"), "utilisation": record.get("utilisation"),
            "publication_count": record.get("publication_count"),
+           "isolation": record.get("isolation", "unknown"),
            "checkpoints": checkpoints, "official": best}
     atomic_write_json(out, doc)
     return doc
@@ -151,6 +152,13 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
                 for d, p in zip(docs, officials)]
     seeds = mean_sd([s["value"] for s in per_seed if s["value"] is not None])
     advisories = list(best.get("advisories", []))
+    isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
+    if isolation != ["bwrap"]:
+        from .sandbox import NO_ISOLATION_ADVISORY
+
+        advisories = [a for a in advisories if a != NO_ISOLATION_ADVISORY]
+        advisories.insert(0, NO_ISOLATION_ADVISORY if "none" in isolation else
+                          f"isolation of the replays: {', '.join(isolation)} (records without it predate the sandbox)")
     if fixed is None:
         advisories.append("no fixed-start reference: the fixed start cannot be scored by itself (no normalised score)")
     if shipped_best is None:
@@ -161,6 +169,8 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
         "metric": best["metric"], "direction": direction, "value": best["value"],
         "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]}, "n": best["n"],
         "diagnostics": best.get("diagnostics", {}), "advisories": advisories,
+        "isolation": isolation[0] if len(isolation) == 1 else isolation,
+        "final_split": _final_split(primary.get("asset_manifest")),
         "official": {"run": primary["run"], "seed": primary["seed"], "progress": best["progress"],
                      "scores": best["scores"], "official": str(officials[0]),
                      "checkpoint_sha256": best.get("checkpoint_sha256")},
@@ -179,14 +189,25 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
     return summary
 
 
+def _final_split(manifest_path: str | None) -> dict:
+    """How the final split was drawn (public or operator salt), from the asset manifest."""
+    from .salt import PRIVATE_NOTE, PUBLIC_NOTE
+
+    manifest = read_json(manifest_path) if manifest_path and Path(manifest_path).is_file() else {}
+    salt = manifest.get("final_salt", "public")
+    return {"salt": salt, "note": PRIVATE_NOTE if salt == "operator" else PUBLIC_NOTE}
+
+
 def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple[str, ...] = ()) -> str:
     """A Markdown run report: checkpoints (with the task's ``diagnostics`` as columns),
     official result, references, paired comparisons, seeds, budget use and lineage."""
     refs, comp = summary["references"], summary["comparisons"]
-    lines = [f"# {task}: final result", "",
+    banner = [f"> **Warning**: {a}" for a in summary["advisories"][:1] if a.startswith("isolation")]
+    lines = [f"# {task}: final result", "", *banner, *([""] if banner else []),
              f"**Official result**: {summary['metric']} = {_fmt(summary['value'], summary['uncertainty']['value'])} "
              f"(n = {summary['n']}, {summary['direction']}), run `{summary['official']['run']}`, "
              f"checkpoint-{summary['official']['progress']}.", "",
+             f"Isolation of the replays: {summary['isolation']}; {summary['final_split']['note']}.", "",
              "## References", "", "| reference | value ± SE | source |", "|---|---|---|",
              (f"| fixed start | {_fmt(refs['fixed_start']['value'], refs['fixed_start']['se'])} | `{refs['fixed_start']['scores']}` |"
               if refs["fixed_start"] else "| fixed start | - | none: the fixed start cannot be scored by itself |"),

@@ -3,6 +3,10 @@ optional candidate patch (a unified diff, ``-p1`` paths as ``git diff`` writes t
 
 A patch is refused, before anything runs, when it is empty or malformed, names a path that
 is absolute, contains ``..``, leaves the workspace, or is a symlink, or when it does not apply.
+The text check is a first line of defence only: after ``git apply`` the applied tree itself
+is judged with ``lstat`` (:func:`special_entries`), so a mode line spelled in any way git
+accepts (``120000 ``, ``0120000``, an ``index`` line's mode) cannot leave a symlink, FIFO or
+device file in the workspace.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ _PATH = r'("(?:[^"\\]|\\.)*"|\S+)'  # a path, or a git C-quoted one with spaces 
 _HEADER_RE = re.compile(rf"^(?:---|\+\+\+) {_PATH}")
 _GIT_RE = re.compile(rf"^diff --git {_PATH} {_PATH}$")
 _RENAME_RE = re.compile(r"^(?:rename|copy) (?:from|to) (.+)$")
-_MODE_RE = re.compile(r"^(?:new file mode|new mode|old mode|deleted file mode) (\d+)$")
+# git parses a mode with strtoul(..., 8) and accepts trailing whitespace (apply.c, parse_mode_line)
+_MODE_RE = re.compile(r"^(?:new file mode|new mode|old mode|deleted file mode|index \S+)\s+([0-7]+)\s*$")
+_S_IFMT, _S_IFLNK = 0o170000, 0o120000
 
 
 def _clean(path: str, prefixed: bool = True) -> str:
@@ -51,7 +57,7 @@ def patch_paths(patch: str | Path) -> list[str]:
             paths.append((number, m.group(1), _clean(m.group(1))))
         elif m := _RENAME_RE.match(line):
             paths.append((number, m.group(1), _clean(m.group(1), prefixed=False)))
-        elif (m := _MODE_RE.match(line)) and m.group(1) == "120000":
+        elif (m := _MODE_RE.match(line)) and int(m.group(1), 8) & _S_IFMT == _S_IFLNK:
             raise InputError(patch, f"line {number}", "symlinks are not allowed in a candidate patch")
     if not paths:
         raise InputError(patch, "-", "not a unified diff (no ---/+++ headers)")
@@ -66,6 +72,20 @@ def patch_paths(patch: str | Path) -> list[str]:
             raise InputError(patch, f"line {number}", f"path {raw!r} leaves the workspace")
         if rel not in out:
             out.append(rel)
+    return out
+
+
+def special_entries(root: str | Path) -> list[str]:
+    """Paths under ``root`` (relative, sorted) that are neither regular files nor directories,
+    judged with ``lstat``: symlinks, FIFOs, sockets, character and block devices."""
+    import stat
+
+    root = Path(root)
+    out = []
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            out.append(path.relative_to(root).as_posix())
     return out
 
 
@@ -104,7 +124,9 @@ def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, pat
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
     try:
         tmp = staging / "ws"
-        shutil.copytree(recipe, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if special := special_entries(recipe):
+            raise InputError(recipe, special[0], "not a regular file in the shipped recipe (only regular files are allowed)")
+        shutil.copytree(recipe, tmp, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         if patch:
             for rel in touched:  # a symlink inside the recipe could still point outside
                 resolved = (tmp / rel).resolve()
@@ -115,6 +137,10 @@ def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, pat
                 first = (result.stderr.strip().splitlines() or ["does not apply"])[0]
                 raise InputError(patch, "-", f"does not apply to {recipe}: {first}")
             _git_apply(tmp, patch, check=False).check_returncode()
+        if special := special_entries(tmp):
+            what = "a symlink" if (tmp / special[0]).is_symlink() else "not a regular file"
+            raise InputError(patch if patch else recipe, special[0],
+                             f"{what} in the applied workspace (only regular files are allowed)")
         if out.exists():
             shutil.rmtree(out)
         os.rename(tmp, out)

@@ -53,6 +53,8 @@ code { font-size: 0.85em; }
 </style></head>
 <body>
 <h1>{{ task }}: replay report</h1>
+{% if summary.advisories and summary.advisories[0].startswith("isolation") %}
+<p class="advisory" id="isolation-warning"><strong>Warning: {{ summary.advisories[0] }}</strong></p>{% endif %}
 <p><strong>Official result</strong>: {{ summary.metric }} =
 <span class="value" data-value="{{ summary.value }}">{{ fmt(summary.value) }}</span> ±
 <span data-value="{{ summary.uncertainty.value }}">{{ fmt(summary.uncertainty.value) }}</span>
@@ -60,6 +62,9 @@ code { font-size: 0.85em; }
 run <code>{{ summary.official.run }}</code>, checkpoint-{{ summary.official.progress }}.
 {% if summary.normalised_score is not none %}Normalised score (fixed start = 0, shipped = 1):
 <span data-value="{{ summary.normalised_score }}">{{ fmt(summary.normalised_score) }}</span>.{% endif %}</p>
+
+<p id="isolation">Isolation of the replays: {{ summary.isolation }};
+{{ summary.final_split.note if summary.final_split else "final split: not recorded" }}.</p>
 
 <h2>References</h2>
 <table id="references"><tr><th>reference</th><th>value ± SE</th><th>source</th></tr>

@@ -15,6 +15,10 @@
   the metric) and a ``stratum`` (resampled within);
 * ``split_file(split) -> str`` - where the proxy / final items lie under the assets folder;
 * ``REPORT_DIAGNOSTICS`` - diagnostics shown as report columns;
+* ``FINAL_SOURCES`` - keys of ``data`` whose local paths hold final-split items: the replay
+  sandbox hides them (other existing paths in ``data`` are shown read-only);
+* ``FIXED_START_IS_DATA`` - True when the fixed start is raw data whose complement is the
+  test split (digress's QM9): the replay sandbox does not show it;
 * ``FIXED_START_REFERENCE`` (optional, default True) - False when the fixed start cannot be
   scored by itself (``rm``: no reward head), so the final result has no fixed-start reference.
 

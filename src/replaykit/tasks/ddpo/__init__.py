@@ -33,6 +33,10 @@ from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report f
 METRIC = {"final": "mean_{reward}_final{n}", "proxy": "mean_{reward}_public{n}", "direction": "maximize",
           "uncertainty": "se_of_mean"}
 REPORT_DIAGNOSTICS = ("text_image_alignment", "mean_pairwise_image_distance")
+# Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
+# and whether the fixed start is raw data whose complement is the test set (then not shown).
+FINAL_SOURCES: tuple[str, ...] = ()
+FIXED_START_IS_DATA = False
 TRAINING_CURVE = "reward_mean"  # the report plots the per-epoch mean reward of the samples
 PROMPTS, PROXY_FILE, FINAL_FILE, SCORING = "prompts.txt", "proxy.jsonl", "final.jsonl", "scoring.json"
 EMBEDDED_KEYS = ("public_seed", "n_proxy", "hidden_seed", "n_final")

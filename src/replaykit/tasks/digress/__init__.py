@@ -36,6 +36,10 @@ from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report f
 METRIC = {"final": "qm9_test_nll_{n}", "proxy": "qm9_val_nll_{n}", "direction": "minimize",
           "uncertainty": "se_mean_over_graphs"}
 REPORT_DIAGNOSTICS = ("validity", "uniqueness", "novelty", "vun")
+# Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
+# and whether the fixed start is raw data whose complement is the test set (then not shown).
+FINAL_SOURCES: tuple[str, ...] = ()
+FIXED_START_IS_DATA = True
 FIXED_START_REFERENCE = False
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train.jsonl", "val.jsonl", "test.jsonl"
 KEYS = ("split_seed", "n_train", "n_val", "n_test")

@@ -21,6 +21,10 @@ from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report f
 METRIC = {"final": "ifeval_strict_accuracy_hidden{n}", "proxy": "ifeval_strict_accuracy_public{n}",
           "direction": "maximize"}
 REPORT_DIAGNOSTICS = ("prompt_level_loose_acc", "inst_level_strict_acc", "truncated_fraction")
+# Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
+# and whether the fixed start is raw data whose complement is the test set (then not shown).
+FINAL_SOURCES: tuple[str, ...] = ("ifeval_prompts",)
+FIXED_START_IS_DATA = False
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train_prefs.jsonl", "proxy_prompts.jsonl", "final_prompts.jsonl"
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 

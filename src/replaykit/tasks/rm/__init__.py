@@ -26,6 +26,10 @@ from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report f
 METRIC = {"final": "rewardbench_v1_score", "proxy": "rewardbench_proxy_{n}", "direction": "maximize",
           "scale": 100.0, "uncertainty": "subset_binomial_se_propagated"}
 REPORT_DIAGNOSTICS = ("Chat", "Chat Hard", "Reasoning", "Safety")
+# Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
+# and whether the fixed start is raw data whose complement is the test set (then not shown).
+FINAL_SOURCES: tuple[str, ...] = ("rewardbench",)
+FIXED_START_IS_DATA = False
 FIXED_START_REFERENCE = False
 PROXY_FILE, FINAL_FILE = "proxy_rows.jsonl", "final_rows.jsonl"
 

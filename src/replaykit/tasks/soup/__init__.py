@@ -5,8 +5,8 @@ architecture and the ingredient files; :mod:`.model`). Embedded default: built b
 ``fixed_start_model`` rule from scikit-learn's digits (:mod:`.ingredients`); full scale: a
 local folder of 72 fine-tuned ViT-B/32 state dicts in the same layout.
 
-Splits: embedded -- the images every ingredient was kept from (``heldout_indices`` in the
-fixed start's config), 2 per class for the proxy (``public/``) and the rest for the final
+Splits: embedded -- the images every ingredient was kept from (``heldout_indices`` of
+``<fixed start>.private.json``, outside the fixed start a replay sees), 2 per class for the proxy (``public/``) and the rest for the final
 split (``hidden/``); local -- an ImageNetV2 folder (``<class index>/<image>``), all images
 final and 2 per class of them also public proxy images (a visible subset, as SPEC's
 proxy2000 / full10000), copied into the assets so the manifest hashes every image.
@@ -28,6 +28,10 @@ from .model import check_ingredients, read_config
 METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
           "uncertainty": "se_clustered_by_class"}
 REPORT_DIAGNOSTICS = ()
+# Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
+# and whether the fixed start is raw data whose complement is the test set (then not shown).
+FINAL_SOURCES: tuple[str, ...] = ("imagenetv2_dir",)
+FIXED_START_IS_DATA = False
 REFERENCE_USES_PUBLIC = True  # the fixed-start reference is the best ingredient on the proxy split
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 PROXY_FILE, FINAL_FILE = "proxy.jsonl", "final.jsonl"
@@ -113,8 +117,12 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     else:
         from .ingredients import digits
 
+        from ...harness.fileio import read_json
+        from ...models import private_path
+
         images, labels = digits()
-        for i in config["heldout_indices"]:
+        heldout = read_json(private_path(fixed_start), required=("heldout_indices",))["heldout_indices"]
+        for i in heldout:
             by_class.setdefault(labels[i], []).append(("digit", i, images[i]))
         dataset = "digits"
     if len(by_class) != int(config["n_classes"]):

@@ -129,11 +129,14 @@ def finetune(start: dict, make, images: torch.Tensor, labels: torch.Tensor, hp: 
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, correct / len(labels)
 
 
-def build(spec: dict, out: str | Path, log=print) -> dict:
+def build(spec: dict, out: str | Path, log=print, final_salt: str = "") -> dict:
     """Build the embedded ingredients into directory ``out`` (which must not exist yet).
 
     spec keys: ``seed``, ``n_ingredients``, ``pretrain_epochs``, ``heldout_per_class``.
-    Returns a summary for the fixed start's manifest.
+    The held-out images are drawn with ``salted_seed(seed, final_salt)`` and are written to
+    ``private.json`` beside the model folder by the caller (key ``private`` of the returned
+    summary), never into the fixed start a replay reads. Returns a summary for the fixed
+    start's manifest.
     """
     import open_clip
     from safetensors.torch import save_file
@@ -156,7 +159,9 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
 
         raise InputError("config", "models.heldout_per_class",
                          f"must be between 3 and {smallest - 10} (the smallest class has {smallest} images)")
-    heldout = heldout_indices(labels, int(spec["heldout_per_class"]), seed)
+    from ...harness.salt import salted_seed
+
+    heldout = heldout_indices(labels, int(spec["heldout_per_class"]), salted_seed(seed, final_salt))
     train = sorted(set(range(len(labels))) - set(heldout))
     images = torch.stack([preprocess(pil[i]) for i in train])
     y = torch.tensor([labels[i] for i in train])
@@ -187,8 +192,9 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
         sweep.append({**hp, "train_accuracy": train_acc, "file": name})
         names.append(name)
         log(f"[ingredient {i:02d}] {hp} train accuracy {train_acc:.3f} ({time.time() - started:.0f} s)")
-    config.update(ingredients=names, sweep=sweep, heldout_indices=heldout, train_indices=train,
+    config.update(ingredients=names, sweep=sweep, n_train_images=len(train),
                   zeroshot="zeroshot.safetensors", zeroshot_train_accuracy=zeroshot_acc,
                   builder={"spec": spec, "preprocess": str(preprocess)})
     (out / CONFIG).write_text(json.dumps(config, indent=1))
-    return {"builder": "soup-digits", "n_ingredients": len(names), "heldout": len(heldout), "train_images": len(train)}
+    return {"builder": "soup-digits", "n_ingredients": len(names), "heldout": len(heldout), "train_images": len(train),
+            "private": {"heldout_indices": heldout}}

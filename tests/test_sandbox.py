@@ -1,0 +1,298 @@
+"""Isolation of candidate code (issue 14): a hostile candidate patch probes the sandbox.
+
+The probe is a candidate patch that adds ``probe.py`` to the workspace and calls it from
+``train.py`` before training. It tries to list and read the hidden split, earlier results,
+other runs' directories and the source tree; to open the frozen package and the fixed start
+for writing (``r+``, without changing a byte, so the test is safe even without a sandbox);
+to create a file in the working directory; to look through ``/proc/<pid>/root``; to see
+host processes; and to connect to a TCP server the test runs on the host's loopback. It
+writes what it managed to ``<state_dir>/probe.json``; the tests assert it managed none of
+it under ``isolation: bwrap``, and that the same probe does manage (so it is a real probe)
+under ``isolation: none``, where every output carries the advisory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, copy_workflow, snakemake, tiny_config, write_config
+from replaykit.harness import frozen, sandbox
+
+pytestmark = pytest.mark.slow
+
+PROBE = r'''
+"""A hostile candidate's probe: try everything a replay must not do; record what worked."""
+import json, os, socket
+from pathlib import Path
+
+
+def attempt(results, name, action):
+    try:
+        results[name] = {"managed": True, "detail": str(action())[:200]}
+    except Exception as exc:  # every failure is the expected outcome
+        results[name] = {"managed": False, "detail": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+def writable(path):
+    with open(path, "r+b"):  # opens for writing, changes nothing
+        return "opened for writing"
+
+
+def run(request, task, port):
+    publish = Path(request["publish_dir"])
+    work = publish.parents[3]  # <work>/results/<task>/<run>/replay
+    run_dir, results = publish.parent, {}
+    hidden = work / "results" / task / "assets" / "hidden"
+    attempt(results, "list_hidden", lambda: os.listdir(hidden))
+    attempt(results, "read_hidden", lambda: [p.read_bytes()[:10] for p in hidden.rglob("*") if p.is_file()][0])
+    attempt(results, "read_manifest_of_hidden", lambda: (work / "results" / task / "assets" / "manifest.json").read_text())
+    others = lambda: [p.name for p in (work / "results" / task).iterdir() if p.name not in ("assets", run_dir.name)]
+    attempt(results, "other_runs", lambda: others() or 1 / 0)
+    attempt(results, "earlier_results", lambda: (work / "results" / task / "final" / "summary.json").read_text())
+    attempt(results, "logs", lambda: os.listdir(work / "logs"))
+    attempt(results, "config", lambda: (work / "config" / "config.yaml").read_text())
+    import replaykit
+    package = Path(replaykit.__file__).parent
+    attempt(results, "write_frozen_code", lambda: writable(package / "tasks" / task / "evaluator.py"))
+    attempt(results, "write_fixed_start", lambda: writable(next(p for p in Path(request["fixed_start"]).rglob("*") if p.is_file())))
+    attempt(results, "create_in_fixed_start", lambda: (Path(request["fixed_start"]) / "probe").write_text("x"))
+    attempt(results, "write_workspace", lambda: writable(Path("train.py")))
+    attempt(results, "create_in_work_dir", lambda: (work / "probe-escape").write_text("x"))
+    attempt(results, "proc_parent_root", lambda: os.listdir(f"/proc/{os.getppid()}/root{hidden}"))
+    attempt(results, "proc_1_root", lambda: os.listdir(f"/proc/1/root{hidden}"))
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    attempt(results, "see_host_processes", lambda: pids if len(pids) > 5 else 1 / 0)
+    attempt(results, "home_secret", lambda: (Path.home() / "secret.txt").read_text())
+    attempt(results, "network_interfaces", lambda: [n for _, n in socket.if_nameindex() if n != "lo"] or 1 / 0)
+    attempt(results, "connect_host_loopback", lambda: socket.create_connection(("127.0.0.1", port), timeout=3))
+    (Path(request["state_dir"]) / "probe.json").write_text(json.dumps(results, indent=1))
+'''
+
+ESCAPES = ("list_hidden", "read_hidden", "read_manifest_of_hidden", "other_runs", "earlier_results", "logs",
+           "config", "write_frozen_code", "write_fixed_start", "create_in_fixed_start", "write_workspace",
+           "create_in_work_dir", "proc_parent_root", "proc_1_root", "see_host_processes", "home_secret",
+           "network_interfaces", "connect_host_loopback")
+
+
+def make_dir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
+
+
+def probe_patch(dest: Path, task: str, port: int) -> Path:
+    """A candidate patch for ``recipes/<task>``: add probe.py and call it first in train.py."""
+    train = (ROOT / "recipes" / task / "train.py").read_text()
+    anchor = "    request = json.loads(Path(parser.parse_args().request).read_text())\n"
+    assert anchor in train
+    patched = train.replace(anchor, anchor + f"    import probe\n    probe.run(request, {task!r}, {port})\n")
+    diff = "".join(difflib.unified_diff(train.splitlines(True), patched.splitlines(True), "a/train.py", "b/train.py"))
+    diff += "".join(difflib.unified_diff([], PROBE.splitlines(True), "/dev/null", "b/probe.py"))
+    dest.write_text(diff)
+    return dest
+
+
+@pytest.fixture
+def host_server():
+    """A TCP server on the host's loopback; counts connections made to it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    accepted, stop = [], threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                accepted.append(1)
+                conn.close()
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    stop.set()
+    thread.join(timeout=2)
+    server.close()
+
+
+def soup_task(fixed_start: Path, patch: Path) -> dict:
+    return {"fixed_start": str(fixed_start), "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+            "recipe": {"profile": "embedded", "overrides": {}}, "seeds": [42], "threads": 1,
+            "candidate": "probe", "candidates": {"probe": str(patch)},
+            "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+            "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5}, "final": {"n_boot": 200}}
+
+
+@pytest.fixture(scope="module")
+def soup_start(tmp_path_factory):
+    from test_soup import build_start
+
+    return build_start(tmp_path_factory.mktemp("soup-sandbox") / "ingredients")
+
+
+def run_probe(work: Path, task: str, target: str) -> tuple[dict, dict]:
+    before = frozen.frozen_files()
+    home = work.parent / "home"  # the user's HOME holds a secret the probe looks for
+    home.mkdir()
+    (home / "secret.txt").write_text("token")
+    snakemake(work, target, "--cores", "2", "--resources", "gpu=1", check=True, env={"HOME": str(home)})
+    assert frozen.frozen_files() == before, "the frozen package changed"
+    probe = json.loads((work / f"results/{task}/probe-seed42/replay-state/probe.json").read_text())
+    record = json.loads((work / f"results/{task}/probe-seed42/replay/record.json").read_text())
+    return probe, record
+
+
+def test_soup_probe_reaches_nothing_and_the_run_stays_valid(soup_start, tmp_path, host_server):
+    port, accepted = host_server
+    work = copy_workflow(make_dir(tmp_path / "work"))
+    (work / "results/soup/final").mkdir(parents=True)  # an earlier result the probe looks for
+    (work / "results/soup/final/summary.json").write_text('{"value": 0.9}')
+    (work / "results/soup/other-seed1").mkdir()
+    write_config(work, {"models": {}, "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", port))}})
+    probe, record = run_probe(work, "soup", "results/soup/probe-seed42/official.json")
+    managed = {k: v["detail"] for k, v in probe.items() if v["managed"]}
+    assert set(probe) == set(ESCAPES) and managed == {}
+    assert not accepted and not (work / "probe-escape").exists() and not (soup_start / "probe").exists()
+    assert record["isolation"] == "bwrap" and record["advisories"] == []
+    official = json.loads((work / "results/soup/probe-seed42/official.json").read_text())
+    assert official["official"] is not None and official["isolation"] == "bwrap"
+
+
+def test_soup_probe_without_isolation_reaches_everything_and_says_so(soup_start, tmp_path, host_server):
+    port, accepted = host_server
+    work = copy_workflow(make_dir(tmp_path / "work"))
+    write_config(work, {"isolation": "none", "models": {},
+                        "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", port))}})
+    probe, record = run_probe(work, "soup", "results/soup/report.html")
+    for escape in ("list_hidden", "read_hidden", "write_frozen_code", "connect_host_loopback", "create_in_work_dir"):
+        assert probe[escape]["managed"], (escape, probe[escape])
+    assert accepted and record["isolation"] == "none"
+    advisory = sandbox.NO_ISOLATION_ADVISORY
+    final = json.loads((work / "results/soup/final/summary.json").read_text())
+    assert final["advisories"][0] == advisory and final["isolation"] == "none"
+    score = json.loads((work / "results/soup/probe-seed42/final-scores/checkpoint-3/summary.json").read_text())
+    assert score["advisories"][0] == advisory
+    report_md = (work / "results/soup/final/report.md").read_text().splitlines()
+    assert advisory in report_md[2]
+    html = (work / "results/soup/report.html").read_text()
+    assert html.index(advisory) < html.index("Official result")
+
+
+def test_dpo_probe_reaches_nothing(tiny_llama, tmp_path, host_server):
+    port, accepted = host_server
+    work = copy_workflow(make_dir(tmp_path / "work"))
+    config = tiny_config(tiny_llama)
+    task = config["tasks"]["dpo"]
+    task["candidate"], task["candidates"] = "probe", {"probe": str(probe_patch(tmp_path / "p.diff", "dpo", port))}
+    task["recipe"]["overrides"]["max_steps"] = 2
+    write_config(work, config)
+    probe, record = run_probe(work, "dpo", "results/dpo/probe-seed42/official.json")
+    assert {k: v["detail"] for k, v in probe.items() if v["managed"]} == {}
+    assert not accepted and not (work / "probe-escape").exists()
+    official = json.loads((work / "results/dpo/probe-seed42/official.json").read_text())
+    assert official["official"] is not None and record["isolation"] == "bwrap"
+
+
+def test_frozen_code_changed_during_the_replay_is_an_error(tmp_path, monkeypatch):
+    """Without the sandbox, a training process that edits the frozen package fails the replay."""
+    from replaykit.harness import replay
+    from replaykit.harness.budget import Budget
+    from replaykit.harness.hashing import tree_files
+    from replaykit.harness.workspace import build_workspace
+
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "evaluator.py").write_text("SCORE = 1\n")
+    monkeypatch.setattr(replay, "frozen_files", lambda: tree_files(package))
+    recipe = tmp_path / "recipe"
+    (recipe / "configs").mkdir(parents=True)
+    (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
+    (recipe / "train.py").write_text(f"open({str(package / 'evaluator.py')!r}, 'a').write('SCORE = 2\\n')\n")
+    ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    (fixed / "config.json").write_text("{}")
+    manifest = tmp_path / "assets" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
+    with pytest.raises(replay.ReplayError, match="frozen package changed during the replay: evaluator.py: changed"):
+        replay.run_replay(task="soup", run="x-seed1", workspace=ws["workspace"], workspace_record=tmp_path / "ws.json",
+                          manifest=manifest, fixed_start=fixed, public_dir=tmp_path / "assets",
+                          publish_dir=tmp_path / "pub", state_dir=tmp_path / "state", record_path=tmp_path / "r.json",
+                          budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50,
+                                                     "export_reserve_s": 5}),
+                          seed=1, profile="embedded", overrides={}, threads=1, isolation="none")
+    assert "changed" in json.loads((tmp_path / "pub" / "last-failure.json").read_text())["error"]
+
+
+def test_sandbox_hides_and_shows_what_it_says(tmp_path):
+    """bwrap_argv on plain files: hidden dirs are empty, shown paths readable, only writable ones written."""
+    hidden, shown, out = tmp_path / "hidden", tmp_path / "hidden" / "public", tmp_path / "out"
+    shown.mkdir(parents=True)
+    out.mkdir()
+    (hidden / "final.jsonl").write_text("secret")
+    (shown / "proxy.jsonl").write_text("public")
+    script = ("import os, pathlib\n"
+              f"print(sorted(os.listdir({str(hidden)!r})))\n"
+              f"print(pathlib.Path({str(shown / 'proxy.jsonl')!r}).read_text())\n"
+              f"pathlib.Path({str(out / 'ok')!r}).write_text('1')\n"
+              "try:\n"
+              f"    pathlib.Path({str(shown / 'x')!r}).write_text('1'); print('wrote')\n"
+              "except OSError as e:\n    print('read-only', e.errno)\n")
+    argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=out, hide=[hidden], read_only=[shown],
+                        writable=[out])
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["['public']", "public", "read-only 30"]  # 30 = EROFS
+    assert (out / "ok").read_text() == "1" and not (shown / "x").exists()
+
+
+def test_missing_bubblewrap_is_one_clear_line(tmp_path):
+    work = copy_workflow(tmp_path)
+    env_path = f"{tmp_path / 'nobin'}"
+    (tmp_path / "nobin").mkdir()
+    for tool in Path("/usr/bin").iterdir():  # the system's PATH without bwrap
+        if tool.name != "bwrap":
+            (tmp_path / "nobin" / tool.name).symlink_to(tool)
+    from conftest import VENV_BIN
+
+    result = subprocess.run([str(VENV_BIN / "snakemake"), "--workflow-profile", "none", "-n", "results/dpo/final",
+                             "--cores", "1"], cwd=work, capture_output=True, text=True, timeout=120,
+                            env={"PATH": f"{VENV_BIN}:{env_path}", "HOME": str(tmp_path)})
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert lines and "bubblewrap (bwrap) not found" in lines[0] and "isolation: none" in lines[0]
+
+
+def test_final_salt_changes_the_hidden_draw_only_and_is_never_written(tiny_llama, tmp_path):
+    """dpo's embedded hidden prompts: the same public split, other hidden items with a salt;
+    the manifest (which a replay reads) records only that a salt was set."""
+    from conftest import VENV_BIN
+
+    data = tiny_config(tiny_llama)["tasks"]["dpo"]["data"]
+    out = {}
+    for salt in ("", "s3cret-salt"):
+        root = tmp_path / (salt or "public")
+        cfg = json.dumps({"data": data, "fixed_start_sha256": None, "final_salt": salt})
+        subprocess.run([str(VENV_BIN / "python"), "-m", "replaykit", "assets", "--task", "dpo", "--cfg", cfg,
+                        "--fixed-start", str(tiny_llama), "--public", str(root / "public"), "--hidden",
+                        str(root / "hidden"), "--manifest", str(root / "manifest.json")], check=True)
+        out[salt] = root
+    public, salted = out[""], out["s3cret-salt"]
+    for name in sorted(p.name for p in (public / "public").iterdir()):
+        assert (public / "public" / name).read_bytes() == (salted / "public" / name).read_bytes()
+    hidden = [json.loads(line)["prompt"] for line in (public / "hidden/final_prompts.jsonl").read_text().splitlines()]
+    hidden_salted = [json.loads(line)["prompt"] for line in (salted / "hidden/final_prompts.jsonl").read_text().splitlines()]
+    assert len(hidden) == len(hidden_salted) == data["n_final"] and hidden != hidden_salted
+    manifest = (salted / "manifest.json").read_text()
+    assert "s3cret-salt" not in manifest and json.loads(manifest)["final_salt"] == "operator"
+    assert json.loads((public / "manifest.json").read_text())["final_salt"] == "public"
