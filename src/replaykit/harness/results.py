@@ -131,7 +131,13 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
     fixed = read_complete_summary(fixed_start_scores) if fixed_start_scores else None
     best = primary["official"]
     if best is None:
-        raise InputError(officials[0], "official", "no valid checkpoint: there is no official result")
+        message = "no valid checkpoint: there is no official result"
+        changed = "checkpoint changed after publication"
+        if any(c["reason"].startswith(changed) for c in primary["checkpoints"]):
+            run_dir = Path(officials[0]).parent
+            message += (f"; a checkpoint changed after its publication: start a fresh formal replay: "
+                        f"rm -r {run_dir}/replay {run_dir}/replay-state, then rerun")
+        raise InputError(officials[0], "official", message)
     direction = primary["direction"]
     shipped_best = shipped["official"]
     references = {"fixed_start": ({"value": fixed["value"], "se": fixed["uncertainty"]["value"],
