@@ -251,8 +251,8 @@ def test_soup_changed_checkpoint_never_gives_a_stale_official(soup_finished, tmp
     assert (work / "logs/soup/final.log").read_text().strip().splitlines()[-1] == (
         "error: results/soup/shipped-seed42/official.json: official: no valid checkpoint: there is"
         " no official result; a checkpoint changed after its publication: start a fresh formal"
-        " replay: rm -r results/soup/shipped-seed42/replay results/soup/shipped-seed42/replay-state,"
-        " then rerun"
+        " replay: rm -r results/soup/shipped-seed42/replay"
+        " results/soup/shipped-seed42/replay-state, then rerun"
     )
     assert read(work / SOUP_RUN / "official.json")["official"] is None
     assert_receipts_agree(work, "soup", SOUP_RUN, tampered=(3,))

@@ -345,8 +345,9 @@ def parser() -> argparse.ArgumentParser:
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
         s.add_argument(arg, required=True)
     s.add_argument("--cfg", default="{}")
-    s.add_argument("--record", default="", help="the replay record (its isolation goes into the marker; "
-                                                "a checkpoint whose tree hash differs is invalid)")
+    s.add_argument("--record", default="",
+                   help="the replay record (its isolation goes into the marker; "
+                        "a checkpoint whose tree hash differs is invalid)")
     s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
     s.set_defaults(func=cmd_validate)
 

@@ -135,8 +135,8 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
         changed = "checkpoint changed after publication"
         if any(c["reason"].startswith(changed) for c in primary["checkpoints"]):
             run_dir = Path(officials[0]).parent
-            message += (f"; a checkpoint changed after its publication: start a fresh formal replay: "
-                        f"rm -r {run_dir}/replay {run_dir}/replay-state, then rerun")
+            message += ("; a checkpoint changed after its publication: start a fresh formal "
+                        f"replay: rm -r {run_dir}/replay {run_dir}/replay-state, then rerun")
         raise InputError(officials[0], "official", message)
     direction = primary["direction"]
     shipped_best = shipped["official"]
