@@ -464,3 +464,106 @@ def test_rm_resume_never_trains_past_max_steps(tiny_llama, tmp_path, killed_afte
         assert record["checkpoints"][str(p)]["sha256"] == tree_sha(
             work / f"results/rm/shipped-seed42/replay/checkpoint-{p}"
         )
+
+
+# ---------------------------------------------------------------- check_run by hand (fast)
+
+
+def fake_run(root: Path) -> Path:
+    """A run with one retained checkpoint and every receipt written by hand, as the steps would."""
+    run = root / "results/t/shipped-seed1"
+    ckpt = run / "replay/checkpoint-2"
+    ckpt.mkdir(parents=True)
+    (ckpt / "w.bin").write_bytes(b"\x00" * 64)
+    tree = tree_sha(ckpt)
+    record = run / "replay/record.json"
+    record.write_text(json.dumps({"retained": [2], "checkpoints": {"2": {"sha256": tree}}}))
+    marker = run / "validation/checkpoint-2.json"
+    marker.parent.mkdir()
+    marker.write_text(
+        json.dumps({"valid": True, "checkpoint_sha256": tree, "recorded_sha256": tree})
+    )
+    scores = run / "final-scores/checkpoint-2"
+    scores.mkdir(parents=True)
+    summary = {
+        "metric": "m",
+        "direction": "maximize",
+        "value": 0.5,
+        "n": 2,
+        "diagnostics": {},
+        "uncertainty": {"value": 0.1, "kind": "se"},
+        "advisories": [],
+        "checkpoint_sha256": tree,
+        "marker_sha256": file_sha(marker),
+    }
+    (scores / "summary.json").write_text(json.dumps(summary))
+    (scores / ".complete").touch()
+    official = run / "official.json"
+    official.write_text(
+        json.dumps(
+            {
+                "record_sha256": file_sha(record),
+                "checkpoints": [
+                    {
+                        "progress": 2,
+                        "marker_sha256": file_sha(marker),
+                        "summary_sha256": file_sha(scores / "summary.json"),
+                    }
+                ],
+            }
+        )
+    )
+    final = root / "results/t/final"
+    final.mkdir()
+    (final / "summary.json").write_text(
+        json.dumps(
+            {
+                **summary,
+                "officials_sha256": {"results/t/shipped-seed1/official.json": file_sha(official)},
+            }
+        )
+    )
+    (final / ".complete").touch()
+    return run
+
+
+def test_check_run_by_hand(tmp_path, monkeypatch):
+    from replaykit.harness.verify import check_final, check_run, invalidate, status_lines
+
+    run = fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rel = Path("results/t/shipped-seed1")
+    assert {f.state for f in check_run(rel)} == {"verified"}
+    assert check_final("results/t/final", [str(rel / "official.json")]).state == "verified"
+    assert status_lines("results") == (
+        [
+            "t/shipped-seed1: verified (5 of 5 receipts verified)",
+            "t/final: verified (1 of 1 receipts verified)",
+        ],
+        True,
+    )
+    # a changed checkpoint: its marker is stale, and so is everything built from it
+    flip_middle_byte(run / "replay/checkpoint-2/w.bin")
+    findings = check_run(rel)
+    stale = [f for f in findings if f.state != "verified"]
+    assert [(f.path, f.state) for f in stale] == [
+        (str(rel / "validation/checkpoint-2.json"), "stale")
+    ]
+    assert "changed after publication" in stale[0].reason
+    scores = rel / "final-scores/checkpoint-2"
+    assert stale[0].invalidates == [
+        str(rel / "validation/checkpoint-2.json"),
+        str(scores / "summary.json"),
+        str(scores / ".complete"),
+        str(rel / "official.json"),
+    ]
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[0] == "t/shipped-seed1: stale (1 of 2 receipts verified)"
+    assert invalidate(findings) == stale[0].invalidates
+    assert not (run / "official.json").exists() and (run / "replay/checkpoint-2").is_dir()
+    assert check_final("results/t/final", [str(rel / "official.json")]).state == "stale"
+    # a deleted record: official.json (which names it) must be rebuilt
+    run2 = fake_run(tmp_path / "b")
+    (run2 / "replay/record.json").unlink()
+    [missing] = check_run(run2)
+    assert missing.state == "missing" and missing.invalidates == [str(run2 / "official.json")]
