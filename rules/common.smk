@@ -14,6 +14,8 @@ from replaykit.config import CLI, check_config, coerce_cli_values, load_yaml_str
 from replaykit.harness.budget import Budget
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
+from replaykit.harness.hashing import HashCache
+from replaykit.harness.verify import CACHE, Finding, check_final, check_run, invalidate
 from replaykit.tasks import get_task
 
 SCHEMA_FILE = Path(workflow.basedir) / "config" / "schema.yaml"
@@ -211,10 +213,91 @@ def retained(w):
     if missing:
         stop(
             f"{record}: retained: {missing[0]} is listed but not visible after {latency_s} s; "
-            "on a shared filesystem raise --latency-wait (if it was removed, remove the record "
-            "too and rerun)"
+            "on a shared filesystem raise --latency-wait (if it was removed, start a fresh formal "
+            f"replay: rm -r {replay_dir(w)} results/{w.task}/{w.run}/replay-state, then rerun)"
         )
     return progress
+
+
+# Receipts are checked when the DAG is built, before Snakemake looks at any output of the
+# `official` and `final` jobs: a stale or missing receipt and everything built from it, up
+# to the requested official.json or final/, are removed, so that Snakemake rebuilds them.
+# Snakemake alone would not: it never looks inside a checkpoint, does not notice a deleted
+# output of a `checkpoint` rule, and skips a missing intermediate file whose consumers are
+# up to date. Each run is checked once per invocation (not again when the input functions
+# are re-evaluated after the replay checkpoint, while jobs may be writing).
+_CHECKED = {}
+
+
+def _runs_of_final(task):
+    cfg = config["tasks"][task]
+    runs = [run_name(cfg["candidate"], seed) for seed in cfg["seeds"]]
+    return list(dict.fromkeys(runs + [run_name("shipped", cfg["seeds"][0])]))
+
+
+def _check_run(task, run):
+    if (task, run) not in _CHECKED:
+        run_dir = Path(f"results/{task}/{run}")
+        cache = HashCache(run_dir / CACHE)
+        _CHECKED[task, run] = check_run(run_dir, cache)
+        cache.save()
+    return _CHECKED[task, run]
+
+
+def _apply(findings):
+    """Print what is not verified and remove what it invalidates (not in a dry run, nor in
+    commands that only build the DAG: --summary, --dag, --report)."""
+    bad = [f for f in findings if f.state != "verified"]
+    for f in bad:
+        print(f"receipts: {f.line()}", file=sys.stderr)
+    if not any(f.invalidates for f in bad):
+        return
+    if workflow.execution_settings is None or workflow.dryrun:
+        paths = ", ".join(dict.fromkeys(p for f in bad for p in f.invalidates))
+        print(
+            f"receipts: not removed (dry run); a real run rebuilds: {paths}",
+            file=sys.stderr,
+        )
+        return
+    for path in invalidate(bad):
+        print(f"receipts: removed {path}; it will be rebuilt", file=sys.stderr)
+
+
+def reverify_official(w):
+    """Input function of `official`: check the run's receipts (returns no files)."""
+    # only in the main process: a job run remotely (SLURM) builds its own DAG for one job
+    if workflow.is_main_process and ("official", w.task, w.run) not in _CHECKED:
+        _CHECKED["official", w.task, w.run] = True
+        _apply(_check_run(w.task, w.run))
+    return []
+
+
+def reverify_final(w):
+    """Input function of `final`: check the receipts of every run it uses and final/ itself
+    against them; a run that must be rebuilt invalidates final/ too (returns no files).
+    """
+    if not workflow.is_main_process or ("final", w.task) in _CHECKED:
+        return []
+    _CHECKED["final", w.task] = True
+    findings, final_dir = [], f"results/{w.task}/final"
+    for run in _runs_of_final(w.task):
+        _CHECKED["official", w.task, run] = True
+        findings += _check_run(w.task, run)
+    if any(f.invalidates for f in findings):
+        if Path(final_dir).exists():
+            findings.append(
+                Finding(
+                    final_dir, "stale", "built from receipts being rebuilt", [final_dir]
+                )
+            )
+    else:
+        officials = [
+            f"results/{w.task}/{run}/official.json" for run in _runs_of_final(w.task)
+        ]
+        verdict = check_final(final_dir, officials)
+        findings += [verdict] if verdict else []
+    _apply(findings)
+    return []
 
 
 def get_markers(w):

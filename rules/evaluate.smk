@@ -15,7 +15,8 @@ rule frozen_code:
 rule validate:
     """Frozen loader's verdict on one retained checkpoint (never fails on a bad one)."""
     input:
-        record="results/{task}/{run}/replay/record.json",
+        # not the record: a record rewritten for the same checkpoints (a replay rerun after it
+        # was lost) must not re-validate them; the marker carries the record's hash instead
         checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
         fixed_start=get_fixed_start,
         frozen="results/frozen-code.json",
@@ -33,10 +34,11 @@ rule validate:
         runtime=lambda w, attempt: attempt * task_cfg(w)["validation"]["runtime"],
     params:
         cfg=as_json("validation"),
+        record=lambda w: f"{replay_dir(w)}/record.json",
     shell:
         "OMP_NUM_THREADS={threads} python -m replaykit validate --task {wildcards.task}"
         " --checkpoint {input.checkpoint} --fixed-start {input.fixed_start} --cfg {params.cfg:q}"
-        " --record {input.record} --frozen {input.frozen} --out {output.marker} > {log} 2>&1"
+        " --record {params.record} --frozen {input.frozen} --out {output.marker} > {log} 2>&1"
 
 
 rule score_final:

@@ -9,6 +9,7 @@ import importlib
 import io
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -439,3 +440,60 @@ def test_config_accepts_a_diffusers_pipeline_folder_as_fixed_start(tmp_path):
         check_config(config, ROOT / "config/schema.yaml", "test.yaml")
     (sd / "model_index.json").write_text("{}")  # SD v1.5's layout has no config.json at its root
     check_config(config, ROOT / "config/schema.yaml", "test.yaml")
+
+
+def run_recipe_process(fixed_start, assets, state: Path, env: dict | None = None):
+    """``train.py`` as the replay driver starts it (own process, so a fault may end it)."""
+    import os
+    import subprocess
+    import time
+
+    root, _ = assets
+    request = {"fixed_start": str(fixed_start), "public_dir": str(root / "public"),
+               "publish_dir": str(state / "publish"), "state_dir": str(state / "state"), "seed": 42,
+               "deadline_unix": time.time() + 600, "export_reserve_s": 60, "profile": "embedded",
+               "overrides": TINY_RECIPE, "threads": 1, "keep": 3,
+               "resume": (state / "state").exists()}
+    (state / "state").mkdir(parents=True, exist_ok=True)
+    (state / "request.json").write_text(json.dumps(request))
+    full = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", **(env or {}))
+    cmd = [sys.executable, "train.py", "--request", str(state / "request.json")]
+    return subprocess.run(cmd, cwd=RECIPE, env=full, capture_output=True, text=True, timeout=600)
+
+
+def _ledger(publish: Path) -> list[int]:
+    lines = (publish / "publications.jsonl").read_text().splitlines()
+    return [json.loads(line)["progress"] for line in lines]
+
+
+@pytest.mark.slow
+def test_resume_never_trains_past_the_last_epoch(fixed_start, assets, tmp_path):
+    """A kill right after the last epoch's publication, one epoch before it, and between the
+    last state's save and its publication: the resume ends at the recipe's last epoch."""
+    fault = "REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH"
+    last, before = tmp_path / "last", tmp_path / "before"
+    assert run_recipe_process(fixed_start, assets, last, {fault: "3"}).returncode == 137
+    assert run_recipe_process(fixed_start, assets, before, {fault: "2"}).returncode == 137
+    out = run_recipe_process(fixed_start, assets, last)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resuming after epoch 3" in out.stdout
+    assert "[train] epoch" not in out.stdout and "[publish]" not in out.stdout
+    result = json.loads((last / "state/train_result.json").read_text())
+    assert result["steps"] == 3 and [h["progress"] for h in result["history"]] == [1, 2, 3]
+    assert _ledger(last / "publish") == [1, 2, 3]
+    out = run_recipe_process(fixed_start, assets, before)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[train] epoch 3/3" in out.stdout
+    assert "epoch 2/3" not in out.stdout and "epoch 4" not in out.stdout
+    assert json.loads((before / "state/train_result.json").read_text())["steps"] == 3
+    assert _ledger(before / "publish") == [1, 2, 3]
+    # the state after epoch 3 was saved but its publication never happened: published on resume
+    shutil.rmtree(last / "publish/checkpoint-3")
+    ledger = (last / "publish/publications.jsonl").read_text().splitlines()
+    (last / "publish/publications.jsonl").write_text("\n".join(ledger[:2]) + "\n")
+    out = run_recipe_process(fixed_start, assets, last)
+    assert out.returncode == 0 and "[train] epoch" not in out.stdout
+    assert "[publish] checkpoint-3" in out.stdout
+    assert _ledger(last / "publish") == [1, 2, 3]
+    assert (last / "publish/checkpoint-3/adapter_model.safetensors").read_bytes() == \
+        (last / "state/state/lora/adapter_model.safetensors").read_bytes()

@@ -411,3 +411,41 @@ def test_bad_fixed_asset_is_named(tmp_path):
     with pytest.raises(InputError, match="cannot hold"):
         digress.build_assets({"split_seed": 42, "split_train": 30}, too_few, tmp_path / "public", tmp_path / "hidden")
     assert not (tmp_path / "public").exists()  # nothing written before the checks pass
+
+
+def _published(run: Path) -> tuple[list[int], list[int]]:
+    """(checkpoints on disk, progress of every ledger entry)."""
+    on_disk = sorted(int(p.name.split("-")[1]) for p in (run / "pub").glob("checkpoint-*"))
+    lines = (run / "pub/publications.jsonl").read_text().splitlines()
+    ledger = [json.loads(line)["progress"] for line in lines]
+    return on_disk, ledger
+
+
+@pytest.mark.slow
+def test_resume_never_trains_past_the_last_epoch(assets, tmp_path, monkeypatch):
+    """A kill right after the last epoch's publication (before the record), then a resume:
+    nothing is trained or published again. A kill one epoch before: only the last is trained."""
+    root = assets[0]
+    cfg = {**TINY, "epochs": 2}
+    monkeypatch.setenv("REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH", "2")  # dies right after checkpoint-2
+    killed = run_recipe(root, tmp_path / "last", cfg, resume=False)
+    killed_before = run_recipe(root, tmp_path / "before", {**TINY, "epochs": 3}, resume=False)
+    monkeypatch.delenv("REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH")
+    assert killed.returncode == 137 and killed_before.returncode == 137
+    # at the last epoch
+    resumed = run_recipe(root, tmp_path / "last", cfg, resume=True)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming after epoch 2" in resumed.stdout and "[train] epoch" not in resumed.stdout
+    assert "[publish]" not in resumed.stdout
+    result = json.loads((tmp_path / "last/state/train_result.json").read_text())
+    assert result["steps"] == 2 and result["stop_reason"] == "max_steps"
+    assert [h["progress"] for h in result["history"]] == [1, 2]
+    assert _published(tmp_path / "last") == ([1, 2], [1, 2])
+    # one epoch before the end
+    resumed = run_recipe(root, tmp_path / "before", {**TINY, "epochs": 3}, resume=True)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming after epoch 2" in resumed.stdout and "[train] epoch 3/3" in resumed.stdout
+    assert "[train] epoch 2/3" not in resumed.stdout and "epoch 4" not in resumed.stdout
+    result = json.loads((tmp_path / "before/state/train_result.json").read_text())
+    assert result["steps"] == 3 and [h["progress"] for h in result["history"]] == [1, 2, 3]
+    assert _published(tmp_path / "before") == ([1, 2, 3], [1, 2, 3])

@@ -227,6 +227,18 @@ def main() -> int:
         return time.time() - t1
 
     n_epochs = int(recipe["num_epochs"])
+    from replaykit.harness.publish import published as on_disk, read_ledger
+
+    pub = request["publish_dir"]
+    done = [e["progress"] for e in read_ledger(pub)] + on_disk(pub)
+    due = start_epoch % int(recipe["save_freq"]) == 0 or start_epoch == n_epochs
+    if start_epoch and due and (not done or start_epoch > max(done)):
+        # a kill came between saving this state and publishing it: publish the saved LoRA
+        lora_dir = state_dir / "state" / "lora"
+        entry = publish_checkpoint(lora_dir, pub, start_epoch, keep=request["keep"])
+        published.append(start_epoch)
+        print(f"[publish] checkpoint-{start_epoch} (publication {entry['count']}, "
+              f"retained {entry['retained']})", flush=True)
     per_epoch = int(recipe["sample_batch_size"]) * int(recipe["num_batches_per_epoch"])
     train_start, publish_s, stop, error, epoch_s = time.time(), 0.0, "max_steps", None, 0.0
     epoch = start_epoch

@@ -60,6 +60,17 @@ def greedy_soup(ranking: list[int], accuracy) -> tuple[list[int], list[float]]:
     return members, history
 
 
+def resumed_soup(request: dict, n: int) -> dict | None:
+    """On a resume, the ``coefficients.json`` of the soup already published as
+    ``checkpoint-<n>`` (the recipe's last and only publication), else None."""
+    from replaykit.harness.publish import published
+
+    root = Path(request["publish_dir"])
+    if not request["resume"] or n not in published(root):  # renamed into place whole
+        return None
+    return json.loads((root / f"checkpoint-{n}" / "coefficients.json").read_text())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--request", required=True)
@@ -97,7 +108,14 @@ def main() -> int:
         print(f"[publish] checkpoint-{progress} (publication {entry['count']}, retained {entry['retained']})", flush=True)
 
     train_start, stop, curve = time.time(), "max_steps", []
-    if recipe["method"] == "uniform":
+    done = resumed_soup(request, n)
+    if done is not None:  # a kill came after the publication, before the record: nothing to redo
+        published_at.append(n)
+        curve = [{"progress": k + 1, "proxy_accuracy": acc}
+                 for k, acc in enumerate(done.get("history", []))]
+        print(f"[soup] resumed: checkpoint-{n} is already published; nothing to compute",
+              flush=True)
+    elif recipe["method"] == "uniform":
         publish(n, [1.0 / n] * n, {})
     else:
         proxy_file = Path(request["public_dir"]) / "proxy.jsonl"

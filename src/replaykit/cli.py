@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .harness.errors import InputError
 from .harness.fileio import atomic_write_json, atomic_write_jsonl, read_json
-from .harness.hashing import sha256_file, sha256_tree, tree_files
+from .harness.hashing import listing_sha256, sha256_file, sha256_tree, tree_files
 from .harness.provenance import git_commit, library_versions, utc_now
 from .harness.replay import ReplayError
 from .harness.sandbox import SandboxUnavailable
@@ -119,13 +119,28 @@ def cmd_validate(a) -> None:
     started = time.time()
     frozen_sha = _verify_frozen(a)
     checkpoint = Path(a.checkpoint)
-    record = read_json(a.record) if a.record else {}
-    verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
+    progress = int(checkpoint.name.split("-")[-1])
+    files = tree_files(checkpoint) if checkpoint.is_dir() else {}
+    actual = listing_sha256(files)
+    record = read_json(a.record, required=("checkpoints",)) if a.record else {}
+    recorded = None
+    if a.record:  # the receipt: the checkpoint must be the one the replay published
+        entry = record["checkpoints"].get(str(progress))
+        if not isinstance(entry, dict) or "sha256" not in entry:
+            raise InputError(a.record, f"checkpoints.{progress}.sha256", "not in the replay record")
+        recorded = entry["sha256"]
+    if recorded is not None and actual != recorded:
+        verdict = {"valid": False,
+                   "reason": f"checkpoint changed after publication: tree sha256 {actual} "
+                             f"differs from {recorded} in its replay record {a.record}"}
+    else:
+        verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
     verdict["isolation"] = record.get("isolation", "unknown")
     verdict["frozen_code_sha256"] = frozen_sha
-    verdict.update({"checkpoint": str(checkpoint), "progress": int(checkpoint.name.split("-")[-1]),
-                    "seconds": time.time() - started, "validated_at": utc_now(),
-                    "files": tree_files(checkpoint) if checkpoint.is_dir() else {}})
+    verdict.update({"checkpoint": str(checkpoint), "progress": progress,
+                    "seconds": time.time() - started, "validated_at": utc_now(), "files": files,
+                    "checkpoint_sha256": actual, "record": a.record or None,
+                    "recorded_sha256": recorded})
     atomic_write_json(a.out, verdict)
     print(f"[validate] {checkpoint.name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
 
@@ -185,6 +200,9 @@ def cmd_score(a) -> None:
         summary["advisories"] = [NO_ISOLATION_ADVISORY, *summary.get("advisories", [])]
     summary["split"] = a.split
     summary["checkpoint"] = a.checkpoint or None
+    # receipts: what this score was made from (checked again before an official uses it)
+    summary["checkpoint_sha256"] = sha256_tree(a.checkpoint) if a.checkpoint else None
+    summary["marker_sha256"] = sha256_file(a.marker) if a.marker else None
     summary["frozen_code_sha256"] = frozen_sha
     summary["items_sha256"] = sha256_file(a.items)
     summary["scored_at"] = utc_now()
@@ -269,6 +287,14 @@ def cmd_report(a) -> None:
     print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(pngs)} figures -> {a.out_html}")
 
 
+def cmd_status(a) -> int:
+    from .harness.verify import status_lines
+
+    lines, ok = status_lines(a.results, a.task or None)
+    print("\n".join(lines) if lines else f"{a.results}: no runs")
+    return 0 if ok else 1
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="replaykit", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="step", required=True)
@@ -319,7 +345,9 @@ def parser() -> argparse.ArgumentParser:
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
         s.add_argument(arg, required=True)
     s.add_argument("--cfg", default="{}")
-    s.add_argument("--record", default="", help="the replay record (its isolation goes into the marker)")
+    s.add_argument("--record", default="",
+                   help="the replay record (its isolation goes into the marker; "
+                        "a checkpoint whose tree hash differs is invalid)")
     s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
     s.set_defaults(func=cmd_validate)
 
@@ -369,13 +397,19 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--run-figures", nargs="+", required=True, help="each run's figures folder, same order")
     s.add_argument("--n-boot", type=int, default=10_000)
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("status", help="per run: which receipts are verified, stale or missing "
+                                      "(exit 1 unless all are verified); reads receipts only")
+    s.add_argument("--results", default="results", help="the results folder")
+    s.add_argument("task", nargs="*", help="tasks to report (default: all under --results)")
+    s.set_defaults(func=cmd_status)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        args.func(args)
+        code = args.func(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -385,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxUnavailable as exc:
         print(f"error: isolation: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

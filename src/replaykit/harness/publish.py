@@ -23,6 +23,9 @@ from .hashing import sha256_tree
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 LEDGER = "publications.jsonl"
 KEEP = 3
+# Fault injection for the resume tests: the process publishing checkpoint-<N> dies right
+# after that publication, before any record is written (see _fault_after).
+FAULT_ENV = "REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH"
 
 
 def published(root: str | Path) -> list[int]:
@@ -114,4 +117,19 @@ def publish_checkpoint(src: str | Path, root: str | Path, progress: int, keep: i
              "time": time.time(), "retained": retained}
     # rewritten whole (atomically), so a line cut short by a kill never corrupts later ones
     atomic_write_text(root / LEDGER, "".join(json.dumps(e, sort_keys=True) + "\n" for e in ledger + [entry]))
+    _fault_after(progress)
     return entry
+
+
+def _fault_after(progress: int) -> None:
+    """Fault injection for tests (:data:`FAULT_ENV`): ``<progress>`` exits 137 at once,
+    ``<progress>:hang`` waits to be killed; in both the publication is whole and no record
+    is written."""
+    spec = os.environ.get(FAULT_ENV, "")
+    if spec.split(":")[0] != str(progress):
+        return
+    print(f"[publish] checkpoint-{progress} (fault injection: {spec})", flush=True)
+    if spec.endswith(":hang"):
+        while True:
+            time.sleep(1)
+    os._exit(137)

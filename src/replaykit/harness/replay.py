@@ -283,6 +283,13 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
             break
     if failure is None and len(retained) > keep:
         failure = f"retention broken: {len(retained)} checkpoints retained (keep {keep})"
+    hashes = {p: sha256_tree(publish_dir / f"checkpoint-{p}") for p in retained}
+    ledger_sha = {e["progress"]: e.get("sha256") for e in ledger}
+    moved = [p for p in retained if p in ledger_sha and ledger_sha[p] != hashes[p]]
+    if failure is None and moved:  # a resume must not adopt a checkpoint changed on disk
+        failure = (f"checkpoint-{moved[0]} differs from its publication in "
+                   f"{publish_dir}/publications.jsonl (changed after publication); "
+                   f"start a fresh formal replay: rm -r {publish_dir} {state_dir}")
     if failure is not None:
         atomic_write_json(publish_dir / "last-failure.json",
                           {"error": failure, "returncode": returncode, "time": utc_now(), "retained": retained})
@@ -311,8 +318,8 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         "publications": ledger,
         "publication_count": len(ledger),
         "retained": retained,
-        "checkpoints": {str(p): {"path": str(publish_dir / f"checkpoint-{p}"),
-                                 "sha256": sha256_tree(publish_dir / f"checkpoint-{p}")} for p in retained},
+        "checkpoints": {str(p): {"path": str(publish_dir / f"checkpoint-{p}"), "sha256": hashes[p]}
+                        for p in retained},
         "workspace_record": str(workspace_record), "workspace_sha256": ws_info["workspace_sha256"],
         "patch": ws_info.get("patch"), "patch_sha256": ws_info["patch_sha256"],
         "asset_manifest": str(manifest), "asset_manifest_sha256": manifest_sha,

@@ -33,9 +33,13 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
         marker = read_json(markers[progress], required=("valid", "reason"))
         if not isinstance(marker["valid"], bool):
             raise InputError(markers[progress], "valid", f"must be true or false, got {marker['valid']!r}")
+        summary_path = Path(scores[progress]) / "summary.json"
         entry = {"progress": progress, "valid": marker["valid"], "reason": marker["reason"],
                  "marker": str(markers[progress]), "scores": str(scores[progress]),
-                 "score_status": status(scores[progress]), "value": None, "se": None}
+                 "score_status": status(scores[progress]), "value": None, "se": None,
+                 "checkpoint_sha256": marker.get("checkpoint_sha256"),
+                 "marker_sha256": sha256_file(markers[progress]),
+                 "summary_sha256": sha256_file(summary_path) if summary_path.is_file() else None}
         if entry["valid"]:
             summary = read_complete_summary(scores[progress])
             entry.update(value=summary["value"], se=summary["uncertainty"]["value"], n=summary["n"],
@@ -127,7 +131,13 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
     fixed = read_complete_summary(fixed_start_scores) if fixed_start_scores else None
     best = primary["official"]
     if best is None:
-        raise InputError(officials[0], "official", "no valid checkpoint: there is no official result")
+        message = "no valid checkpoint: there is no official result"
+        changed = "checkpoint changed after publication"
+        if any(c["reason"].startswith(changed) for c in primary["checkpoints"]):
+            run_dir = Path(officials[0]).parent
+            message += ("; a checkpoint changed after its publication: start a fresh formal "
+                        f"replay: rm -r {run_dir}/replay {run_dir}/replay-state, then rerun")
+        raise InputError(officials[0], "official", message)
     direction = primary["direction"]
     shipped_best = shipped["official"]
     references = {"fixed_start": ({"value": fixed["value"], "se": fixed["uncertainty"]["value"],
@@ -168,7 +178,11 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
         "isolation": isolation[0] if len(isolation) == 1 else isolation,
         "final_split": _final_split(primary.get("asset_manifest")),
         "official": {"run": primary["run"], "seed": primary["seed"], "progress": best["progress"],
-                     "scores": best["scores"], "official": str(officials[0])},
+                     "scores": best["scores"], "official": str(officials[0]),
+                     "checkpoint_sha256": best.get("checkpoint_sha256")},
+        # receipts: the exact official.json files this summary was made from
+        "officials_sha256": {str(p): sha256_file(p)
+                             for p in dict.fromkeys([*officials, shipped_official])},
         "references": references, "comparisons": comparisons, "normalised_score": normalised,
         "seeds": {**seeds, "per_seed": per_seed},
         "lineage": {"asset_manifest": primary["asset_manifest"], "asset_manifest_sha256": primary["asset_manifest_sha256"],

@@ -20,7 +20,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from .fileio import atomic_write_json
-from .publish import publish_checkpoint
+from .publish import publish_checkpoint, published, read_ledger
 
 # exit status of a recipe stopped by a non-finite loss (the replay driver reports it)
 NAN_EXIT = 3
@@ -132,21 +132,33 @@ class ReplayCallback(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
+        step = state.global_step
+        self.publish_saved(Path(args.output_dir) / f"checkpoint-{step}", step)
+        return control
+
+    def publish_saved(self, saved: Path, step: int) -> None:
+        """Publish the artifact files of the trainer checkpoint ``saved`` as
+        ``checkpoint-<step>``."""
         # Export through a scratch folder that is NOT inside the trainer checkpoint: a
         # subfolder holding an adapter there would be loaded as a second adapter on resume.
         started = time.time()
-        saved = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         export = Path(tempfile.mkdtemp(prefix=".export-", dir=self.state_dir))
         try:
             for name in self.files:
                 shutil.copy2(saved / name, export / name)
-            entry = publish_checkpoint(export, self.publish_dir, state.global_step, keep=self.keep)
+            entry = publish_checkpoint(export, self.publish_dir, step, keep=self.keep)
         finally:
             shutil.rmtree(export, ignore_errors=True)
         self.publish_s += time.time() - started
-        print(f"[publish] checkpoint-{state.global_step} (publication {entry['count']}, retained {entry['retained']})",
-              flush=True)
-        return control
+        print(f"[publish] checkpoint-{step} (publication {entry['count']}, "
+              f"retained {entry['retained']})", flush=True)
+
+    def publish_if_missing(self, saved: Path, step: int) -> None:
+        """After a resume that trains no more: publish the resumed state's artifact unless it
+        was published already (a kill between the trainer's save and the publication)."""
+        done = [e["progress"] for e in read_ledger(self.publish_dir)] + published(self.publish_dir)
+        if not done or step > max(done):
+            self.publish_saved(saved, step)
 
 
 def run_training(trainer, callback: ReplayCallback, request: dict) -> int:
@@ -158,20 +170,29 @@ def run_training(trainer, callback: ReplayCallback, request: dict) -> int:
 
     trainer.remove_callback(PrinterCallback)
     state_dir = Path(request["state_dir"])
-    resume = None
+    resume, resumed_state = None, None
     if request["resume"]:
         resume = last_complete_state(state_dir / "trainer")
         print(f"[train] resuming from {resume}" if resume else "[train] no trainer state to resume; starting at step 0",
               flush=True)
-    train_start = time.time()
-    if train_start >= request["deadline_unix"]:
-        # nothing left to train (earlier attempts spent the budget): report the resumed state
-        # (steps, history), not an empty one, so the record agrees with what was published
-        callback.stop_reason = "deadline"
-        if resume is not None:
-            from transformers import TrainerState
+    if resume is not None:
+        from transformers import TrainerState
 
-            trainer.state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+        resumed_state = TrainerState.load_from_json(str(Path(resume) / "trainer_state.json"))
+    train_start = time.time()
+    at_end = resumed_state is not None and resumed_state.global_step >= callback.max_steps
+    if at_end or train_start >= request["deadline_unix"]:
+        # Nothing left to train: the resumed state is at the recipe's end (Trainer.train would
+        # run one step more from there), or earlier attempts spent the budget. Report the
+        # resumed state (steps, history), not an empty one, so the record agrees with what
+        # was published, and publish that state if a kill came between its save and its
+        # publication.
+        callback.stop_reason = "max_steps" if at_end else "deadline"
+        if resumed_state is not None:
+            trainer.state = resumed_state
+            callback.publish_if_missing(Path(resume), resumed_state.global_step)
+            print(f"[train] resumed at step {resumed_state.global_step} of {callback.max_steps}: "
+                  f"no training ({callback.stop_reason})", flush=True)
     else:
         trainer.train(resume_from_checkpoint=resume)
     history = [h for h in trainer.state.log_history if "loss" in h]

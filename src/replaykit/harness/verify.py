@@ -1,0 +1,281 @@
+"""Receipts that are checked, not only written.
+
+Every product downstream of a replay carries the hashes of what it was made from: a
+validation marker the checkpoint's tree hash (``checkpoint_sha256``) and the record's
+(``recorded_sha256``); a final score the checkpoint's tree hash and its marker's SHA-256;
+``official.json`` the record's SHA-256 and every marker's and summary's; ``final/summary.json``
+every ``official.json``'s. :func:`check_run` and :func:`check_final` compare them with the
+files on disk and return one :class:`Finding` per receipt: ``verified``, ``stale`` (a hash
+differs), ``missing`` or ``tampered`` (a checkpoint differs from its record, already marked
+invalid). A stale or missing receipt names the products that can no longer be trusted
+(``invalidates``): the receipt itself and everything built from it, up to ``final/``.
+Removing those makes Snakemake rebuild them (rules/common.smk, :func:`reverify`).
+
+Cost: the tree hash of each retained checkpoint, through :class:`~.hashing.HashCache`
+(unchanged files are not re-read), and the SHA-256 of a few small JSON files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .hashing import HashCache, sha256_file
+from .receipts import RECEIPT, SUMMARY, status
+
+CACHE = ".hash-cache.json"  # per run: results/<task>/<run>/.hash-cache.json
+
+
+@dataclass
+class Finding:
+    """One receipt's state.
+
+    Attributes:
+        path: the receipt (file or directory).
+        state: ``verified``, ``stale``, ``missing`` or ``tampered``.
+        reason: why, in a few words (empty when verified).
+        invalidates: files and directories that must be rebuilt (removed by :func:`invalidate`).
+    """
+
+    path: str
+    state: str
+    reason: str = ""
+    invalidates: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return f"{self.path}: {self.state}" + (f": {self.reason}" if self.reason else "")
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Finding]:
+    """Check the receipts of one run (``results/<task>/<run>``) against the files on disk.
+
+    A run whose record was never written (nothing replayed yet) and that has no
+    ``official.json`` gives ``[]``. An unreadable record is left to the workflow (it stops
+    with one line); here it gives one ``stale`` finding that invalidates nothing.
+    """
+    run_dir = Path(run_dir)
+    cache = cache if cache is not None else HashCache(run_dir / CACHE)
+    record_path = run_dir / "replay" / "record.json"
+    official_path = run_dir / "official.json"
+    out: list[Finding] = []
+    if not record_path.is_file():
+        if official_path.exists():
+            out.append(
+                Finding(
+                    str(record_path),
+                    "missing",
+                    "the replay record is gone; official.json names it",
+                    [str(official_path)],
+                )
+            )
+        return out
+    record = _json(record_path)
+    if record is None or not isinstance(record.get("retained"), list):
+        return [Finding(str(record_path), "stale", "unreadable replay record")]
+    record_sha = cache.file(record_path)
+    out.append(Finding(str(record_path), "verified"))
+    downstream_of_run = [str(official_path)]
+    for progress in sorted(record["retained"]):
+        checkpoint = run_dir / "replay" / f"checkpoint-{progress}"
+        marker = run_dir / "validation" / f"checkpoint-{progress}.json"
+        scores = run_dir / "final-scores" / f"checkpoint-{progress}"
+        score_files = [str(scores / SUMMARY), str(scores / RECEIPT)]
+        if not checkpoint.is_dir():
+            out.append(Finding(str(checkpoint), "missing", f"listed in {record_path}"))
+            continue
+        actual = cache.tree(checkpoint)
+        recorded = (record.get("checkpoints") or {}).get(str(progress), {}).get("sha256")
+        tampered = actual != recorded
+        doc = _json(marker)
+        if doc is None:
+            state = "missing" if not marker.exists() else "stale"
+            out.append(
+                Finding(
+                    str(marker),
+                    state,
+                    "no readable validation marker",
+                    [str(marker), *score_files, *downstream_of_run],
+                )
+            )
+            continue
+        if doc.get("checkpoint_sha256") != actual or doc.get("recorded_sha256") != recorded:
+            why = (
+                "checkpoint changed after publication (tree hash differs from the record)"
+                if tampered
+                else "made from another checkpoint or record"
+            )
+            out.append(
+                Finding(str(marker), "stale", why, [str(marker), *score_files, *downstream_of_run])
+            )
+            continue
+        if tampered:
+            out.append(
+                Finding(
+                    str(checkpoint),
+                    "tampered",
+                    f"tree hash differs from {record_path}; its marker says invalid",
+                )
+            )
+        else:
+            out.append(Finding(str(checkpoint), "verified"))
+        out.append(Finding(str(marker), "verified"))
+        summary = _json(scores / SUMMARY)
+        if status(scores) != "complete" or summary is None:
+            out.append(
+                Finding(
+                    str(scores / SUMMARY),
+                    "missing",
+                    "no complete final score",
+                    [*score_files, *downstream_of_run],
+                )
+            )
+            continue
+        if summary.get("checkpoint_sha256") != actual or summary.get("marker_sha256") != cache.file(
+            marker
+        ):
+            out.append(
+                Finding(
+                    str(scores / SUMMARY),
+                    "stale",
+                    "made from another checkpoint or marker",
+                    [*score_files, *downstream_of_run],
+                )
+            )
+            continue
+        out.append(Finding(str(scores / SUMMARY), "verified"))
+    if any(f.invalidates for f in out):
+        return out
+    official = _json(official_path)
+    if official is None:
+        state = "missing" if not official_path.exists() else "stale"
+        out.append(
+            Finding(str(official_path), state, "no readable official.json", [str(official_path)])
+        )
+        return out
+    problem = None
+    if official.get("record_sha256") != record_sha:
+        problem = f"made from another replay record than {record_path}"
+    else:
+        entries = {c.get("progress"): c for c in official.get("checkpoints", [])}
+        if sorted(entries) != sorted(record["retained"]):
+            problem = "its checkpoints are not the record's retained ones"
+        for progress, c in sorted(entries.items()) if problem is None else []:
+            marker = run_dir / "validation" / f"checkpoint-{progress}.json"
+            summary = run_dir / "final-scores" / f"checkpoint-{progress}" / SUMMARY
+            if c.get("marker_sha256") != cache.file(marker) or c.get(
+                "summary_sha256"
+            ) != cache.file(summary):
+                problem = f"made from another marker or score of checkpoint-{progress}"
+                break
+    if problem:
+        out.append(Finding(str(official_path), "stale", problem, [str(official_path)]))
+    else:
+        out.append(Finding(str(official_path), "verified"))
+    return out
+
+
+def check_final(
+    final_dir: str | Path, officials: list[str | Path], cache: HashCache | None = None
+) -> Finding | None:
+    """Check ``final/`` against the ``official.json`` files it must be made from (None when
+    ``final/`` does not exist)."""
+    final_dir = Path(final_dir)
+    if not final_dir.exists():
+        return None
+    cache = cache if cache is not None else HashCache(None)
+    summary = _json(final_dir / SUMMARY)
+    if status(final_dir) != "complete" or summary is None:
+        return Finding(str(final_dir), "stale", "no complete final summary", [str(final_dir)])
+    recorded = summary.get("officials_sha256") or {}
+    for path in dict.fromkeys(str(p) for p in officials):
+        if not Path(path).is_file():
+            return Finding(str(final_dir), "stale", f"{path} is missing", [str(final_dir)])
+        if recorded.get(path) != cache.file(path):
+            return Finding(str(final_dir), "stale", f"made from another {path}", [str(final_dir)])
+    return Finding(str(final_dir), "verified")
+
+
+def invalidate(findings: list[Finding]) -> list[str]:
+    """Remove every product a stale or missing receipt invalidates; return what was removed."""
+    removed = []
+    for path in dict.fromkeys(p for f in findings for p in f.invalidates):
+        target = Path(path)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+        else:
+            continue
+        removed.append(path)
+    return removed
+
+
+def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[list[str], bool]:
+    """What is verified, stale or missing, per run and per ``final/``, from the receipts alone
+    (nothing is rebuilt, removed or cached). Runs are the ``<task>/<name>-seed<N>``
+    directories under ``results``; ``final/`` is checked against the ``official.json`` files
+    its summary names. Returns the report's lines and whether everything is verified."""
+    results = Path(results)
+    lines, ok = [], True
+    task_dirs = (
+        sorted(p for p in results.iterdir() if p.is_dir() and p.name != "models")
+        if results.is_dir()
+        else []
+    )
+    for task_dir in task_dirs:
+        if tasks and task_dir.name not in tasks:
+            continue
+        entries = []
+        for run_dir in sorted(p for p in task_dir.iterdir() if p.is_dir() and "-seed" in p.name):
+            findings = check_run(
+                run_dir, HashCache(run_dir / CACHE) if (run_dir / CACHE).is_file() else None
+            )
+            if not findings and not (run_dir / "replay").exists():
+                continue
+            entries.append(
+                (
+                    f"{task_dir.name}/{run_dir.name}",
+                    findings
+                    or [
+                        Finding(
+                            str(run_dir / "replay" / "record.json"), "missing", "not replayed yet"
+                        )
+                    ],
+                )
+            )
+        final_dir = task_dir / "final"
+        if final_dir.exists():
+            summary = _json(final_dir / SUMMARY) or {}
+            names = list(summary.get("officials_sha256") or {})
+            verdict = (
+                check_final(final_dir, names)
+                if names
+                else Finding(
+                    str(final_dir),
+                    "stale",
+                    "its summary names no official.json hashes",
+                    [str(final_dir)],
+                )
+            )
+            entries.append((f"{task_dir.name}/final", [verdict]))
+        for name, findings in entries:
+            bad = [f for f in findings if f.state != "verified"]
+            states = {f.state for f in bad}
+            overall = (
+                ("stale" if states & {"stale", "tampered"} else "missing") if bad else "verified"
+            )
+            ok = ok and not bad
+            counted = len(findings) - len(bad)
+            lines.append(f"{name}: {overall} ({counted} of {len(findings)} receipts verified)")
+            lines += [f"  {f.line()}" for f in bad]
+    return lines, ok

@@ -1,0 +1,569 @@
+"""Receipts that are checked, not only written (issue 15): a changed checkpoint, a deleted
+record, marker, score or official.json are found when the DAG is built and rebuilt; a
+resume never trains past the recipe's end; `python -m replaykit status` reports from the
+receipts alone. Each case ends by checking that the official result, the markers and the
+record agree with the files on disk, with hashes computed here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    ROOT,
+    VENV_BIN,
+    copy_workflow,
+    orphan_processes,
+    snakemake,
+    tiny_config,
+    write_config,
+)
+from replaykit.harness.hashing import HashCache
+
+DPO = "results/dpo/final"
+DPO_RUN = Path("results/dpo/shipped-seed42")
+SOUP = "results/soup/final"
+SOUP_RUN = Path("results/soup/shipped-seed42")
+GPU = ("--cores", "1", "--resources", "gpu=1")
+
+
+def read(path):
+    return json.loads(Path(path).read_text())
+
+
+def file_sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def tree_sha(root) -> str:
+    """The record's tree hash, recomputed: SHA-256 of ``relpath\\0sha256\\n`` lines, in
+    path order, of every file under ``root``."""
+    root = Path(root)
+    lines = "".join(
+        f"{p.relative_to(root).as_posix()}\0{file_sha(p)}\n"
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    )
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def flip_middle_byte(path: Path) -> None:
+    """Flip one bit of the middle byte in place (same size), as a user's stray write would."""
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.seek(size // 2)
+        byte = handle.read(1)[0]
+        handle.seek(size // 2)
+        handle.write(bytes([byte ^ 1]))
+    assert path.stat().st_size == size
+
+
+def status(work, *tasks) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    return subprocess.run(
+        [sys.executable, "-m", "replaykit", "status", *tasks],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_receipts_agree(work: Path, task: str, run: Path, tampered: tuple[int, ...] = ()) -> dict:
+    """The record, markers, scores, official.json and final/ agree with the files on disk;
+    a checkpoint in ``tampered`` differs from its record and is marked invalid."""
+    record = read(work / run / "replay/record.json")
+    official = read(work / run / "official.json")
+    assert official["record_sha256"] == file_sha(work / run / "replay/record.json")
+    assert sorted(c["progress"] for c in official["checkpoints"]) == record["retained"]
+    for entry in official["checkpoints"]:
+        p = entry["progress"]
+        actual = tree_sha(work / run / f"replay/checkpoint-{p}")
+        recorded = record["checkpoints"][str(p)]["sha256"]
+        assert (actual != recorded) == (p in tampered)
+        marker_path = work / run / f"validation/checkpoint-{p}.json"
+        marker = read(marker_path)
+        assert marker["checkpoint_sha256"] == actual and marker["recorded_sha256"] == recorded
+        if p in tampered:
+            assert marker["valid"] is False and "changed after publication" in marker["reason"]
+        scores = work / run / f"final-scores/checkpoint-{p}"
+        assert (scores / ".complete").exists()
+        summary = read(scores / "summary.json")
+        assert summary["checkpoint_sha256"] == actual and summary["marker_sha256"] == file_sha(
+            marker_path
+        )
+        assert entry["marker_sha256"] == file_sha(marker_path)
+        assert entry["summary_sha256"] == file_sha(scores / "summary.json")
+        assert entry["valid"] == marker["valid"]
+    final = work / f"results/{task}/final"
+    if final.exists():
+        summary = read(final / "summary.json")
+        assert (final / ".complete").exists()
+        assert summary["lineage"]["record_sha256"] == file_sha(work / run / "replay/record.json")
+        assert summary["officials_sha256"][str(run / "official.json")] == file_sha(
+            work / run / "official.json"
+        )
+        best = official["official"]
+        assert (
+            summary["official"]["progress"] == best["progress"] and best["progress"] not in tampered
+        )
+        assert summary["value"] == best["value"]
+    return record
+
+
+def build(work, target, *args, check=True):
+    return snakemake(work, target, *GPU, *args, check=check)
+
+
+def jobs_run(out: subprocess.CompletedProcess) -> dict[str, int]:
+    """Snakemake's job stats table: rule -> count (empty when nothing was done)."""
+    text = out.stdout + out.stderr
+    if "Job stats:" not in text:
+        return {}
+    table = text.split("Job stats:")[1].split("total")[0]
+    return {
+        line.split()[0]: int(line.split()[1])
+        for line in table.splitlines()
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    return dest
+
+
+# ---------------------------------------------------------------- the hash cache
+
+
+def test_hash_cache_rereads_only_changed_files(tmp_path):
+    ckpt = tmp_path / "checkpoint-1"
+    ckpt.mkdir()
+    (ckpt / "a.bin").write_bytes(b"a" * 1000)
+    (ckpt / "b.bin").write_bytes(b"b" * 3000)
+    cache = HashCache(tmp_path / "cache.json")
+    assert cache.tree(ckpt) == tree_sha(ckpt) and cache.hashed_bytes == 4000
+    cache.save()
+    again = HashCache(tmp_path / "cache.json")
+    assert again.tree(ckpt) == tree_sha(ckpt) and again.hashed_bytes == 0  # nothing re-read
+    # a same-size change with the mtime put back is still seen (ctime moves on any write)
+    st = (ckpt / "b.bin").stat()
+    time.sleep(0.01)
+    flip_middle_byte(ckpt / "b.bin")
+    os.utime(ckpt / "b.bin", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert again.tree(ckpt) == tree_sha(ckpt) != cache.entries[str(ckpt / "b.bin")][4]
+    assert again.hashed_bytes == 3000  # only the changed file
+
+
+# ---------------------------------------------------------------- soup (no Trainer)
+
+
+@pytest.fixture(scope="module")
+def soup_finished(tmp_path_factory):
+    from replaykit.models import build_from_builder
+
+    base = tmp_path_factory.mktemp("soup-receipts")
+    fixed = base / "ingredients"
+    spec = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1}
+    build_from_builder({**spec, "heldout_per_class": 4}, fixed, base / "ingredients.manifest.json")
+    (base / "work").mkdir()
+    work = copy_workflow(base / "work")
+    task = {
+        "fixed_start": str(fixed),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "recipe": {"profile": "embedded", "overrides": {}},
+        "seeds": [42],
+        "threads": 1,
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 200},
+    }
+    write_config(work, {"models": {}, "tasks": {"soup": task}})
+    build(work, SOUP)
+    return work
+
+
+@pytest.mark.slow
+def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
+    work = copy_run(soup_finished, tmp_path / "w")
+    before = assert_receipts_agree(work, "soup", SOUP_RUN)
+    assert before["retained"] == [3]
+    cases = [
+        (
+            SOUP_RUN / "validation/checkpoint-3.json",
+            {"validate", "score_final", "official", "final"},
+        ),
+        (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score_final", "official", "final"}),
+        (SOUP_RUN / "official.json", {"official", "final"}),
+        (Path(SOUP) / ".complete", {"final"}),
+    ]
+    for path, rules in cases:
+        (work / path).unlink()
+        out = build(work, SOUP)
+        assert set(jobs_run(out)) == rules, (path, out.stderr[-2000:])
+        assert f"receipts: {path.parent if path.name == '.complete' else path}: " in out.stderr
+        assert_receipts_agree(work, "soup", SOUP_RUN)
+    out = build(work, SOUP, "-n")
+    assert "Nothing to be done" in out.stdout + out.stderr and "receipts:" not in out.stderr
+    assert status(work).returncode == 0
+
+
+@pytest.mark.slow
+def test_soup_deleted_record_reruns_the_replay_without_recomputing(soup_finished, tmp_path):
+    work = copy_run(soup_finished, tmp_path / "w")
+    marker_mtime = (work / SOUP_RUN / "validation/checkpoint-3.json").stat().st_mtime_ns
+    (work / SOUP_RUN / "replay/record.json").unlink()
+    lines = status(work, "soup")
+    assert lines.returncode == 1 and "soup/shipped-seed42: missing" in lines.stdout
+    out = build(work, SOUP)
+    assert set(jobs_run(out)) == {"replay", "official", "final"}
+    log = (work / "logs/soup/shipped-seed42/replay.log").read_text()
+    assert "checkpoint-3 is already published; nothing to compute" in log
+    record = assert_receipts_agree(work, "soup", SOUP_RUN)
+    assert record["retained"] == [3] and record["steps"] == 3 and record["publication_count"] == 1
+    assert record["resumed"] is True
+    assert (
+        work / SOUP_RUN / "validation/checkpoint-3.json"
+    ).stat().st_mtime_ns == marker_mtime  # not re-validated
+
+
+@pytest.mark.slow
+def test_soup_changed_checkpoint_never_gives_a_stale_official(soup_finished, tmp_path):
+    work = copy_run(soup_finished, tmp_path / "w")
+    flip_middle_byte(work / SOUP_RUN / "replay/checkpoint-3/model.pt")
+    out = build(work, SOUP, "-n")  # a dry run says what is stale and removes nothing
+    assert "validation/checkpoint-3.json: stale: checkpoint changed after publication" in out.stderr
+    assert (work / SOUP / ".complete").exists()
+    out = build(work, SOUP, check=False)
+    # the only checkpoint is now invalid: no official result, and no final/ left claiming one
+    assert out.returncode != 0 and not (work / SOUP).exists()
+    assert (work / "logs/soup/final.log").read_text().strip().splitlines()[-1] == (
+        "error: results/soup/shipped-seed42/official.json: official: no valid checkpoint: there is"
+        " no official result; a checkpoint changed after its publication: start a fresh formal"
+        " replay: rm -r results/soup/shipped-seed42/replay"
+        " results/soup/shipped-seed42/replay-state, then rerun"
+    )
+    assert read(work / SOUP_RUN / "official.json")["official"] is None
+    assert_receipts_agree(work, "soup", SOUP_RUN, tampered=(3,))
+    report = status(work, "soup")
+    assert report.returncode == 1 and "checkpoint-3: tampered" in report.stdout
+    # the documented repair: a fresh formal replay of the run
+    shutil.rmtree(work / SOUP_RUN / "replay")
+    shutil.rmtree(work / SOUP_RUN / "replay-state")
+    build(work, SOUP)
+    assert_receipts_agree(work, "soup", SOUP_RUN)
+    assert status(work, "soup").returncode == 0
+
+
+@pytest.mark.slow
+def test_soup_resume_at_its_last_publication_and_before_it(soup_finished, tmp_path):
+    work = copy_run(soup_finished, tmp_path / "w")
+    for d in ("replay", "replay-state", "validation", "final-scores"):
+        shutil.rmtree(work / SOUP_RUN / d)
+    target = str(SOUP_RUN / "replay/record.json")
+    env = {"REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH": "3"}  # dies right after publishing checkpoint-3
+    out = run_env(work, env, target, *GPU)
+    assert out.returncode != 0 and not (work / target).exists()
+    assert (work / SOUP_RUN / "replay/checkpoint-3").is_dir()
+    build(work, target)  # last step: already published, nothing recomputed
+    record = read(work / target)
+    assert record["retained"] == [3] and record["publication_count"] == 1 and record["steps"] == 3
+    # one step before the end: killed before its only publication -> computed and published once
+    (work / target).unlink()
+    shutil.rmtree(work / SOUP_RUN / "replay/checkpoint-3")
+    (work / SOUP_RUN / "replay/publications.jsonl").unlink()
+    build(work, target)
+    record = read(work / target)
+    assert (
+        record["retained"] == [3] and record["publication_count"] == 1 and record["resumed"] is True
+    )
+    assert "already published" not in (work / "logs/soup/shipped-seed42/replay.log").read_text()
+    build(work, SOUP)
+    assert_receipts_agree(work, "soup", SOUP_RUN)
+
+
+def run_env(work, env: dict, *args) -> subprocess.CompletedProcess:
+    cmd = [str(VENV_BIN / "snakemake"), "--workflow-profile", "none", *args]
+    full = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env)
+    return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600, env=full)
+
+
+# ---------------------------------------------------------------- dpo (Trainer)
+
+
+@pytest.fixture(scope="module")
+def dpo_finished(tiny_llama, tmp_path_factory):
+    work = copy_workflow(tmp_path_factory.mktemp("dpo-receipts"))
+    write_config(work, tiny_config(tiny_llama))
+    build(work, DPO, "--cores", "2")
+    return work
+
+
+@pytest.mark.slow
+def test_dpo_changed_checkpoint_is_revalidated_and_rescored(dpo_finished, tmp_path):
+    work = copy_run(dpo_finished, tmp_path / "w")
+    assert_receipts_agree(work, "dpo", DPO_RUN)
+    official = read(work / DPO_RUN / "official.json")["official"]["progress"]
+    flip_middle_byte(work / DPO_RUN / f"replay/checkpoint-{official}/adapter_model.safetensors")
+    started = time.time()
+    out = build(work, DPO)
+    assert set(jobs_run(out)) == {"validate", "score_final", "official", "final"}
+    assert jobs_run(out)["validate"] == 1 and jobs_run(out)["score_final"] == 1
+    assert_receipts_agree(work, "dpo", DPO_RUN, tampered=(official,))
+    assert read(work / DPO / "summary.json")["official"]["progress"] != official
+    assert "invalid: checkpoint changed after publication" in (work / DPO / "report.md").read_text()
+    out = build(work, DPO)
+    assert "Nothing to be done" in out.stdout + out.stderr
+    print(f"rebuild after a changed checkpoint: {time.time() - started:.0f} s")
+
+
+@pytest.mark.slow
+def test_dpo_deleted_record_marker_and_score_are_rebuilt(dpo_finished, tmp_path):
+    work = copy_run(dpo_finished, tmp_path / "w")
+    mtimes = {p: p.stat().st_mtime_ns for p in (work / DPO_RUN).glob("validation/*.json")}
+    (work / DPO_RUN / "replay/record.json").unlink()
+    out = build(work, DPO)
+    assert set(jobs_run(out)) == {"replay", "official", "final"}
+    log = (work / "logs/dpo/shipped-seed42/replay.log").read_text()
+    assert "[train] resumed at step 5 of 5: no training (max_steps)" in log and "step 6" not in log
+    record = assert_receipts_agree(work, "dpo", DPO_RUN)
+    assert (
+        record["steps"] == 5
+        and record["retained"] == [3, 4, 5]
+        and record["publication_count"] == 5
+    )
+    assert {
+        p: p.stat().st_mtime_ns for p in mtimes
+    } == mtimes  # the same checkpoints: not re-validated
+    (work / DPO_RUN / "validation/checkpoint-4.json").unlink()
+    (work / DPO_RUN / "final-scores/checkpoint-5/.complete").unlink()
+    out = build(work, DPO)
+    assert jobs_run(out) == {"validate": 1, "score_final": 2, "official": 1, "final": 1}
+    assert_receipts_agree(work, "dpo", DPO_RUN)
+    assert status(work, "dpo").returncode == 0
+
+
+def wait_for(path: Path, text: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} not in {path} after {timeout} s")
+
+
+@pytest.mark.slow
+def test_dpo_kill_after_the_last_publication_resumes_without_training(tiny_llama, tmp_path):
+    """The issue's case: kill -9 of snakemake right after `[publish] checkpoint-5` of a
+    `max_steps: 5` replay, before the record; then --unlock and --rerun-incomplete."""
+    work = copy_workflow(tmp_path)
+    write_config(work, tiny_config(tiny_llama))
+    env = dict(
+        os.environ,
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+        REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH="5:hang",
+    )  # holds the job after the publication
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "snakemake"), DPO, *GPU, "--workflow-profile", "none"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    log = work / "logs/dpo/shipped-seed42/replay.log"
+    wait_for(log, "[publish] checkpoint-5", 300)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(12)  # the driver's SIGTERM grace
+    assert orphan_processes(str(work)) == []
+    assert not (work / DPO_RUN / "replay/record.json").exists()
+    snakemake(work, "--unlock", check=True)
+    build(work, DPO, "--rerun-incomplete")
+    log = log.read_text()
+    assert "[train] resumed at step 5 of 5: no training (max_steps)" in log and "step 6" not in log
+    record = assert_receipts_agree(work, "dpo", DPO_RUN)
+    assert (
+        record["steps"] == 5
+        and record["retained"] == [3, 4, 5]
+        and record["publication_count"] == 5
+    )
+    assert record["resumed"] is True and [h["progress"] for h in record["train_history"]] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
+
+
+@pytest.mark.slow
+def test_dpo_kill_one_step_before_the_end_trains_only_the_last_step(tiny_llama, tmp_path):
+    work = copy_workflow(tmp_path)
+    write_config(work, tiny_config(tiny_llama))
+    target = str(DPO_RUN / "replay/record.json")
+    out = run_env(work, {"REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH": "4"}, target, *GPU)
+    assert out.returncode != 0 and (work / DPO_RUN / "replay/checkpoint-4").is_dir()
+    assert not (work / DPO_RUN / "replay/checkpoint-5").exists()
+    build(work, target)
+    log = (work / "logs/dpo/shipped-seed42/replay.log").read_text()
+    assert (
+        "resuming from" in log
+        and "[train] step 5/5" in log
+        and "step 4/5" not in log
+        and "step 6" not in log
+    )
+    record = read(work / target)
+    assert (
+        record["steps"] == 5
+        and record["retained"] == [3, 4, 5]
+        and record["publication_count"] == 5
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "killed_after", [4, 3]
+)  # rm's tiny max_steps is 4: its last step, one before
+def test_rm_resume_never_trains_past_max_steps(tiny_llama, tmp_path, killed_after):
+    from conftest import rm_config
+
+    work = copy_workflow(tmp_path)
+    write_config(work, rm_config(tiny_llama))
+    target = "results/rm/shipped-seed42/replay/record.json"
+    out = run_env(work, {"REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH": str(killed_after)}, target, *GPU)
+    assert out.returncode != 0 and not (work / target).exists()
+    build(work, target)
+    log = (work / "logs/rm/shipped-seed42/replay.log").read_text()
+    assert "step 5" not in log
+    if killed_after == 4:
+        assert (
+            "[train] resumed at step 4 of 4: no training (max_steps)" in log
+            and "[train] step" not in log
+        )
+    else:
+        assert "[train] step 4/4" in log and "[train] step 3/4" not in log
+    record = read(work / target)
+    assert (
+        record["steps"] == 4
+        and record["retained"] == [2, 3, 4]
+        and record["publication_count"] == 4
+    )
+    for p in record["retained"]:
+        assert record["checkpoints"][str(p)]["sha256"] == tree_sha(
+            work / f"results/rm/shipped-seed42/replay/checkpoint-{p}"
+        )
+
+
+# ---------------------------------------------------------------- check_run by hand (fast)
+
+
+def fake_run(root: Path) -> Path:
+    """A run with one retained checkpoint and every receipt written by hand, as the steps would."""
+    run = root / "results/t/shipped-seed1"
+    ckpt = run / "replay/checkpoint-2"
+    ckpt.mkdir(parents=True)
+    (ckpt / "w.bin").write_bytes(b"\x00" * 64)
+    tree = tree_sha(ckpt)
+    record = run / "replay/record.json"
+    record.write_text(json.dumps({"retained": [2], "checkpoints": {"2": {"sha256": tree}}}))
+    marker = run / "validation/checkpoint-2.json"
+    marker.parent.mkdir()
+    marker.write_text(
+        json.dumps({"valid": True, "checkpoint_sha256": tree, "recorded_sha256": tree})
+    )
+    scores = run / "final-scores/checkpoint-2"
+    scores.mkdir(parents=True)
+    summary = {
+        "metric": "m",
+        "direction": "maximize",
+        "value": 0.5,
+        "n": 2,
+        "diagnostics": {},
+        "uncertainty": {"value": 0.1, "kind": "se"},
+        "advisories": [],
+        "checkpoint_sha256": tree,
+        "marker_sha256": file_sha(marker),
+    }
+    (scores / "summary.json").write_text(json.dumps(summary))
+    (scores / ".complete").touch()
+    official = run / "official.json"
+    official.write_text(
+        json.dumps(
+            {
+                "record_sha256": file_sha(record),
+                "checkpoints": [
+                    {
+                        "progress": 2,
+                        "marker_sha256": file_sha(marker),
+                        "summary_sha256": file_sha(scores / "summary.json"),
+                    }
+                ],
+            }
+        )
+    )
+    final = root / "results/t/final"
+    final.mkdir()
+    (final / "summary.json").write_text(
+        json.dumps(
+            {
+                **summary,
+                "officials_sha256": {"results/t/shipped-seed1/official.json": file_sha(official)},
+            }
+        )
+    )
+    (final / ".complete").touch()
+    return run
+
+
+def test_check_run_by_hand(tmp_path, monkeypatch):
+    from replaykit.harness.verify import check_final, check_run, invalidate, status_lines
+
+    run = fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rel = Path("results/t/shipped-seed1")
+    assert {f.state for f in check_run(rel)} == {"verified"}
+    assert check_final("results/t/final", [str(rel / "official.json")]).state == "verified"
+    assert status_lines("results") == (
+        [
+            "t/shipped-seed1: verified (5 of 5 receipts verified)",
+            "t/final: verified (1 of 1 receipts verified)",
+        ],
+        True,
+    )
+    # a changed checkpoint: its marker is stale, and so is everything built from it
+    flip_middle_byte(run / "replay/checkpoint-2/w.bin")
+    findings = check_run(rel)
+    stale = [f for f in findings if f.state != "verified"]
+    assert [(f.path, f.state) for f in stale] == [
+        (str(rel / "validation/checkpoint-2.json"), "stale")
+    ]
+    assert "changed after publication" in stale[0].reason
+    scores = rel / "final-scores/checkpoint-2"
+    assert stale[0].invalidates == [
+        str(rel / "validation/checkpoint-2.json"),
+        str(scores / "summary.json"),
+        str(scores / ".complete"),
+        str(rel / "official.json"),
+    ]
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[0] == "t/shipped-seed1: stale (1 of 2 receipts verified)"
+    assert invalidate(findings) == stale[0].invalidates
+    assert not (run / "official.json").exists() and (run / "replay/checkpoint-2").is_dir()
+    assert check_final("results/t/final", [str(rel / "official.json")]).state == "stale"
+    # a deleted record: official.json (which names it) must be rebuilt
+    run2 = fake_run(tmp_path / "b")
+    (run2 / "replay/record.json").unlink()
+    [missing] = check_run(run2)
+    assert missing.state == "missing" and missing.invalidates == [str(run2 / "official.json")]
