@@ -207,3 +207,23 @@ def get_report_figures(w):
         for p in get_report_officials(w)
         for kind in ("training", "checkpoints", "budget")
     ]
+
+
+def get_ablation_officials(w, candidate):
+    """The official.json of ``candidate`` for every seed of ``tasks.<task>.seeds``; the
+    shipped ones are the same files for every candidate, so they are replayed once."""
+    cfg = task_cfg(w)
+    if candidate != "shipped" and candidate not in cfg["candidates"]:
+        stop(f"config: tasks.{w.task}.candidates: no candidate named {candidate!r} to ablate")
+    return [
+        f"results/{w.task}/{run_name(candidate, seed)}/official.json"
+        for seed in cfg["seeds"]
+    ]
+
+
+def get_report_ablations(w):
+    """The ablations report.html shows (``tasks.<task>.ablation.report``)."""
+    return [
+        f"results/{w.task}/ablation/{c}"
+        for c in task_cfg(w).get("ablation", {}).get("report", [])
+    ]

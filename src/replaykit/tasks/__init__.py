@@ -16,7 +16,9 @@
 * ``split_file(split) -> str`` - where the proxy / final items lie under the assets folder;
 * ``REPORT_DIAGNOSTICS`` - diagnostics shown as report columns;
 * ``FIXED_START_REFERENCE`` (optional, default True) - False when the fixed start cannot be
-  scored by itself (``rm``: no reward head), so the final result has no fixed-start reference.
+  scored by itself (``rm``: no reward head), so the final result has no fixed-start reference;
+* ``ROW_CLUSTER`` (optional) - the row field naming a row's cluster when the task's uncertainty
+  is clustered (``soup``: ``label``); the matched ablation's bootstrap draws whole clusters.
 
 Adding a task means adding such a subpackage, its recipe under ``recipes/<task>/`` and its
 config block; the harness and the rules stay as they are.

@@ -29,6 +29,7 @@ METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}",
           "uncertainty": "se_clustered_by_class"}
 REPORT_DIAGNOSTICS = ()
 REFERENCE_USES_PUBLIC = True  # the fixed-start reference is the best ingredient on the proxy split
+ROW_CLUSTER = "label"  # the SE is clustered by class: a matched ablation resamples whole classes
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 PROXY_FILE, FINAL_FILE = "proxy.jsonl", "final.jsonl"
 EMBEDDED_KEYS = ("public_seed", "proxy_per_class")
