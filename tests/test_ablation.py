@@ -259,3 +259,65 @@ def test_clustered_rows_and_refusals(tmp_path):
     with pytest.raises(InputError, match="rows give a difference"):
         ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
                         fixed_start_scores=None, n_boot=500, scale=1.0, row_cluster=None, out_dir=tmp_path / "y")
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    """Snakemake's "Job stats" table of a dry run: rule -> number of jobs."""
+    table = stdout.split("Job stats:", 1)[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+@pytest.mark.slow
+def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
+    import difflib
+
+    from conftest import ROOT, copy_workflow, snakemake, write_config
+    from replaykit.tasks.soup import ingredients
+
+    fixed_start = tmp_path / "ingredients"
+    ingredients.build({"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4}, fixed_start,
+                      log=lambda m: None)
+    (tmp_path / "wf").mkdir()
+    work = copy_workflow(tmp_path / "wf")
+    profile = (ROOT / "recipes/soup/configs/embedded.yaml").read_text()
+    best = tmp_path / "best.diff"
+    best.write_text("".join(difflib.unified_diff(
+        profile.splitlines(True), profile.replace("method: uniform ", "method: best_single").splitlines(True),
+        "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    task = {"fixed_start": str(fixed_start), "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+            "seeds": [42, 43], "threads": 1,
+            "candidates": {"greedy": str(ROOT / "patches/soup-greedy.diff"), "best": str(best)},
+            "ablation": {"report": ["greedy"]},
+            "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+            "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5}, "final": {"n_boot": 500}}
+    write_config(work, {"models": {}, "tasks": {"soup": task}})
+    # two candidates against the same 2 shipped seeds: 2 + 2 + 2 replays, not 2 x (2 + 2)
+    dry = snakemake(work, "results/soup/ablation/greedy", "results/soup/ablation/best", "-n", "--cores", "2",
+                    "--resources", "gpu=1", check=True)
+    counts = job_counts(dry.stdout)
+    assert counts["replay"] == 6 and counts["workspace"] == 6 and counts["ablation"] == 2
+    jobs = re.findall(r"^(?:rule|checkpoint) (\w+):\n(?:    .*\n)*?    wildcards: task=soup, run=(\S+)\n",
+                      dry.stdout, re.M)
+    assert sorted(run for rule, run in jobs if rule == "replay") == sorted(
+        f"{c}-seed{s}" for c in ("best", "greedy", "shipped") for s in (42, 43))
+    assert jobs.count(("replay", "shipped-seed42")) == 1 and jobs.count(("official", "shipped-seed43")) == 1
+    one = job_counts(snakemake(work, "results/soup/ablation/greedy", "-n", "--cores", "2", "--resources", "gpu=1",
+                               check=True).stdout)
+    assert one["replay"] == 4
+    snakemake(work, "results/soup/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
+    s = json.loads((work / "results/soup/ablation/greedy/summary.json").read_text())
+    assert (work / "results/soup/ablation/greedy/.complete").exists()
+    assert s["seeds"] == [42, 43] and s["resampling"].startswith("whole clusters by row field `label`")
+    for p, seed in zip(s["comparisons"]["official"]["per_seed"], (42, 43)):
+        cand = json.loads((work / f"results/soup/greedy-seed{seed}/official.json").read_text())["official"]
+        ship = json.loads((work / f"results/soup/shipped-seed{seed}/official.json").read_text())["official"]
+        assert p["candidate"]["official"] == f"results/soup/greedy-seed{seed}/official.json"
+        assert p["difference"] == cand["value"] - ship["value"]
+    fixed = json.loads((work / "results/soup/reference/fixed-start/final-scores/summary.json").read_text())["value"]
+    norm = s["comparisons"]["official"]["per_seed"][0]
+    if norm["shipped"]["value"] != fixed:
+        assert norm["normalised"] == pytest.approx((norm["candidate"]["value"] - fixed)
+                                                   / (norm["shipped"]["value"] - fixed))
+    html = (work / "results/soup/report.html").read_text()
+    assert 'id="ablation-greedy-differences"' in html and f'data-verdict="{s["verdict"]}"' in html
+    assert "## official result" in (work / "results/soup/ablation/greedy/report.md").read_text()

@@ -254,9 +254,14 @@ def ablation_result(*, task: str, candidate: str, candidate_officials: list[str 
     advisories = []
     if k < 2:
         advisories.append("one seed: the CI covers the rows only and no verdict is drawn; give 2 or more seeds")
-    if k < 5:
-        advisories.append(f"{k} seed(s): the bootstrap over seeds understates their variance (factor (K-1)/K, "
-                          "normal tails); the t-interval beside it is the more cautious")
+    if 1 < k < 5:
+        advisories.append(f"{k} seeds: the bootstrap's seed part is understated (factor (K-1)/K, normal "
+                          "tails); the t-interval has the seed variance with t tails but not the rows' "
+                          "variance: read both")
+    values = [(p["candidate"]["value"], p["shipped"]["value"]) for p in main["per_seed"]]
+    if k > 1 and len(set(values)) == 1:
+        advisories.append("every seed gave the same candidate and shipped values: these runs do not depend "
+                          "on the seed, so the uncertainty is the rows' alone")
     if fixed is None:
         advisories.append("no fixed-start reference for this task: no normalised score")
     if not comparisons["last"]["available"]:
