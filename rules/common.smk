@@ -214,7 +214,9 @@ def get_ablation_officials(w, candidate):
     shipped ones are the same files for every candidate, so they are replayed once."""
     cfg = task_cfg(w)
     if candidate != "shipped" and candidate not in cfg["candidates"]:
-        stop(f"config: tasks.{w.task}.candidates: no candidate named {candidate!r} to ablate")
+        stop(
+            f"config: tasks.{w.task}.candidates: no candidate named {candidate!r} to ablate"
+        )
     return [
         f"results/{w.task}/{run_name(candidate, seed)}/official.json"
         for seed in cfg["seeds"]

@@ -133,17 +133,18 @@ def test_ci_verdict():
 
 
 def fake_run(root: Path, run: str, seed: int, checkpoints: dict[int, list[float]], labels=None,
-             direction: str = "maximize") -> Path:
-    """A run's ``official.json`` and scored checkpoints with the given per-row scores; the
-    official checkpoint is the best value (as rule official selects)."""
+             direction: str = "maximize", extra: list[dict] | None = None, scale: float = 1.0) -> Path:
+    """A run's ``official.json`` and scored checkpoints with the given per-row scores (rows
+    also carry ``extra[i]``, e.g. rm's weight and stratum; the value is then ``scale × sum_i
+    w_i score_i``, else the mean); the official checkpoint is the best value (rule official)."""
     entries = []
     for progress, scores in sorted(checkpoints.items()):
         out = root / run / "final-scores" / f"checkpoint-{progress}"
         out.mkdir(parents=True)
-        rows = [{"id": f"r{i:03d}", "score": s, **({"label": labels[i]} if labels else {})}
-                for i, s in enumerate(scores)]
+        rows = [{"id": f"r{i:03d}", "score": s, **({"label": labels[i]} if labels else {}),
+                 **(extra[i] if extra else {})} for i, s in enumerate(scores)]
         (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        value = float(np.mean(scores))
+        value = (scale * sum(r["weight"] * r["score"] for r in rows) if extra else float(np.mean(scores)))
         write_summary(out, {"metric": "toy_top1", "direction": direction, "value": value,
                             "uncertainty": {"value": 0.01, "kind": "se"}, "n": len(scores),
                             "diagnostics": {}, "advisories": []})
@@ -321,3 +322,27 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
     html = (work / "results/soup/report.html").read_text()
     assert 'id="ablation-greedy-differences"' in html and f'data-verdict="{s["verdict"]}"' in html
     assert "## official result" in (work / "results/soup/ablation/greedy/report.md").read_text()
+
+
+def test_rm_style_weighted_rows_in_percent(tmp_path):
+    # RewardBench-like: 3 subsets of unequal size and weight; 0/1 rows; value in percent
+    rng = np.random.default_rng(3)
+    sizes, shares = {"a": 10, "b": 20, "c": 30}, {"a": 0.5, "b": 0.3, "c": 0.2}
+    extra = [{"stratum": k, "weight": shares[k] / n} for k, n in sizes.items() for _ in range(n)]
+    cand, ship = [], []
+    for seed in (1, 2, 3):
+        base = (rng.random(60) < 0.6).astype(float)
+        better = np.maximum(base, rng.random(60) < 0.3)
+        ship.append(fake_run(tmp_path, f"shipped-seed{seed}", seed, {5: list(base)}, extra=extra, scale=100.0))
+        cand.append(fake_run(tmp_path, f"cand-seed{seed}", seed, {5: list(better)}, extra=extra, scale=100.0))
+    s = ablation_result(task="rm", candidate="cand", candidate_officials=cand, shipped_officials=ship,
+                        fixed_start_scores=None, n_boot=1000, scale=100.0, row_cluster=None, out_dir=tmp_path / "o")
+    off = s["comparisons"]["official"]
+    for p, cp, sp in zip(off["per_seed"], cand, ship):
+        assert p["difference"] == pytest.approx(json.loads(cp.read_text())["official"]["value"]
+                                                - json.loads(sp.read_text())["official"]["value"])
+        assert p["normalised"] is None
+    assert off["hierarchical"]["method"].endswith("stratified") and off["hierarchical"]["clusters"] == 60
+    # in percent: the CI is around the mean difference, with points of a percent as units
+    assert off["hierarchical"]["ci_low"] <= off["mean_difference"] <= off["hierarchical"]["ci_high"]
+    assert off["mean_difference"] > 1.0 and "no normalised score" in " ".join(s["advisories"])
