@@ -15,8 +15,14 @@ import pytest
 from replaykit.harness.ablation import ablation_result
 from replaykit.harness.errors import InputError
 from replaykit.harness.receipts import write_summary
-from replaykit.harness.stats import (ci_verdict, detectable_difference, hierarchical_bootstrap,
-                                     paired_bootstrap, seeds_for_power, t_interval)
+from replaykit.harness.stats import (
+    ci_verdict,
+    detectable_difference,
+    hierarchical_bootstrap,
+    paired_bootstrap,
+    seeds_for_power,
+    t_interval,
+)
 
 
 def test_hierarchical_bootstrap_by_hand():
@@ -37,8 +43,13 @@ def test_hierarchical_bootstrap_by_hand():
 def test_hierarchical_bootstrap_weights_strata_and_clusters():
     # rm-style: stratum x (2 rows, weight 0.1 each) and y (1 row, weight 0.8):
     # T = 0.1 * (1 + 0) + 0.8 * 1 = 0.9 -- the weighted score's difference
-    out = hierarchical_bootstrap([[1.0, 0.0, 1.0]], [[0.0, 0.0, 0.0]], n_boot=500, weights=[0.1, 0.1, 0.8],
-                                 strata=["x", "x", "y"])
+    out = hierarchical_bootstrap(
+        [[1.0, 0.0, 1.0]],
+        [[0.0, 0.0, 0.0]],
+        n_boot=500,
+        weights=[0.1, 0.1, 0.8],
+        strata=["x", "x", "y"],
+    )
     assert out["difference"] == pytest.approx(0.9) and out["method"].endswith("stratified")
     # stratum y keeps its one row: every replicate is 0.8 + 0.2 * (share of 1s drawn in x)
     assert 0.8 <= out["ci_low"] and out["ci_high"] <= 1.0
@@ -47,7 +58,9 @@ def test_hierarchical_bootstrap_weights_strata_and_clusters():
     with pytest.raises(ValueError, match="spans two strata"):
         hierarchical_bootstrap([[1.0, 0.0]], [[0.0, 0.0]], strata=["x", "y"], clusters=["c", "c"])
     # clusters of unequal size: the statistic is still the mean over rows (4 + 0 + 0) / 3
-    out = hierarchical_bootstrap([[4.0, 0.0, 0.0]], [[0.0, 0.0, 0.0]], n_boot=200, clusters=["p", "q", "q"])
+    out = hierarchical_bootstrap(
+        [[4.0, 0.0, 0.0]], [[0.0, 0.0, 0.0]], n_boot=200, clusters=["p", "q", "q"]
+    )
     assert out["difference"] == pytest.approx(4 / 3) and out["clusters"] == 2
 
 
@@ -58,12 +71,18 @@ def _coverage(k, n, sd_seed, sd_row, sd_noise, reps, clusters=None, mu=0.1):
     groups = np.arange(n) if clusters is None else np.asarray(clusters)
     hits, hits_rows_only, ses = 0, 0, []
     for rep in range(reps):
-        d = (mu + sd_seed * rng.standard_normal((k, 1)) + (sd_row * rng.standard_normal(groups.max() + 1))[groups]
-             + sd_noise * rng.standard_normal((k, n)))
+        d = (
+            mu
+            + sd_seed * rng.standard_normal((k, 1))
+            + (sd_row * rng.standard_normal(groups.max() + 1))[groups]
+            + sd_noise * rng.standard_normal((k, n))
+        )
         out = hierarchical_bootstrap(d, np.zeros_like(d), n_boot=1000, seed=rep, clusters=clusters)
         hits += out["ci_low"] <= mu <= out["ci_high"]
         ses.append(out["se"])
-        flat = paired_bootstrap(d.mean(0), np.zeros(n), n_boot=1000, seed=rep)  # rows only, seeds ignored
+        flat = paired_bootstrap(
+            d.mean(0), np.zeros(n), n_boot=1000, seed=rep
+        )  # rows only, seeds ignored
         hits_rows_only += flat["ci_low"] <= mu <= flat["ci_high"]
     return hits / reps, hits_rows_only / reps, float(np.mean(ses))
 
@@ -95,8 +114,12 @@ def _coverage_unclustered(labels, reps=200):
     rng = np.random.default_rng(2026)
     hits = 0
     for rep in range(reps):
-        d = (0.1 + 0.05 * rng.standard_normal((8, 1)) + (0.2 * rng.standard_normal(30))[labels]
-             + 0.3 * rng.standard_normal((8, labels.size)))
+        d = (
+            0.1
+            + 0.05 * rng.standard_normal((8, 1))
+            + (0.2 * rng.standard_normal(30))[labels]
+            + 0.3 * rng.standard_normal((8, labels.size))
+        )
         out = hierarchical_bootstrap(d, np.zeros_like(d), n_boot=1000, seed=rep)
         hits += out["ci_low"] <= 0.1 <= out["ci_high"]
     return hits / reps
@@ -105,9 +128,12 @@ def _coverage_unclustered(labels, reps=200):
 def test_t_interval_and_power_by_hand():
     # [1, 2, 3]: mean 2, sd 1, t_{2, 0.975} = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138
     t = t_interval([1.0, 2.0, 3.0])
-    assert t["ci_low"] == pytest.approx(-0.484138, abs=1e-6) and t["ci_high"] == pytest.approx(4.484138, abs=1e-6)
+    assert t["ci_low"] == pytest.approx(-0.484138, abs=1e-6) and t["ci_high"] == pytest.approx(
+        4.484138, abs=1e-6
+    )
     assert t_interval([0.5]) is None
-    # z = 1.959964 + 0.841621 = 2.801585; sqrt(0.01 / 4 + 0.0004) = sqrt(0.0029) = 0.0538516 -> 0.150869
+    # z = 1.959964 + 0.841621 = 2.801585; sqrt(0.01 / 4 + 0.0004) = sqrt(0.0029) = 0.0538516;
+    # 2.801585 * 0.0538516 = 0.150869
     assert detectable_difference(0.01, 0.0004, 4) == pytest.approx(0.150869, abs=1e-6)
     assert detectable_difference(None, 0.0004, 1) is None
     # (0.2 / 2.801585)^2 = 0.0050963; minus 0.0004 = 0.0046963; 0.01 / 0.0046963 = 2.129 -> 3 seeds
@@ -132,8 +158,16 @@ def test_ci_verdict():
         ci_verdict(0.0, 1.0, "up")
 
 
-def fake_run(root: Path, run: str, seed: int, checkpoints: dict[int, list[float]], labels=None,
-             direction: str = "maximize", extra: list[dict] | None = None, scale: float = 1.0) -> Path:
+def fake_run(
+    root: Path,
+    run: str,
+    seed: int,
+    checkpoints: dict[int, list[float]],
+    labels=None,
+    direction: str = "maximize",
+    extra: list[dict] | None = None,
+    scale: float = 1.0,
+) -> Path:
     """A run's ``official.json`` and scored checkpoints with the given per-row scores (rows
     also carry ``extra[i]``, e.g. rm's weight and stratum; the value is then ``scale × sum_i
     w_i score_i``, else the mean); the official checkpoint is the best value (rule official)."""
@@ -141,18 +175,52 @@ def fake_run(root: Path, run: str, seed: int, checkpoints: dict[int, list[float]
     for progress, scores in sorted(checkpoints.items()):
         out = root / run / "final-scores" / f"checkpoint-{progress}"
         out.mkdir(parents=True)
-        rows = [{"id": f"r{i:03d}", "score": s, **({"label": labels[i]} if labels else {}),
-                 **(extra[i] if extra else {})} for i, s in enumerate(scores)]
+        rows = [
+            {
+                "id": f"r{i:03d}",
+                "score": s,
+                **({"label": labels[i]} if labels else {}),
+                **(extra[i] if extra else {}),
+            }
+            for i, s in enumerate(scores)
+        ]
         (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        value = (scale * sum(r["weight"] * r["score"] for r in rows) if extra else float(np.mean(scores)))
-        write_summary(out, {"metric": "toy_top1", "direction": direction, "value": value,
-                            "uncertainty": {"value": 0.01, "kind": "se"}, "n": len(scores),
-                            "diagnostics": {}, "advisories": []})
-        entries.append({"progress": progress, "valid": True, "reason": "ok", "value": value, "se": 0.01,
-                        "n": len(scores), "scores": str(out)})
+        value = (
+            scale * sum(r["weight"] * r["score"] for r in rows) if extra else float(np.mean(scores))
+        )
+        write_summary(
+            out,
+            {
+                "metric": "toy_top1",
+                "direction": direction,
+                "value": value,
+                "uncertainty": {"value": 0.01, "kind": "se"},
+                "n": len(scores),
+                "diagnostics": {},
+                "advisories": [],
+            },
+        )
+        entries.append(
+            {
+                "progress": progress,
+                "valid": True,
+                "reason": "ok",
+                "value": value,
+                "se": 0.01,
+                "n": len(scores),
+                "scores": str(out),
+            }
+        )
     sign = 1 if direction == "maximize" else -1
     best = max(entries, key=lambda e: sign * e["value"])
-    doc = {"task": "toy", "run": run, "seed": seed, "direction": direction, "checkpoints": entries, "official": best}
+    doc = {
+        "task": "toy",
+        "run": run,
+        "seed": seed,
+        "direction": direction,
+        "checkpoints": entries,
+        "official": best,
+    }
     path = root / run / "official.json"
     path.write_text(json.dumps(doc))
     return path
@@ -167,30 +235,63 @@ def make_ablation(root: Path, delta: float, seeds=(1, 2, 3, 4), n: int = 60, dir
     for seed in seeds:
         base = row_effect + rng.normal(0, 0.05) + rng.normal(0, 0.1, n)
         gain = delta + rng.normal(0, 0.02) + rng.normal(0, 0.1, n)
-        ship.append(fake_run(root, f"shipped-seed{seed}", seed, {1: list(base - 0.01), 2: list(base)},
-                             direction=direction))
-        cand.append(fake_run(root, f"cand-seed{seed}", seed, {1: list(base + gain), 2: list(base + gain - 0.02)},
-                             direction=direction))
+        ship.append(
+            fake_run(
+                root,
+                f"shipped-seed{seed}",
+                seed,
+                {1: list(base - 0.01), 2: list(base)},
+                direction=direction,
+            )
+        )
+        cand.append(
+            fake_run(
+                root,
+                f"cand-seed{seed}",
+                seed,
+                {1: list(base + gain), 2: list(base + gain - 0.02)},
+                direction=direction,
+            )
+        )
     return cand, ship
 
 
-@pytest.mark.parametrize("delta, verdict", [(0.0, "not established (CI spans 0)"), (0.2, "established gain"),
-                                            (-0.2, "established loss")])
+@pytest.mark.parametrize(
+    "delta, verdict",
+    [(0.0, "not established (CI spans 0)"), (0.2, "established gain"), (-0.2, "established loss")],
+)
 def test_verdict_flips_as_the_difference_grows(tmp_path, delta, verdict):
     cand, ship = make_ablation(tmp_path, delta)
-    s = ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
-                        fixed_start_scores=None, n_boot=2000, scale=1.0, row_cluster=None, out_dir=tmp_path / "out")
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=2000,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "out",
+    )
     assert s["verdict"] == verdict
-    assert (tmp_path / "out" / ".complete").exists() and verdict in (tmp_path / "out" / "report.md").read_text()
+    assert (tmp_path / "out" / ".complete").exists() and verdict in (
+        tmp_path / "out" / "report.md"
+    ).read_text()
     assert s["sentence"].endswith(f": {verdict}.")
     # per-seed differences are the official.json values' differences
     for p, cp, sp in zip(s["comparisons"]["official"]["per_seed"], cand, ship):
         c, sh = json.loads(cp.read_text())["official"], json.loads(sp.read_text())["official"]
         assert p["difference"] == c["value"] - sh["value"]
-        assert p["candidate"]["progress"] == c["progress"] and p["shipped"]["progress"] == sh["progress"]
+        assert (
+            p["candidate"]["progress"] == c["progress"]
+            and p["shipped"]["progress"] == sh["progress"]
+        )
     # the last retained checkpoint (progress 2) of each run, not the official one
     for p, cp, sp in zip(s["comparisons"]["last"]["per_seed"], cand, ship):
-        c, sh = json.loads(cp.read_text())["checkpoints"][1], json.loads(sp.read_text())["checkpoints"][1]
+        c, sh = (
+            json.loads(cp.read_text())["checkpoints"][1],
+            json.loads(sp.read_text())["checkpoints"][1],
+        )
         assert p["difference"] == c["value"] - sh["value"] and c["progress"] == 2
 
 
@@ -199,39 +300,77 @@ def test_verdict_sweep_and_minimised_metric(tmp_path):
     verdicts = []
     for i, delta in enumerate([0.0, 0.01, 0.03, 0.1, 0.3]):
         cand, ship = make_ablation(tmp_path / str(i), delta)
-        s = ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
-                            fixed_start_scores=None, n_boot=1000, scale=1.0, row_cluster=None,
-                            out_dir=tmp_path / str(i) / "out")
+        s = ablation_result(
+            task="toy",
+            candidate="cand",
+            candidate_officials=cand,
+            shipped_officials=ship,
+            fixed_start_scores=None,
+            n_boot=1000,
+            scale=1.0,
+            row_cluster=None,
+            out_dir=tmp_path / str(i) / "out",
+        )
         verdicts.append(s["verdict"])
     assert verdicts[0] == "not established (CI spans 0)" and verdicts[-1] == "established gain"
     first = verdicts.index("established gain")
     assert all(v == "established gain" for v in verdicts[first:])
     # for a minimised metric the same positive difference is a loss
     cand, ship = make_ablation(tmp_path / "min", 0.3, direction="minimize")
-    s = ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
-                        fixed_start_scores=None, n_boot=1000, scale=1.0, row_cluster=None,
-                        out_dir=tmp_path / "min" / "out")
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=1000,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "min" / "out",
+    )
     assert s["verdict"] == "established loss"
 
 
 def test_normalised_score_selection_bias_and_power(tmp_path):
     cand, ship = make_ablation(tmp_path, 0.1, seeds=(1, 2, 3))
     fixed = tmp_path / "fixed"
-    write_summary(fixed, {"metric": "toy_top1", "direction": "maximize", "value": 0.2,
-                          "uncertainty": {"value": 0.01, "kind": "se"}, "n": 60, "diagnostics": {}, "advisories": []})
-    s = ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
-                        fixed_start_scores=fixed, n_boot=1000, scale=1.0, row_cluster=None, out_dir=tmp_path / "out")
+    write_summary(
+        fixed,
+        {
+            "metric": "toy_top1",
+            "direction": "maximize",
+            "value": 0.2,
+            "uncertainty": {"value": 0.01, "kind": "se"},
+            "n": 60,
+            "diagnostics": {},
+            "advisories": [],
+        },
+    )
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=fixed,
+        n_boot=1000,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "out",
+    )
     off = s["comparisons"]["official"]
     for p in off["per_seed"]:  # fixed start 0, this seed's shipped run 1
         expected = (p["candidate"]["value"] - 0.2) / (p["shipped"]["value"] - 0.2)
         assert p["normalised"] == pytest.approx(expected)
-    assert off["normalised"]["mean"] == pytest.approx(np.mean([p["normalised"] for p in off["per_seed"]]))
+    assert off["normalised"]["mean"] == pytest.approx(
+        np.mean([p["normalised"] for p in off["per_seed"]])
+    )
     # official - last: candidate's last is 0.02 below its official, shipped's last is its official
     assert s["selection_bias"]["candidate"] == pytest.approx(0.02)
     assert s["selection_bias"]["shipped"] == pytest.approx(0.0)
     h = off["hierarchical"]
     assert off["detectable_difference"] == pytest.approx(
-        2.801585 * math.sqrt(h["seed_variance"] / 3 + h["row_variance"]), rel=1e-6)
+        2.801585 * math.sqrt(h["seed_variance"] / 3 + h["row_variance"]), rel=1e-6
+    )
     assert off["t_interval"]["mean"] == pytest.approx(off["mean_difference"])
 
 
@@ -241,16 +380,40 @@ def test_clustered_rows_and_refusals(tmp_path):
     # rewrite rows with a label field: only the resampling changes, not the values
     for path in cand + ship:
         for score_dir in (path.parent / "final-scores").iterdir():
-            rows = [json.loads(line) for line in (score_dir / "rows.jsonl").read_text().splitlines()]
-            (score_dir / "rows.jsonl").write_text("".join(json.dumps({**r, "label": labels[i]}) + "\n"
-                                                          for i, r in enumerate(rows)))
-    s = ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
-                        fixed_start_scores=None, n_boot=500, scale=1.0, row_cluster="label", out_dir=tmp_path / "c")
-    assert s["comparisons"]["official"]["hierarchical"]["clusters"] == 5 and "clusters" in s["resampling"]
+            rows = [
+                json.loads(line) for line in (score_dir / "rows.jsonl").read_text().splitlines()
+            ]
+            (score_dir / "rows.jsonl").write_text(
+                "".join(json.dumps({**r, "label": labels[i]}) + "\n" for i, r in enumerate(rows))
+            )
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=500,
+        scale=1.0,
+        row_cluster="label",
+        out_dir=tmp_path / "c",
+    )
+    assert (
+        s["comparisons"]["official"]["hierarchical"]["clusters"] == 5
+        and "clusters" in s["resampling"]
+    )
     # seeds not matched
     with pytest.raises(InputError, match="seed"):
-        ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship[::-1],
-                        fixed_start_scores=None, n_boot=500, scale=1.0, row_cluster=None, out_dir=tmp_path / "x")
+        ablation_result(
+            task="toy",
+            candidate="cand",
+            candidate_officials=cand,
+            shipped_officials=ship[::-1],
+            fixed_start_scores=None,
+            n_boot=500,
+            scale=1.0,
+            row_cluster=None,
+            out_dir=tmp_path / "x",
+        )
     # rows that do not reproduce the summary's value are refused
     doc = json.loads(cand[0].read_text())
     rows_file = Path(doc["official"]["scores"]) / "rows.jsonl"
@@ -258,8 +421,17 @@ def test_clustered_rows_and_refusals(tmp_path):
     rows[0]["score"] += 1.0
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(InputError, match="rows give a difference"):
-        ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
-                        fixed_start_scores=None, n_boot=500, scale=1.0, row_cluster=None, out_dir=tmp_path / "y")
+        ablation_result(
+            task="toy",
+            candidate="cand",
+            candidate_officials=cand,
+            shipped_officials=ship,
+            fixed_start_scores=None,
+            n_boot=500,
+            scale=1.0,
+            row_cluster=None,
+            out_dir=tmp_path / "y",
+        )
 
 
 def job_counts(stdout: str) -> dict[str, int]:
@@ -276,49 +448,100 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
     from replaykit.tasks.soup import ingredients
 
     fixed_start = tmp_path / "ingredients"
-    ingredients.build({"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4}, fixed_start,
-                      log=lambda m: None)
+    ingredients.build(
+        {"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4},
+        fixed_start,
+        log=lambda m: None,
+    )
     (tmp_path / "wf").mkdir()
     work = copy_workflow(tmp_path / "wf")
     profile = (ROOT / "recipes/soup/configs/embedded.yaml").read_text()
     best = tmp_path / "best.diff"
-    best.write_text("".join(difflib.unified_diff(
-        profile.splitlines(True), profile.replace("method: uniform ", "method: best_single").splitlines(True),
-        "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
-    task = {"fixed_start": str(fixed_start), "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-            "seeds": [42, 43], "threads": 1,
-            "candidates": {"greedy": str(ROOT / "patches/soup-greedy.diff"), "best": str(best)},
-            "ablation": {"report": ["greedy"]},
-            "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-            "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5}, "final": {"n_boot": 500}}
+    best.write_text(
+        "".join(
+            difflib.unified_diff(
+                profile.splitlines(True),
+                profile.replace("method: uniform ", "method: best_single").splitlines(True),
+                "a/configs/embedded.yaml",
+                "b/configs/embedded.yaml",
+            )
+        )
+    )
+    task = {
+        "fixed_start": str(fixed_start),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "seeds": [42, 43],
+        "threads": 1,
+        "candidates": {"greedy": str(ROOT / "patches/soup-greedy.diff"), "best": str(best)},
+        "ablation": {"report": ["greedy"]},
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 500},
+    }
     write_config(work, {"models": {}, "tasks": {"soup": task}})
     # two candidates against the same 2 shipped seeds: 2 + 2 + 2 replays, not 2 x (2 + 2)
-    dry = snakemake(work, "results/soup/ablation/greedy", "results/soup/ablation/best", "-n", "--cores", "2",
-                    "--resources", "gpu=1", check=True)
+    dry = snakemake(
+        work,
+        "results/soup/ablation/greedy",
+        "results/soup/ablation/best",
+        "-n",
+        "--cores",
+        "2",
+        "--resources",
+        "gpu=1",
+        check=True,
+    )
     counts = job_counts(dry.stdout)
     assert counts["replay"] == 6 and counts["workspace"] == 6 and counts["ablation"] == 2
-    jobs = re.findall(r"^(?:rule|checkpoint) (\w+):\n(?:    .*\n)*?    wildcards: task=soup, run=(\S+)\n",
-                      dry.stdout, re.M)
+    jobs = re.findall(
+        r"^(?:rule|checkpoint) (\w+):\n(?:    .*\n)*?    wildcards: task=soup, run=(\S+)\n",
+        dry.stdout,
+        re.M,
+    )
     assert sorted(run for rule, run in jobs if rule == "replay") == sorted(
-        f"{c}-seed{s}" for c in ("best", "greedy", "shipped") for s in (42, 43))
-    assert jobs.count(("replay", "shipped-seed42")) == 1 and jobs.count(("official", "shipped-seed43")) == 1
-    one = job_counts(snakemake(work, "results/soup/ablation/greedy", "-n", "--cores", "2", "--resources", "gpu=1",
-                               check=True).stdout)
+        f"{c}-seed{s}" for c in ("best", "greedy", "shipped") for s in (42, 43)
+    )
+    assert (
+        jobs.count(("replay", "shipped-seed42")) == 1
+        and jobs.count(("official", "shipped-seed43")) == 1
+    )
+    one = job_counts(
+        snakemake(
+            work,
+            "results/soup/ablation/greedy",
+            "-n",
+            "--cores",
+            "2",
+            "--resources",
+            "gpu=1",
+            check=True,
+        ).stdout
+    )
     assert one["replay"] == 4
     snakemake(work, "results/soup/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
     s = json.loads((work / "results/soup/ablation/greedy/summary.json").read_text())
     assert (work / "results/soup/ablation/greedy/.complete").exists()
-    assert s["seeds"] == [42, 43] and s["resampling"].startswith("whole clusters by row field `label`")
+    assert s["seeds"] == [42, 43] and s["resampling"].startswith(
+        "whole clusters by row field `label`"
+    )
     for p, seed in zip(s["comparisons"]["official"]["per_seed"], (42, 43)):
-        cand = json.loads((work / f"results/soup/greedy-seed{seed}/official.json").read_text())["official"]
-        ship = json.loads((work / f"results/soup/shipped-seed{seed}/official.json").read_text())["official"]
+        cand = json.loads((work / f"results/soup/greedy-seed{seed}/official.json").read_text())[
+            "official"
+        ]
+        ship = json.loads((work / f"results/soup/shipped-seed{seed}/official.json").read_text())[
+            "official"
+        ]
         assert p["candidate"]["official"] == f"results/soup/greedy-seed{seed}/official.json"
         assert p["difference"] == cand["value"] - ship["value"]
-    fixed = json.loads((work / "results/soup/reference/fixed-start/final-scores/summary.json").read_text())["value"]
+    fixed = json.loads(
+        (work / "results/soup/reference/fixed-start/final-scores/summary.json").read_text()
+    )["value"]
     norm = s["comparisons"]["official"]["per_seed"][0]
     if norm["shipped"]["value"] != fixed:
-        assert norm["normalised"] == pytest.approx((norm["candidate"]["value"] - fixed)
-                                                   / (norm["shipped"]["value"] - fixed))
+        assert norm["normalised"] == pytest.approx(
+            (norm["candidate"]["value"] - fixed) / (norm["shipped"]["value"] - fixed)
+        )
     html = (work / "results/soup/report.html").read_text()
     assert 'id="ablation-greedy-differences"' in html and f'data-verdict="{s["verdict"]}"' in html
     assert "## official result" in (work / "results/soup/ablation/greedy/report.md").read_text()
@@ -333,16 +556,38 @@ def test_rm_style_weighted_rows_in_percent(tmp_path):
     for seed in (1, 2, 3):
         base = (rng.random(60) < 0.6).astype(float)
         better = np.maximum(base, rng.random(60) < 0.3)
-        ship.append(fake_run(tmp_path, f"shipped-seed{seed}", seed, {5: list(base)}, extra=extra, scale=100.0))
-        cand.append(fake_run(tmp_path, f"cand-seed{seed}", seed, {5: list(better)}, extra=extra, scale=100.0))
-    s = ablation_result(task="rm", candidate="cand", candidate_officials=cand, shipped_officials=ship,
-                        fixed_start_scores=None, n_boot=1000, scale=100.0, row_cluster=None, out_dir=tmp_path / "o")
+        ship.append(
+            fake_run(
+                tmp_path, f"shipped-seed{seed}", seed, {5: list(base)}, extra=extra, scale=100.0
+            )
+        )
+        cand.append(
+            fake_run(
+                tmp_path, f"cand-seed{seed}", seed, {5: list(better)}, extra=extra, scale=100.0
+            )
+        )
+    s = ablation_result(
+        task="rm",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=1000,
+        scale=100.0,
+        row_cluster=None,
+        out_dir=tmp_path / "o",
+    )
     off = s["comparisons"]["official"]
     for p, cp, sp in zip(off["per_seed"], cand, ship):
-        assert p["difference"] == pytest.approx(json.loads(cp.read_text())["official"]["value"]
-                                                - json.loads(sp.read_text())["official"]["value"])
+        assert p["difference"] == pytest.approx(
+            json.loads(cp.read_text())["official"]["value"]
+            - json.loads(sp.read_text())["official"]["value"]
+        )
         assert p["normalised"] is None
-    assert off["hierarchical"]["method"].endswith("stratified") and off["hierarchical"]["clusters"] == 60
+    assert (
+        off["hierarchical"]["method"].endswith("stratified")
+        and off["hierarchical"]["clusters"] == 60
+    )
     # in percent: the CI is around the mean difference, with points of a percent as units
     assert off["hierarchical"]["ci_low"] <= off["mean_difference"] <= off["hierarchical"]["ci_high"]
     assert off["mean_difference"] > 1.0 and "no normalised score" in " ".join(s["advisories"])

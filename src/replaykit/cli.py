@@ -195,9 +195,11 @@ def cmd_ablation(a) -> None:
     from .tasks import get_task
 
     plugin = get_task(a.task)
-    s = ablation_result(task=a.task, candidate=a.candidate, candidate_officials=a.candidate_officials,
-                        shipped_officials=a.shipped_officials, fixed_start_scores=a.fixed_start_scores or None,
-                        n_boot=a.n_boot, scale=float(plugin.METRIC.get("scale", 1.0)),
+    s = ablation_result(task=a.task, candidate=a.candidate,
+                        candidate_officials=a.candidate_officials,
+                        shipped_officials=a.shipped_officials,
+                        fixed_start_scores=a.fixed_start_scores or None, n_boot=a.n_boot,
+                        scale=float(plugin.METRIC.get("scale", 1.0)),
                         row_cluster=a.row_cluster or None, out_dir=a.out_dir, figure=differences)
     print(f"[ablation] {s['sentence']}")
 
@@ -238,8 +240,8 @@ def cmd_report(a) -> None:
     for folder in a.ablations:  # matched ablations (issue 16): their figure, after the task's
         pngs[f"ablation-{Path(folder).name}/differences"] = Path(folder) / "differences.png"
     result = write_report(task=a.task, final_dir=a.final_dir, officials=a.officials, figures=pngs, n_boot=a.n_boot,
-                          scale=float(plugin.METRIC.get("scale", 1.0)), out_html=a.out_html, out_table=a.out_table,
-                          ablations=a.ablations)
+                          scale=float(plugin.METRIC.get("scale", 1.0)), out_html=a.out_html,
+                          out_table=a.out_table, ablations=a.ablations)
     print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(pngs)} figures -> {a.out_html}")
 
 
@@ -312,13 +314,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--n-boot", type=int, default=10_000)
     s.set_defaults(func=cmd_final)
 
-    s = sub.add_parser("ablation", help="candidate vs shipped over the same seeds and rows (matched ablation)")
+    s = sub.add_parser("ablation", help="matched ablation: candidate vs shipped, same seeds, rows")
     for arg in ("--task", "--candidate", "--out-dir"):
         s.add_argument(arg, required=True)
     s.add_argument("--candidate-officials", nargs="+", required=True, help="official.json per seed")
-    s.add_argument("--shipped-officials", nargs="+", required=True, help="official.json per seed, same order")
-    s.add_argument("--fixed-start-scores", default="", help="omit for a task without a fixed-start reference")
-    s.add_argument("--row-cluster", default="", help="row field naming a row's cluster (soup: label)")
+    s.add_argument("--shipped-officials", nargs="+", required=True,
+                   help="official.json per seed, same order")
+    s.add_argument("--fixed-start-scores", default="",
+                   help="omit for a task without a fixed-start reference")
+    s.add_argument("--row-cluster", default="", help="row field naming a row's cluster (soup)")
     s.add_argument("--n-boot", type=int, default=10_000)
     s.set_defaults(func=cmd_ablation)
 

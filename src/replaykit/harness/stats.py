@@ -123,14 +123,26 @@ Z_975 = 1.959963984540054  # standard normal 97.5 % quantile (two-sided 95 %)
 Z_80 = 0.8416212335729143  # standard normal 80 % quantile (power 0.8)
 
 
-def _row_groups(n: int, weights, strata, clusters) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+def _row_groups(
+    n: int, weights, strata, clusters
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Resampling units of :func:`hierarchical_bootstrap`: per stratum, the cluster ids in it;
     each cluster's row indices; each stratum's total weight ``W_h = sum_{i in h} w_i``."""
     w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
-    s = np.zeros(n, dtype=int) if strata is None else np.unique(np.asarray(strata), return_inverse=True)[1]
-    c = np.arange(n) if clusters is None else np.unique(np.asarray(clusters), return_inverse=True)[1]
+    s = (
+        np.zeros(n, dtype=int)
+        if strata is None
+        else np.unique(np.asarray(strata), return_inverse=True)[1]
+    )
+    c = (
+        np.arange(n)
+        if clusters is None
+        else np.unique(np.asarray(clusters), return_inverse=True)[1]
+    )
     if w.shape != (n,) or s.shape != (n,) or c.shape != (n,):
-        raise ValueError("hierarchical_bootstrap: weights, strata and clusters need one value per row")
+        raise ValueError(
+            "hierarchical_bootstrap: weights, strata and clusters need one value per row"
+        )
     stratum_of_cluster = np.full(c.max() + 1, -1)
     for cluster, stratum in zip(c, s):
         if stratum_of_cluster[cluster] not in (-1, stratum):
@@ -145,8 +157,17 @@ def _row_groups(n: int, weights, strata, clusters) -> tuple[list[np.ndarray], np
     return groups, c, np.asarray(totals)
 
 
-def hierarchical_bootstrap(a, b, n_boot: int = 10_000, seed: int = 0, confidence: float = 0.95,
-                           weights=None, strata=None, clusters=None, chunk: int = 256) -> dict:
+def hierarchical_bootstrap(
+    a,
+    b,
+    n_boot: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    weights=None,
+    strata=None,
+    clusters=None,
+    chunk: int = 256,
+) -> dict:
     """Two-stage percentile bootstrap CI of the mean over seeds of ``sum_i w_i (a_ki - b_ki)``.
 
     Data: ``a[k, i]`` is the candidate's score of row ``i`` in its replay with seed ``k``,
@@ -203,7 +224,9 @@ def hierarchical_bootstrap(a, b, n_boot: int = 10_000, seed: int = 0, confidence
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if a.ndim != 2 or a.shape != b.shape or a.size == 0:
-        raise ValueError(f"hierarchical_bootstrap needs two equal K × n arrays ({a.shape} vs {b.shape})")
+        raise ValueError(
+            f"hierarchical_bootstrap needs two equal K × n arrays ({a.shape} vs {b.shape})"
+        )
     k, n = a.shape
     d = a - b
     groups, cluster_of_row, totals = _row_groups(n, weights, strata, clusters)
@@ -226,13 +249,24 @@ def hierarchical_bootstrap(a, b, n_boot: int = 10_000, seed: int = 0, confidence
     stats, row_only = np.concatenate(stats), np.concatenate(row_only)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(stats, [tail, 1.0 - tail])
-    return {"difference": float(per_seed.mean()), "per_seed": [float(v) for v in per_seed],
-            "ci_low": float(low), "ci_high": float(high), "se": float(stats.std(ddof=1)),
-            "row_variance": float(row_only.var(ddof=1)),
-            "seed_variance": float(per_seed.var(ddof=1)) if k > 1 else None,
-            "confidence": confidence, "k": k, "n": n, "clusters": int(n_clusters), "n_boot": n_boot,
-            "seed": seed, "method": "two-stage percentile bootstrap: seeds, then rows shared by all seeds"
-            + (", clustered" if clusters is not None else "") + (", stratified" if strata is not None else "")}
+    return {
+        "difference": float(per_seed.mean()),
+        "per_seed": [float(v) for v in per_seed],
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "se": float(stats.std(ddof=1)),
+        "row_variance": float(row_only.var(ddof=1)),
+        "seed_variance": float(per_seed.var(ddof=1)) if k > 1 else None,
+        "confidence": confidence,
+        "k": k,
+        "n": n,
+        "clusters": int(n_clusters),
+        "n_boot": n_boot,
+        "seed": seed,
+        "method": "two-stage percentile bootstrap: seeds, then rows shared by all seeds"
+        + (", clustered" if clusters is not None else "")
+        + (", stratified" if strata is not None else ""),
+    }
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict | None:
@@ -251,9 +285,20 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict | None
     if values.size < 2:
         return None
     mean, sd = float(values.mean()), float(values.std(ddof=1))
-    half = float(student_t.ppf((1.0 + confidence) / 2.0, values.size - 1)) * sd / math.sqrt(values.size)
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "sd": sd, "k": int(values.size),
-            "df": int(values.size - 1), "confidence": confidence}
+    half = (
+        float(student_t.ppf((1.0 + confidence) / 2.0, values.size - 1))
+        * sd
+        / math.sqrt(values.size)
+    )
+    return {
+        "mean": mean,
+        "ci_low": mean - half,
+        "ci_high": mean + half,
+        "sd": sd,
+        "k": int(values.size),
+        "df": int(values.size - 1),
+        "confidence": confidence,
+    }
 
 
 def ci_verdict(ci_low: float, ci_high: float, direction: str) -> str:
@@ -273,8 +318,13 @@ def ci_verdict(ci_low: float, ci_high: float, direction: str) -> str:
     return "not established (CI spans 0)"
 
 
-def detectable_difference(seed_variance: float | None, row_variance: float, k: int,
-                          alpha: float = 0.05, power: float = 0.8) -> float | None:
+def detectable_difference(
+    seed_variance: float | None,
+    row_variance: float,
+    k: int,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> float | None:
     """Minimal detectable difference of a two-sided level-``alpha`` test at ``power``:
     ``(z_{1-alpha/2} + z_power) · sqrt(seed_variance / k + row_variance)``.
 
@@ -292,8 +342,14 @@ def detectable_difference(seed_variance: float | None, row_variance: float, k: i
     return z * math.sqrt(seed_variance / k + row_variance)
 
 
-def seeds_for_power(difference: float, seed_variance: float | None, row_variance: float,
-                    alpha: float = 0.05, power: float = 0.8, max_seeds: int = 10_000) -> int | None:
+def seeds_for_power(
+    difference: float,
+    seed_variance: float | None,
+    row_variance: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    max_seeds: int = 10_000,
+) -> int | None:
     """Fewest seeds K whose :func:`detectable_difference` is at most ``|difference|``:
     ``K = ceil(seed_variance / ((|difference| / z)^2 - row_variance))``, z = z_{1-alpha/2} +
     z_power, at least 2 (a t-interval needs two).

@@ -32,9 +32,10 @@ FIGURE_CAPTIONS = {
               "deadline and the outer limit; the title says why training stopped.",
     "seeds": "Official score of each seed ± 1.96 SE, the mean across seeds and ± 1 SD.",
     "diagnostics": "The task's diagnostic (see the figure title).",
-    "differences": "Matched ablation: per-seed paired differences candidate − shipped (official result "
-                   "filled, last retained checkpoint hollow), their mean with the 95 % two-stage bootstrap "
-                   "CI over seeds and rows (bar) and the t-interval over seeds (thin bar); 0 dashed.",
+    "differences": "Matched ablation: per-seed paired differences candidate − shipped (official "
+                   "result filled, last retained checkpoint hollow), their mean with the 95 % "
+                   "two-stage bootstrap CI over seeds and rows (bar) and the t-interval over seeds "
+                   "(thin bar); 0 dashed.",
 }
 
 TEMPLATE = jinja2.Template("""<!DOCTYPE html>
