@@ -591,3 +591,24 @@ def test_rm_style_weighted_rows_in_percent(tmp_path):
     # in percent: the CI is around the mean difference, with points of a percent as units
     assert off["hierarchical"]["ci_low"] <= off["mean_difference"] <= off["hierarchical"]["ci_high"]
     assert off["mean_difference"] > 1.0 and "no normalised score" in " ".join(s["advisories"])
+
+
+def test_readme_example_as_written_plans_3_seeds_of_both(tmp_path):
+    """The README's ablation command, as written, in a copy of the workflow (dry run)."""
+    import shlex
+    import shutil
+
+    from conftest import ROOT, copy_workflow, snakemake
+
+    line = next(
+        l
+        for l in (ROOT / "README.md").read_text().splitlines()
+        if l.startswith(".venv/bin/snakemake results/soup/ablation/greedy")
+    )
+    work = copy_workflow(tmp_path)
+    shutil.copytree(ROOT / "patches", work / "patches")
+    dry = snakemake(work, *shlex.split(line)[1:], "-n", check=True)
+    counts = job_counts(dry.stdout)
+    assert counts["replay"] == 6 and counts["ablation"] == 1
+    runs = set(re.findall(r"run=((?:greedy|shipped)-seed4[234])\b", dry.stdout))
+    assert runs == {f"{c}-seed{s}" for c in ("greedy", "shipped") for s in (42, 43, 44)}

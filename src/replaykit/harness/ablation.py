@@ -278,7 +278,7 @@ Not available: {{ c.reason }}.
 
 
 def _f(value) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    return "-" if value is None else f"{value + 0.0:.4f}"  # + 0.0: no "-0.0000"
 
 
 def _sf(value) -> str:
