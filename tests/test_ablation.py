@@ -612,3 +612,44 @@ def test_readme_example_as_written_plans_3_seeds_of_both(tmp_path):
     assert counts["replay"] == 6 and counts["ablation"] == 1
     runs = set(re.findall(r"run=((?:greedy|shipped)-seed4[234])\b", dry.stdout))
     assert runs == {f"{c}-seed{s}" for c in ("greedy", "shipped") for s in (42, 43, 44)}
+
+
+@pytest.mark.slow
+def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
+    """rm on a tiny model, 2 seeds: rows drawn within RewardBench subsets, the weighted score
+    in percent recomputed; the per-seed differences are the runs' official values'."""
+    import difflib
+
+    from conftest import ROOT, copy_workflow, rm_config, snakemake, write_config
+
+    work = copy_workflow(tmp_path)
+    profile = (ROOT / "recipes/rm/configs/embedded.yaml").read_text()
+    patch = tmp_path / "margin.diff"
+    patch.write_text("".join(difflib.unified_diff(
+        profile.splitlines(True), profile.replace("margin: 0.0 ", "margin: 1.0 ").splitlines(True),
+        "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    write_config(work, rm_config(tiny_llama, seeds=[42, 43], candidates={"margin": str(patch)}))
+    snakemake(work, "results/rm/ablation/margin", "--cores", "2", "--resources", "gpu=1", check=True)
+    s = json.loads((work / "results/rm/ablation/margin/summary.json").read_text())
+    off = s["comparisons"]["official"]
+    assert off["hierarchical"]["method"].endswith("stratified") and s["fixed_start"]["value"] is None
+    for p, seed in zip(off["per_seed"], (42, 43)):
+        cand = json.loads((work / f"results/rm/margin-seed{seed}/official.json").read_text())["official"]
+        ship = json.loads((work / f"results/rm/shipped-seed{seed}/official.json").read_text())["official"]
+        assert p["difference"] == cand["value"] - ship["value"] and p["normalised"] is None
+    last = s["comparisons"]["last"]
+    assert last["available"] and all(p["candidate"]["progress"] == 4 for p in last["per_seed"])
+    assert s["verdict"] in ("established gain", "established loss", "not established (CI spans 0)")
+
+
+def test_one_seed_draws_no_verdict(tmp_path):
+    cand, ship = make_ablation(tmp_path, 0.3, seeds=(1,))
+    s = ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
+                        fixed_start_scores=None, n_boot=500, scale=1.0, row_cluster=None,
+                        out_dir=tmp_path / "o")
+    off = s["comparisons"]["official"]
+    assert s["verdict"] == "not established (one seed: seed-to-seed variance unknown)"
+    assert off["t_interval"] is None and off["detectable_difference"] is None
+    assert off["seeds_for_power"] is None and off["hierarchical"]["seed_variance"] is None
+    # the bootstrap still gives the rows' CI, which alone would have excluded 0
+    assert off["hierarchical"]["ci_low"] > 0 and "one seed" in s["advisories"][0]
