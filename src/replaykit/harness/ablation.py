@@ -329,7 +329,7 @@ def ablation_result(
 
     Raises:
         InputError: different seeds on the two sides, a run's rows not the shared final rows,
-        rows that do not reproduce a run's value, or no valid official result anywhere.
+        rows that do not reproduce a run's value, or a run without a valid official result.
     """
     if len(candidate_officials) != len(shipped_officials) or not candidate_officials:
         raise InputError(
