@@ -17,6 +17,7 @@ include: "rules/assets.smk"
 include: "rules/replay.smk"
 include: "rules/evaluate.smk"
 include: "rules/final.smk"
+include: "rules/ablation.smk"
 include: "rules/report.smk"
 include: "rules/targets.smk"
 

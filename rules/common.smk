@@ -391,3 +391,25 @@ def refuse_unknown_task(w):
         f"{SOURCE_NAME}: tasks: the target names an unknown task {w.other!r} "
         f"(tasks: {', '.join(KNOWN)}; configured: {configured})"
     )
+
+
+def get_ablation_officials(w, candidate):
+    """The official.json of ``candidate`` for every seed of ``tasks.<task>.seeds``; the
+    shipped ones are the same files for every candidate, so they are replayed once."""
+    cfg = task_cfg(w)
+    if candidate != "shipped" and candidate not in cfg["candidates"]:
+        stop(
+            f"config: tasks.{w.task}.candidates: no candidate named {candidate!r} to ablate"
+        )
+    return [
+        f"results/{w.task}/{run_name(candidate, seed)}/official.json"
+        for seed in cfg["seeds"]
+    ]
+
+
+def get_report_ablations(w):
+    """The ablations report.html shows (``tasks.<task>.ablation.report``)."""
+    return [
+        f"results/{w.task}/ablation/{c}"
+        for c in task_cfg(w).get("ablation", {}).get("report", [])
+    ]

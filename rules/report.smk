@@ -47,6 +47,7 @@ rule html_report:
         final="results/{task}/final",
         officials=get_report_officials,
         figures=get_report_figures,
+        ablations=get_report_ablations,
     output:
         html="results/{task}/report.html",
         table=report(
@@ -83,4 +84,5 @@ rule html_report:
         "python -m replaykit report --task {wildcards.task} --final-dir {input.final}"
         " --officials {input.officials} --run-figures {params.run_figures}"
         " --n-boot {params.n_boot} --out-html {output.html} --out-table {output.table}"
-        " --out-seeds {output.seeds} --out-diagnostics {output.diagnostics} > {log} 2>&1"
+        " --out-seeds {output.seeds} --out-diagnostics {output.diagnostics}"
+        " --ablations {input.ablations} > {log} 2>&1"

@@ -249,6 +249,21 @@ def cmd_final(a) -> None:
           f"(normalised {s['normalised_score']})")
 
 
+def cmd_ablation(a) -> None:
+    from .harness.ablation import ablation_result
+    from .report.ablation import differences
+    from .tasks import get_task
+
+    plugin = get_task(a.task)
+    s = ablation_result(task=a.task, candidate=a.candidate,
+                        candidate_officials=a.candidate_officials,
+                        shipped_officials=a.shipped_officials,
+                        fixed_start_scores=a.fixed_start_scores or None, n_boot=a.n_boot,
+                        scale=float(plugin.METRIC.get("scale", 1.0)),
+                        row_cluster=a.row_cluster or None, out_dir=a.out_dir, figure=differences)
+    print(f"[ablation] {s['sentence']}")
+
+
 def cmd_figures(a) -> None:
     from .harness.receipts import read_complete_summary
     from .report import figures
@@ -282,8 +297,11 @@ def cmd_report(a) -> None:
         for kind in ("training", "checkpoints", "budget"):
             pngs[f"{doc['run']}/{kind}"] = Path(folder) / f"{kind}.png"
     pngs.update(seeds=a.out_seeds, diagnostics=a.out_diagnostics)
+    for folder in a.ablations:  # matched ablations (issue 16): their figure, after the task's
+        pngs[f"ablation-{Path(folder).name}/differences"] = Path(folder) / "differences.png"
     result = write_report(task=a.task, final_dir=a.final_dir, officials=a.officials, figures=pngs, n_boot=a.n_boot,
-                          scale=float(plugin.METRIC.get("scale", 1.0)), out_html=a.out_html, out_table=a.out_table)
+                          scale=float(plugin.METRIC.get("scale", 1.0)), out_html=a.out_html,
+                          out_table=a.out_table, ablations=a.ablations)
     print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(pngs)} figures -> {a.out_html}")
 
 
@@ -384,6 +402,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--n-boot", type=int, default=10_000)
     s.set_defaults(func=cmd_final)
 
+    s = sub.add_parser("ablation", help="matched ablation: candidate vs shipped, same seeds, rows")
+    for arg in ("--task", "--candidate", "--out-dir"):
+        s.add_argument(arg, required=True)
+    s.add_argument("--candidate-officials", nargs="+", required=True, help="official.json per seed")
+    s.add_argument("--shipped-officials", nargs="+", required=True,
+                   help="official.json per seed, same order")
+    s.add_argument("--fixed-start-scores", default="",
+                   help="omit for a task without a fixed-start reference")
+    s.add_argument("--row-cluster", default="", help="row field naming a row's cluster (soup)")
+    s.add_argument("--n-boot", type=int, default=10_000)
+    s.set_defaults(func=cmd_ablation)
+
     s = sub.add_parser("figures", help="a run's figures: training curve, checkpoint scores, budget use")
     for arg in ("--task", "--official", "--record", "--final-dir", "--out-dir"):
         s.add_argument(arg, required=True)
@@ -395,6 +425,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument(arg, required=True)
     s.add_argument("--officials", nargs="+", required=True, help="official.json of every run, in report order")
     s.add_argument("--run-figures", nargs="+", required=True, help="each run's figures folder, same order")
+    s.add_argument("--ablations", nargs="*", default=[], help="matched-ablation folders to show")
     s.add_argument("--n-boot", type=int, default=10_000)
     s.set_defaults(func=cmd_report)
 

@@ -115,3 +115,259 @@ def normalised_score(value: float, fixed_start: float, shipped: float) -> float 
     if span == 0:
         return None
     return (value - fixed_start) / span
+
+
+# --- Matched ablation: candidate vs shipped over K seeds and n shared rows (issue 16) ---
+
+Z_975 = 1.959963984540054  # standard normal 97.5 % quantile (two-sided 95 %)
+Z_80 = 0.8416212335729143  # standard normal 80 % quantile (power 0.8)
+
+
+def _row_groups(
+    n: int, weights, strata, clusters
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Resampling units of :func:`hierarchical_bootstrap`: per stratum, the cluster ids in it;
+    each cluster's row indices; each stratum's total weight ``W_h = sum_{i in h} w_i``."""
+    w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
+    s = (
+        np.zeros(n, dtype=int)
+        if strata is None
+        else np.unique(np.asarray(strata), return_inverse=True)[1]
+    )
+    c = (
+        np.arange(n)
+        if clusters is None
+        else np.unique(np.asarray(clusters), return_inverse=True)[1]
+    )
+    if w.shape != (n,) or s.shape != (n,) or c.shape != (n,):
+        raise ValueError(
+            "hierarchical_bootstrap: weights, strata and clusters need one value per row"
+        )
+    stratum_of_cluster = np.full(c.max() + 1, -1)
+    for cluster, stratum in zip(c, s):
+        if stratum_of_cluster[cluster] not in (-1, stratum):
+            raise ValueError("hierarchical_bootstrap: a cluster spans two strata")
+        stratum_of_cluster[cluster] = stratum
+    totals = []
+    for h in range(s.max() + 1):
+        if not np.allclose(w[s == h], w[s == h][0], rtol=1e-9, atol=0.0):
+            raise ValueError("hierarchical_bootstrap: weights must be equal within a stratum")
+        totals.append(w[s == h].sum())
+    groups = [np.flatnonzero(stratum_of_cluster == h) for h in range(s.max() + 1)]
+    return groups, c, np.asarray(totals)
+
+
+def hierarchical_bootstrap(
+    a,
+    b,
+    n_boot: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    weights=None,
+    strata=None,
+    clusters=None,
+    chunk: int = 256,
+) -> dict:
+    """Two-stage percentile bootstrap CI of the mean over seeds of ``sum_i w_i (a_ki - b_ki)``.
+
+    Data: ``a[k, i]`` is the candidate's score of row ``i`` in its replay with seed ``k``,
+    ``b[k, i]`` the shipped recipe's, for K seeds and the same n rows. The statistic is
+    ``D = (1/K) sum_k T_k`` with ``T_k = sum_h W_h mean_{i in h}(a_ki - b_ki)`` (``W_h``: the
+    total weight of stratum ``h``; one stratum and ``w_i = 1/n`` by default, so ``T_k`` is
+    the mean row difference of seed k).
+
+    Which rows are paired, and why: ``a[k, i]`` with ``b[k, i]`` -- the same row scored by the
+    candidate and the shipped recipe trained with the same seed. Both systems see every row,
+    so a row's difficulty cancels in ``a - b`` (the paired design of
+    :func:`paired_bootstrap`); matching the seed number is only a fixed pairing of two
+    independent replays (any fixed matching gives the same ``D``).
+
+    One replicate: stage 1 draws K seeds with replacement; stage 2 draws the rows -- clusters
+    with replacement within each stratum, each stratum keeping its cluster count -- and the
+    *same* row draw serves every seed of the replicate, because all seeds are scored on the
+    same rows (seeds and rows are crossed, not nested). The replicate's statistic is the
+    mean over the drawn seeds of ``sum_h W_h (sum of drawn rows' differences in h) / (number
+    of drawn rows in h)``. Under ``d_ki = mu + s_k + r_i + e_ki`` the variance of D is
+    ``var_s / K + var_r / n + var_e / (K n)``; this scheme estimates the first two terms
+    (each with the plug-in factor (K-1)/K resp. (n-1)/n) and ``var_e / (K n)`` about twice,
+    which is small when n is large (Owen 2007, "The pigeonhole bootstrap"). With few seeds the
+    seed term is underestimated (factor (K-1)/K, normal tails): read it beside
+    :func:`t_interval`. Resampling each seed's rows independently instead (a nested scheme)
+    would understate ``var_r / n`` K-fold.
+
+    Task resampling: ``strata`` and ``weights`` as in :func:`paired_bootstrap` (rm: rows
+    resampled within RewardBench subsets, the weighted score recomputed); ``clusters`` for a
+    clustered uncertainty (soup: the class of an image), whole clusters drawn together.
+
+    Args:
+        a, b: K × n arrays (K >= 1 seeds, n >= 1 rows, row i the same row in every seed).
+        n_boot: replicates; seed: seed of the generator (numpy PCG64); confidence: two-sided.
+        weights: per-row weight, equal within a stratum; strata, clusters: per-row labels
+            (a cluster lies inside one stratum).
+        chunk: replicates drawn at once (memory ``chunk × clusters``).
+
+    Returns:
+        ``{difference, per_seed, ci_low, ci_high, se, row_variance, seed_variance, confidence,
+        k, n, clusters, n_boot, seed, method}``: ``per_seed`` the K values ``T_k``; ``se`` the
+        SD of the replicates; ``row_variance`` the variance of ``mean_k T_k`` when only the
+        rows are resampled (stage 2 alone); ``seed_variance`` the sample variance (ddof 1) of
+        the ``T_k`` (None when K = 1).
+
+    Raises:
+        ValueError: shapes differ or are empty, a weight differs within a stratum, a cluster
+        spans two strata.
+
+    Source: Davison & Hinkley (1997), sec. 3.8 (two-stage resampling of hierarchical data);
+    Owen (2007), Ann. Appl. Stat. 1(2) (crossed random effects); Efron & Tibshirani (1993)
+    ch. 13 (percentile interval).
+    """
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    if a.ndim != 2 or a.shape != b.shape or a.size == 0:
+        raise ValueError(
+            f"hierarchical_bootstrap needs two equal K × n arrays ({a.shape} vs {b.shape})"
+        )
+    k, n = a.shape
+    d = a - b
+    groups, cluster_of_row, totals = _row_groups(n, weights, strata, clusters)
+    n_clusters = cluster_of_row.max() + 1
+    sums = np.zeros((k, n_clusters))
+    np.add.at(sums.T, cluster_of_row, d.T)  # sums[k, c] = sum of seed k's differences in cluster c
+    sizes = np.bincount(cluster_of_row, minlength=n_clusters).astype(float)
+    per_seed = sum(w_h * sums[:, g].sum(1) / sizes[g].sum() for w_h, g in zip(totals, groups))
+    rng = np.random.default_rng(seed)
+    stats, row_only = [], []
+    for start in range(0, n_boot, chunk):
+        m = min(chunk, n_boot - start)
+        t = np.zeros((m, k))  # t[r, k]: seed k's statistic on replicate r's rows
+        for w_h, g in zip(totals, groups):
+            counts = rng.multinomial(g.size, np.full(g.size, 1.0 / g.size), size=m)
+            t += w_h * (counts @ sums[:, g].T) / (counts @ sizes[g])[:, None]
+        seeds = rng.multinomial(k, np.full(k, 1.0 / k), size=m)
+        stats.append((seeds * t).sum(1) / k)
+        row_only.append(t.mean(1))
+    stats, row_only = np.concatenate(stats), np.concatenate(row_only)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(stats, [tail, 1.0 - tail])
+    return {
+        "difference": float(per_seed.mean()),
+        "per_seed": [float(v) for v in per_seed],
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "se": float(stats.std(ddof=1)),
+        "row_variance": float(row_only.var(ddof=1)),
+        "seed_variance": float(per_seed.var(ddof=1)) if k > 1 else None,
+        "confidence": confidence,
+        "k": k,
+        "n": n,
+        "clusters": int(n_clusters),
+        "n_boot": n_boot,
+        "seed": seed,
+        "method": "two-stage percentile bootstrap: seeds, then rows shared by all seeds"
+        + (", clustered" if clusters is not None else "")
+        + (", stratified" if strata is not None else ""),
+    }
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict | None:
+    """Student-t interval of the mean of K independent values (here: per-seed differences).
+
+    ``mean ± t_{K-1, (1+confidence)/2} · sd / sqrt(K)`` with the sample SD (ddof 1). It sees
+    the rows only through each seed's value, so the row sampling shared by all seeds is not in
+    it. Returns ``{mean, ci_low, ci_high, sd, k, df, confidence}``, or None when K < 2.
+
+    Example: [1, 2, 3] -> mean 2, sd 1, t_{2, 0.975} = 4.302653 -> [-0.484138, 4.484138].
+    Source: Student (1908); any statistics text.
+    """
+    from scipy.stats import t as student_t
+
+    values = np.asarray(values, dtype=float)
+    if values.size < 2:
+        return None
+    mean, sd = float(values.mean()), float(values.std(ddof=1))
+    half = (
+        float(student_t.ppf((1.0 + confidence) / 2.0, values.size - 1))
+        * sd
+        / math.sqrt(values.size)
+    )
+    return {
+        "mean": mean,
+        "ci_low": mean - half,
+        "ci_high": mean + half,
+        "sd": sd,
+        "k": int(values.size),
+        "df": int(values.size - 1),
+        "confidence": confidence,
+    }
+
+
+def ci_verdict(ci_low: float, ci_high: float, direction: str) -> str:
+    """``established gain``, ``established loss`` or ``not established (CI spans 0)``.
+
+    The CI is of candidate − shipped; a gain is a CI above 0 for a maximised metric and below
+    0 for a minimised one. A CI touching 0 spans it. Raises ValueError for another direction.
+    """
+    if direction not in ("maximize", "minimize"):
+        raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
+    sign = 1.0 if direction == "maximize" else -1.0
+    low, high = sorted((sign * ci_low, sign * ci_high))
+    if low > 0:
+        return "established gain"
+    if high < 0:
+        return "established loss"
+    return "not established (CI spans 0)"
+
+
+def detectable_difference(
+    seed_variance: float | None,
+    row_variance: float,
+    k: int,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> float | None:
+    """Minimal detectable difference of a two-sided level-``alpha`` test at ``power``:
+    ``(z_{1-alpha/2} + z_power) · sqrt(seed_variance / k + row_variance)``.
+
+    ``seed_variance``: variance of one seed's difference (sample variance over seeds);
+    ``row_variance``: variance of the seed-averaged difference from the shared rows (it does
+    not shrink with more seeds). Normal approximation; None when the seed variance is unknown
+    (one seed). Example: 0.01, 0.0004, k 4 -> 2.801585 · sqrt(0.0029) = 0.150869.
+    Source: e.g. Cohen (1988), ch. 2 (power of a z test).
+    """
+    from scipy.stats import norm
+
+    if seed_variance is None:
+        return None
+    z = float(norm.ppf(1.0 - alpha / 2.0) + norm.ppf(power))
+    return z * math.sqrt(seed_variance / k + row_variance)
+
+
+def seeds_for_power(
+    difference: float,
+    seed_variance: float | None,
+    row_variance: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    max_seeds: int = 10_000,
+) -> int | None:
+    """Fewest seeds K whose :func:`detectable_difference` is at most ``|difference|``:
+    ``K = ceil(seed_variance / ((|difference| / z)^2 - row_variance))``, z = z_{1-alpha/2} +
+    z_power, at least 2 (a t-interval needs two).
+
+    None when it cannot be reached by seeds alone: the seed variance is unknown (one seed),
+    the difference is 0, or the rows' variance alone already exceeds ``(difference / z)^2``
+    (more rows are needed), or K would exceed ``max_seeds``. Normal approximation with the
+    observed variances taken as the truth (a planning figure, not a guarantee).
+    Example: d 0.2, seed variance 0.01, row variance 0.0004, z 2.801585 ->
+    0.01 / (0.0050963 - 0.0004) = 2.129 -> 3 seeds.
+    """
+    from scipy.stats import norm
+
+    if seed_variance is None or difference == 0:
+        return None
+    z = float(norm.ppf(1.0 - alpha / 2.0) + norm.ppf(power))
+    room = (abs(difference) / z) ** 2 - row_variance
+    if room <= 0:
+        return None
+    needed = max(2, math.ceil(seed_variance / room - 1e-12))
+    return needed if needed <= max_seeds else None

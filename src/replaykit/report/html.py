@@ -32,6 +32,10 @@ FIGURE_CAPTIONS = {
               "deadline and the outer limit; the title says why training stopped.",
     "seeds": "Official score of each seed ± 1.96 SE, the mean across seeds and ± 1 SD.",
     "diagnostics": "The task's diagnostic (see the figure title).",
+    "differences": "Matched ablation: per-seed paired differences candidate − shipped (official "
+                   "result filled, last retained checkpoint hollow), their mean with the 95 % "
+                   "two-stage bootstrap CI over seeds and rows (bar) and the t-interval over seeds "
+                   "(thin bar); 0 dashed.",
 }
 
 TEMPLATE = jinja2.Template("""<!DOCTYPE html>
@@ -78,6 +82,9 @@ run <code>{{ summary.official.run }}</code>, checkpoint-{{ summary.official.prog
 
 <h2>Seeds</h2>
 <p>n = {{ summary.seeds.n }}, mean = {{ fmt(summary.seeds.mean) }}, SD across seeds = {{ fmt(summary.seeds.sd) }}.</p>
+
+{% if ablation_section %}<h2>Matched ablations</h2>
+{{ ablation_section }}{% endif %}
 
 {% if summary.advisories %}<h2>Advisories</h2><ul>
 {% for a in summary.advisories %}<li class="advisory">{{ a }}</li>{% endfor %}</ul>{% endif %}
@@ -156,13 +163,16 @@ def render_table(rows: list[dict], base: Path) -> str:
 
 
 def write_report(*, task: str, final_dir: str | Path, officials: list[str | Path], figures: dict[str, str | Path],
-                 n_boot: int, scale: float, out_html: str | Path, out_table: str | Path) -> dict:
+                 n_boot: int, scale: float, out_html: str | Path, out_table: str | Path,
+                 ablations: list[str | Path] = ()) -> dict:
     """Write the HTML report and the checkpoint table (each atomically).
 
     Args:
         officials: every run's ``official.json`` (the task's runs and the shipped reference's).
         figures: ``id -> PNG`` (ids ``<run>/training``, ``<run>/checkpoints``, ``<run>/budget``,
             ``seeds``, ``diagnostics``), embedded in that order.
+        ablations: matched-ablation folders (``summary.json`` with its receipt), each shown with
+            its verdict and per-seed differences.
     Returns the rows of the table. Raises :class:`~replaykit.harness.errors.InputError` for a
     summary without its completion receipt.
     """
@@ -193,10 +203,16 @@ def write_report(*, task: str, final_dir: str | Path, officials: list[str | Path
         figs.append({"id": fig_id.replace("/", "-"), "title": (f"{run}: " if run else "") + kind.replace("_", " "),
                      "caption": FIGURE_CAPTIONS.get(kind, ""), "file": str(png), "href": _href(png, out_html.parent),
                      "data": base64.b64encode(Path(png).read_bytes()).decode("ascii")})
+    from .ablation import SECTION
+
+    abl = [{**read_complete_summary(folder), "file": str(Path(folder) / "summary.json"),
+            "href": _href(Path(folder) / "summary.json", out_html.parent)} for folder in ablations]
+    ablation_section = Markup(SECTION.render(ablations=abl)) if abl else ""
     atomic_write_text(out_table, render_table([dict(r) for r in rows], out_table.parent))
     table = Markup(render_table(rows, out_html.parent))
     final_file = str(Path(final_dir) / "summary.json")
     atomic_write_text(out_html, TEMPLATE.render(task=task, summary=summary, references=references, table=table,
                                                 figures=figs, fmt=fmt, final_file=final_file,
+                                                ablation_section=ablation_section,
                                                 final_href=_href(final_file, out_html.parent)))
     return {"rows": rows, "summary": summary}

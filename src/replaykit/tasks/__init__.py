@@ -22,7 +22,9 @@
 * ``check_fixed_start(path)`` (optional) - workflow-start check of a local fixed start
   (soup: aligned ingredient heads; ddpo: the scheduler config), :class:`InputError`;
 * ``FIXED_START_REFERENCE`` (optional, default True) - False when the fixed start cannot be
-  scored by itself (``rm``: no reward head), so the final result has no fixed-start reference.
+  scored by itself (``rm``: no reward head), so the final result has no fixed-start reference;
+* ``ROW_CLUSTER`` (optional) - the row field naming a row's cluster when the task's uncertainty
+  is clustered (``soup``: ``label``); the matched ablation's bootstrap draws whole clusters.
 
 Adding a task means adding such a subpackage, its recipe under ``recipes/<task>/`` and its
 config block; the harness and the rules stay as they are.

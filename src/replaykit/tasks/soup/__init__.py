@@ -33,6 +33,7 @@ REPORT_DIAGNOSTICS = ()
 FINAL_SOURCES: tuple[str, ...] = ("imagenetv2_dir",)
 FIXED_START_IS_DATA = False
 REFERENCE_USES_PUBLIC = True  # the fixed-start reference is the best ingredient on the proxy split
+ROW_CLUSTER = "label"  # the SE is clustered by class: a matched ablation resamples whole classes
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 PROXY_FILE, FINAL_FILE = "proxy.jsonl", "final.jsonl"
 EMBEDDED_KEYS = ("public_seed", "proxy_per_class")

@@ -1,0 +1,87 @@
+"""The matched ablation's figure and its section of the HTML report (issue 16)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from .figures import COLOURS, plt, save
+
+MARKERS = {"official": ("o", "official result"), "last": ("s", "last retained checkpoint")}
+
+
+def differences(summary: dict, path: str | Path) -> Path:
+    """Per-seed paired differences (candidate − shipped) of the ablation ``summary``, for the
+    official result (filled) and the last retained checkpoint (hollow), each selection's mean
+    with its 95 % two-stage bootstrap CI (bar) and t-interval (thin bar), and 0 (dashed)."""
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    comparisons = [c for c in summary["comparisons"].values() if c["available"]]
+    for j, c in enumerate(comparisons):
+        marker, label = MARKERS[c["selection"]]
+        shift = 0.12 * (j - (len(comparisons) - 1) / 2)
+        xs = [i + shift for i in range(len(c["per_seed"]))]
+        colour = COLOURS["run"] if c["selection"] == "official" else COLOURS["shipped"]
+        ax.plot(
+            xs,
+            [p["difference"] for p in c["per_seed"]],
+            marker=marker,
+            linestyle="none",
+            color=colour,
+            markerfacecolor=colour if c["selection"] == "official" else "none",
+            label=f"{label}, per seed",
+        )
+        x_mean = len(c["per_seed"]) + shift
+        h = c["hierarchical"]
+        ax.errorbar(
+            [x_mean],
+            [c["mean_difference"]],
+            yerr=[[c["mean_difference"] - h["ci_low"]], [h["ci_high"] - c["mean_difference"]]],
+            fmt=marker,
+            color=colour,
+            capsize=5,
+            linewidth=2,
+            label=f"mean, 95 % CI [{h['ci_low']:+.4g}, {h['ci_high']:+.4g}]: {c['verdict']}",
+        )
+        if c["t_interval"]:
+            t = c["t_interval"]
+            ax.plot(
+                [x_mean + 0.25] * 2,
+                [t["ci_low"], t["ci_high"]],
+                color=colour,
+                linewidth=0.8,
+                label=f"t-interval [{t['ci_low']:+.4g}, {t['ci_high']:+.4g}]",
+            )
+    ax.axhline(0.0, color="grey", linestyle="--", linewidth=0.8)
+    seeds = summary["seeds"]
+    ax.set_xticks(list(range(len(seeds) + 1)), [f"seed {s}" for s in seeds] + ["mean"], fontsize=8)
+    ax.set_ylabel(f"candidate − shipped\n({summary['direction']})", fontsize=8)
+    ax.set_title(
+        f"{summary['task']}: {summary['candidate']} vs shipped, {len(seeds)} seed(s), "
+        f"n = {summary['n']}",
+        fontsize=9,
+    )
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return save(fig, path)
+
+
+SECTION = jinja2.Template(
+    """{% for a in ablations %}
+<h3 id="ablation-{{ a.candidate }}">Matched ablation: <code>{{ a.candidate }}</code> vs shipped</h3>
+<p class="verdict" data-verdict="{{ a.verdict }}">{{ a.sentence }}</p>
+<table class="ablation"><tr><th>selection</th><th>seed</th><th>candidate</th><th>shipped</th>
+<th>difference</th></tr>
+{% for c in a.comparisons.values() if c.available %}{% for p in c.per_seed %}<tr>
+<td>{{ c.selection }}</td><td class="num">{{ p.seed }}</td>
+<td class="num" data-value="{{ p.candidate.value }}">{{ '%.4f' % p.candidate.value }}</td>
+<td class="num" data-value="{{ p.shipped.value }}">{{ '%.4f' % p.shipped.value }}</td>
+<td class="num diff" data-value="{{ p.difference }}">{{ '%+.4f' % p.difference }}</td></tr>
+{% endfor %}<tr><td>{{ c.selection }}</td><td>mean</td><td colspan="2">95 % CI (seeds, then rows)
+[{{ '%+.4f' % c.hierarchical.ci_low }}, {{ '%+.4f' % c.hierarchical.ci_high }}]:
+{{ c.verdict }}</td>
+<td class="num" data-value="{{ c.mean_difference }}">{{ '%+.4f' % c.mean_difference }}</td></tr>
+{% endfor %}</table>
+<p>Summary: <a href="{{ a.href }}">{{ a.file }}</a>.</p>
+{% endfor %}""",
+    autoescape=True,
+)

@@ -1,0 +1,655 @@
+"""Matched ablation (issue 16): the two-stage bootstrap against known variances, the power
+figures by hand, the verdict as the difference grows, the per-seed differences against the
+runs' own files, and (slow) the soup DAG: shipped runs shared by two candidates."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replaykit.harness.ablation import ablation_result
+from replaykit.harness.errors import InputError
+from replaykit.harness.receipts import write_summary
+from replaykit.harness.stats import (
+    ci_verdict,
+    detectable_difference,
+    hierarchical_bootstrap,
+    paired_bootstrap,
+    seeds_for_power,
+    t_interval,
+)
+
+
+def test_hierarchical_bootstrap_by_hand():
+    # seed 0: a - b = [1, 2, 3] -> T_0 = 2; seed 1: [3, 3, 3] -> T_1 = 3; D = 2.5
+    a = [[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]]
+    b = [[0.0, 0.0, 0.0], [0.0, 1.0, 2.0]]
+    out = hierarchical_bootstrap(a, b, n_boot=2000, seed=1)
+    assert out["per_seed"] == [2.0, 3.0] and out["difference"] == 2.5
+    assert out["seed_variance"] == pytest.approx(0.5)  # (0.5^2 + 0.5^2) / 1
+    # every replicate is a mean of values between 1 and 3 -> inside [1, 3]
+    assert 1.0 <= out["ci_low"] < 2.5 < out["ci_high"] <= 3.0
+    # a constant shift on every row and seed: no variance at all
+    same = hierarchical_bootstrap(np.ones((3, 5)) + 0.25, np.ones((3, 5)), n_boot=300, seed=2)
+    assert same["ci_low"] == pytest.approx(0.25) and same["ci_high"] == pytest.approx(0.25)
+    assert same["se"] == pytest.approx(0.0) and same["row_variance"] == pytest.approx(0.0)
+
+
+def test_hierarchical_bootstrap_weights_strata_and_clusters():
+    # rm-style: stratum x (2 rows, weight 0.1 each) and y (1 row, weight 0.8):
+    # T = 0.1 * (1 + 0) + 0.8 * 1 = 0.9 -- the weighted score's difference
+    out = hierarchical_bootstrap(
+        [[1.0, 0.0, 1.0]],
+        [[0.0, 0.0, 0.0]],
+        n_boot=500,
+        weights=[0.1, 0.1, 0.8],
+        strata=["x", "x", "y"],
+    )
+    assert out["difference"] == pytest.approx(0.9) and out["method"].endswith("stratified")
+    # stratum y keeps its one row: every replicate is 0.8 + 0.2 * (share of 1s drawn in x)
+    assert 0.8 <= out["ci_low"] and out["ci_high"] <= 1.0
+    with pytest.raises(ValueError, match="equal within a stratum"):
+        hierarchical_bootstrap([[1.0, 0.0]], [[0.0, 0.0]], weights=[0.3, 0.7], strata=["x", "x"])
+    with pytest.raises(ValueError, match="spans two strata"):
+        hierarchical_bootstrap([[1.0, 0.0]], [[0.0, 0.0]], strata=["x", "y"], clusters=["c", "c"])
+    # clusters of unequal size: the statistic is still the mean over rows (4 + 0 + 0) / 3
+    out = hierarchical_bootstrap(
+        [[4.0, 0.0, 0.0]], [[0.0, 0.0, 0.0]], n_boot=200, clusters=["p", "q", "q"]
+    )
+    assert out["difference"] == pytest.approx(4 / 3) and out["clusters"] == 2
+
+
+def _coverage(k, n, sd_seed, sd_row, sd_noise, reps, clusters=None, mu=0.1):
+    """Share of ``reps`` synthetic draws of ``d_ki = mu + s_k + r_g(i) + e_ki`` whose
+    two-stage CI covers ``mu``, with the true SD of the mean difference."""
+    rng = np.random.default_rng(2026)
+    groups = np.arange(n) if clusters is None else np.asarray(clusters)
+    hits, hits_rows_only, ses = 0, 0, []
+    for rep in range(reps):
+        d = (
+            mu
+            + sd_seed * rng.standard_normal((k, 1))
+            + (sd_row * rng.standard_normal(groups.max() + 1))[groups]
+            + sd_noise * rng.standard_normal((k, n))
+        )
+        out = hierarchical_bootstrap(d, np.zeros_like(d), n_boot=1000, seed=rep, clusters=clusters)
+        hits += out["ci_low"] <= mu <= out["ci_high"]
+        ses.append(out["se"])
+        flat = paired_bootstrap(
+            d.mean(0), np.zeros(n), n_boot=1000, seed=rep
+        )  # rows only, seeds ignored
+        hits_rows_only += flat["ci_low"] <= mu <= flat["ci_high"]
+    return hits / reps, hits_rows_only / reps, float(np.mean(ses))
+
+
+def test_coverage_with_known_seed_and_row_variances():
+    # K = 10 seeds, n = 50 rows; SD seed 0.15, row 0.2, noise 0.2:
+    # Var(D) = 0.0225/10 + 0.04/50 + 0.04/500 = 0.00225 + 0.0008 + 0.00008 = 0.00313 -> SD 0.055946
+    cover, cover_rows_only, se = _coverage(10, 50, 0.15, 0.2, 0.2, reps=400)
+    # 400 draws: binomial SE of a 95 % coverage is sqrt(0.95 * 0.05 / 400) = 0.011; tolerance
+    # 0.04 = 3.6 of those (the percentile interval's small-sample bias is well inside it)
+    assert abs(cover - 0.95) <= 0.04
+    assert se == pytest.approx(math.sqrt(0.00313), rel=0.10)
+    # resampling rows only (seed variance ignored; its SD would be sqrt(0.00088) = 0.0297, about
+    # half the true one, covering about 70 %) misses mu far more often
+    assert cover_rows_only < 0.85
+
+
+def test_coverage_with_clustered_rows():
+    # soup-like: 30 classes of 10 rows sharing a class effect (SD 0.2), K = 8, noise 0.3
+    labels = np.repeat(np.arange(30), 10)
+    cover, _, _ = _coverage(8, 300, 0.05, 0.2, 0.3, reps=200, clusters=labels)
+    assert abs(cover - 0.95) <= 0.05  # 200 draws: binomial SE 0.015
+    # the same data resampled row by row: the class effect is not seen, the CI too narrow
+    rng_cover = _coverage_unclustered(labels)
+    assert rng_cover < 0.85
+
+
+def _coverage_unclustered(labels, reps=200):
+    rng = np.random.default_rng(2026)
+    hits = 0
+    for rep in range(reps):
+        d = (
+            0.1
+            + 0.05 * rng.standard_normal((8, 1))
+            + (0.2 * rng.standard_normal(30))[labels]
+            + 0.3 * rng.standard_normal((8, labels.size))
+        )
+        out = hierarchical_bootstrap(d, np.zeros_like(d), n_boot=1000, seed=rep)
+        hits += out["ci_low"] <= 0.1 <= out["ci_high"]
+    return hits / reps
+
+
+def test_t_interval_and_power_by_hand():
+    # [1, 2, 3]: mean 2, sd 1, t_{2, 0.975} = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138
+    t = t_interval([1.0, 2.0, 3.0])
+    assert t["ci_low"] == pytest.approx(-0.484138, abs=1e-6) and t["ci_high"] == pytest.approx(
+        4.484138, abs=1e-6
+    )
+    assert t_interval([0.5]) is None
+    # z = 1.959964 + 0.841621 = 2.801585; sqrt(0.01 / 4 + 0.0004) = sqrt(0.0029) = 0.0538516;
+    # 2.801585 * 0.0538516 = 0.150869
+    assert detectable_difference(0.01, 0.0004, 4) == pytest.approx(0.150869, abs=1e-6)
+    assert detectable_difference(None, 0.0004, 1) is None
+    # (0.2 / 2.801585)^2 = 0.0050963; minus 0.0004 = 0.0046963; 0.01 / 0.0046963 = 2.129 -> 3 seeds
+    assert seeds_for_power(0.2, 0.01, 0.0004) == 3
+    assert seeds_for_power(-0.2, 0.01, 0.0004) == 3  # the sign does not matter
+    # rows alone too noisy: (0.05 / 2.801585)^2 = 0.000318 < 0.0004 -> no number of seeds
+    assert seeds_for_power(0.05, 0.01, 0.0004) is None
+    assert seeds_for_power(0.0, 0.01, 0.0004) is None and seeds_for_power(0.2, None, 0.0004) is None
+    # the least K: at K = 3 the detectable difference is below 0.2, at K = 2 above
+    assert detectable_difference(0.01, 0.0004, 3) <= 0.2 < detectable_difference(0.01, 0.0004, 2)
+
+
+def test_ci_verdict():
+    assert ci_verdict(0.01, 0.2, "maximize") == "established gain"
+    assert ci_verdict(-0.2, -0.01, "maximize") == "established loss"
+    assert ci_verdict(-0.01, 0.2, "maximize") == "not established (CI spans 0)"
+    assert ci_verdict(0.0, 0.2, "maximize") == "not established (CI spans 0)"
+    # a minimised metric (digress NLL): a negative difference is a gain
+    assert ci_verdict(-3.0, -1.0, "minimize") == "established gain"
+    assert ci_verdict(1.0, 3.0, "minimize") == "established loss"
+    with pytest.raises(ValueError):
+        ci_verdict(0.0, 1.0, "up")
+
+
+def fake_run(
+    root: Path,
+    run: str,
+    seed: int,
+    checkpoints: dict[int, list[float]],
+    labels=None,
+    direction: str = "maximize",
+    extra: list[dict] | None = None,
+    scale: float = 1.0,
+) -> Path:
+    """A run's ``official.json`` and scored checkpoints with the given per-row scores (rows
+    also carry ``extra[i]``, e.g. rm's weight and stratum; the value is then ``scale × sum_i
+    w_i score_i``, else the mean); the official checkpoint is the best value (rule official)."""
+    entries = []
+    for progress, scores in sorted(checkpoints.items()):
+        out = root / run / "final-scores" / f"checkpoint-{progress}"
+        out.mkdir(parents=True)
+        rows = [
+            {
+                "id": f"r{i:03d}",
+                "score": s,
+                **({"label": labels[i]} if labels else {}),
+                **(extra[i] if extra else {}),
+            }
+            for i, s in enumerate(scores)
+        ]
+        (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        value = (
+            scale * sum(r["weight"] * r["score"] for r in rows) if extra else float(np.mean(scores))
+        )
+        write_summary(
+            out,
+            {
+                "metric": "toy_top1",
+                "direction": direction,
+                "value": value,
+                "uncertainty": {"value": 0.01, "kind": "se"},
+                "n": len(scores),
+                "diagnostics": {},
+                "advisories": [],
+            },
+        )
+        entries.append(
+            {
+                "progress": progress,
+                "valid": True,
+                "reason": "ok",
+                "value": value,
+                "se": 0.01,
+                "n": len(scores),
+                "scores": str(out),
+            }
+        )
+    sign = 1 if direction == "maximize" else -1
+    best = max(entries, key=lambda e: sign * e["value"])
+    doc = {
+        "task": "toy",
+        "run": run,
+        "seed": seed,
+        "direction": direction,
+        "checkpoints": entries,
+        "official": best,
+    }
+    path = root / run / "official.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def make_ablation(root: Path, delta: float, seeds=(1, 2, 3, 4), n: int = 60, direction="maximize"):
+    """Candidate = shipped + ``delta`` + seed and row noise, on the same rows; two checkpoints
+    per run (the last one slightly worse, so selection matters)."""
+    rng = np.random.default_rng(7)
+    row_effect = rng.normal(0.5, 0.2, n)
+    cand, ship = [], []
+    for seed in seeds:
+        base = row_effect + rng.normal(0, 0.05) + rng.normal(0, 0.1, n)
+        gain = delta + rng.normal(0, 0.02) + rng.normal(0, 0.1, n)
+        ship.append(
+            fake_run(
+                root,
+                f"shipped-seed{seed}",
+                seed,
+                {1: list(base - 0.01), 2: list(base)},
+                direction=direction,
+            )
+        )
+        cand.append(
+            fake_run(
+                root,
+                f"cand-seed{seed}",
+                seed,
+                {1: list(base + gain), 2: list(base + gain - 0.02)},
+                direction=direction,
+            )
+        )
+    return cand, ship
+
+
+@pytest.mark.parametrize(
+    "delta, verdict",
+    [(0.0, "not established (CI spans 0)"), (0.2, "established gain"), (-0.2, "established loss")],
+)
+def test_verdict_flips_as_the_difference_grows(tmp_path, delta, verdict):
+    cand, ship = make_ablation(tmp_path, delta)
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=2000,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "out",
+    )
+    assert s["verdict"] == verdict
+    assert (tmp_path / "out" / ".complete").exists() and verdict in (
+        tmp_path / "out" / "report.md"
+    ).read_text()
+    assert s["sentence"].endswith(f": {verdict}.")
+    # per-seed differences are the official.json values' differences
+    for p, cp, sp in zip(s["comparisons"]["official"]["per_seed"], cand, ship):
+        c, sh = json.loads(cp.read_text())["official"], json.loads(sp.read_text())["official"]
+        assert p["difference"] == c["value"] - sh["value"]
+        assert (
+            p["candidate"]["progress"] == c["progress"]
+            and p["shipped"]["progress"] == sh["progress"]
+        )
+    # the last retained checkpoint (progress 2) of each run, not the official one
+    for p, cp, sp in zip(s["comparisons"]["last"]["per_seed"], cand, ship):
+        c, sh = (
+            json.loads(cp.read_text())["checkpoints"][1],
+            json.loads(sp.read_text())["checkpoints"][1],
+        )
+        assert p["difference"] == c["value"] - sh["value"] and c["progress"] == 2
+
+
+def test_verdict_sweep_and_minimised_metric(tmp_path):
+    # growing gains: once "established gain", larger gains stay established
+    verdicts = []
+    for i, delta in enumerate([0.0, 0.01, 0.03, 0.1, 0.3]):
+        cand, ship = make_ablation(tmp_path / str(i), delta)
+        s = ablation_result(
+            task="toy",
+            candidate="cand",
+            candidate_officials=cand,
+            shipped_officials=ship,
+            fixed_start_scores=None,
+            n_boot=1000,
+            scale=1.0,
+            row_cluster=None,
+            out_dir=tmp_path / str(i) / "out",
+        )
+        verdicts.append(s["verdict"])
+    assert verdicts[0] == "not established (CI spans 0)" and verdicts[-1] == "established gain"
+    first = verdicts.index("established gain")
+    assert all(v == "established gain" for v in verdicts[first:])
+    # for a minimised metric the same positive difference is a loss
+    cand, ship = make_ablation(tmp_path / "min", 0.3, direction="minimize")
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=1000,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "min" / "out",
+    )
+    assert s["verdict"] == "established loss"
+
+
+def test_normalised_score_selection_bias_and_power(tmp_path):
+    cand, ship = make_ablation(tmp_path, 0.1, seeds=(1, 2, 3))
+    fixed = tmp_path / "fixed"
+    write_summary(
+        fixed,
+        {
+            "metric": "toy_top1",
+            "direction": "maximize",
+            "value": 0.2,
+            "uncertainty": {"value": 0.01, "kind": "se"},
+            "n": 60,
+            "diagnostics": {},
+            "advisories": [],
+        },
+    )
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=fixed,
+        n_boot=1000,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "out",
+    )
+    off = s["comparisons"]["official"]
+    for p in off["per_seed"]:  # fixed start 0, this seed's shipped run 1
+        expected = (p["candidate"]["value"] - 0.2) / (p["shipped"]["value"] - 0.2)
+        assert p["normalised"] == pytest.approx(expected)
+    assert off["normalised"]["mean"] == pytest.approx(
+        np.mean([p["normalised"] for p in off["per_seed"]])
+    )
+    # official - last: candidate's last is 0.02 below its official, shipped's last is its official
+    assert s["selection_bias"]["candidate"] == pytest.approx(0.02)
+    assert s["selection_bias"]["shipped"] == pytest.approx(0.0)
+    h = off["hierarchical"]
+    assert off["detectable_difference"] == pytest.approx(
+        2.801585 * math.sqrt(h["seed_variance"] / 3 + h["row_variance"]), rel=1e-6
+    )
+    assert off["t_interval"]["mean"] == pytest.approx(off["mean_difference"])
+
+
+def test_clustered_rows_and_refusals(tmp_path):
+    labels = [i % 5 for i in range(60)]
+    cand, ship = make_ablation(tmp_path, 0.1)
+    # rewrite rows with a label field: only the resampling changes, not the values
+    for path in cand + ship:
+        for score_dir in (path.parent / "final-scores").iterdir():
+            rows = [
+                json.loads(line) for line in (score_dir / "rows.jsonl").read_text().splitlines()
+            ]
+            (score_dir / "rows.jsonl").write_text(
+                "".join(json.dumps({**r, "label": labels[i]}) + "\n" for i, r in enumerate(rows))
+            )
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=500,
+        scale=1.0,
+        row_cluster="label",
+        out_dir=tmp_path / "c",
+    )
+    assert (
+        s["comparisons"]["official"]["hierarchical"]["clusters"] == 5
+        and "clusters" in s["resampling"]
+    )
+    # seeds not matched
+    with pytest.raises(InputError, match="seed"):
+        ablation_result(
+            task="toy",
+            candidate="cand",
+            candidate_officials=cand,
+            shipped_officials=ship[::-1],
+            fixed_start_scores=None,
+            n_boot=500,
+            scale=1.0,
+            row_cluster=None,
+            out_dir=tmp_path / "x",
+        )
+    # rows that do not reproduce the summary's value are refused
+    doc = json.loads(cand[0].read_text())
+    rows_file = Path(doc["official"]["scores"]) / "rows.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    rows[0]["score"] += 1.0
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match="rows give a difference"):
+        ablation_result(
+            task="toy",
+            candidate="cand",
+            candidate_officials=cand,
+            shipped_officials=ship,
+            fixed_start_scores=None,
+            n_boot=500,
+            scale=1.0,
+            row_cluster=None,
+            out_dir=tmp_path / "y",
+        )
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    """Snakemake's "Job stats" table of a dry run: rule -> number of jobs."""
+    table = stdout.split("Job stats:", 1)[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+@pytest.mark.slow
+def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
+    import difflib
+
+    from conftest import ROOT, copy_workflow, snakemake, write_config
+    from replaykit.tasks.soup import ingredients
+
+    fixed_start = tmp_path / "ingredients"
+    ingredients.build(
+        {"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4},
+        fixed_start,
+        log=lambda m: None,
+    )
+    (tmp_path / "wf").mkdir()
+    work = copy_workflow(tmp_path / "wf")
+    profile = (ROOT / "recipes/soup/configs/embedded.yaml").read_text()
+    best = tmp_path / "best.diff"
+    best.write_text(
+        "".join(
+            difflib.unified_diff(
+                profile.splitlines(True),
+                profile.replace("method: uniform ", "method: best_single").splitlines(True),
+                "a/configs/embedded.yaml",
+                "b/configs/embedded.yaml",
+            )
+        )
+    )
+    task = {
+        "fixed_start": str(fixed_start),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "seeds": [42, 43],
+        "threads": 1,
+        "candidates": {"greedy": str(ROOT / "patches/soup-greedy.diff"), "best": str(best)},
+        "ablation": {"report": ["greedy"]},
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 500},
+    }
+    write_config(work, {"models": {}, "tasks": {"soup": task}})
+    # two candidates against the same 2 shipped seeds: 2 + 2 + 2 replays, not 2 x (2 + 2)
+    dry = snakemake(
+        work,
+        "results/soup/ablation/greedy",
+        "results/soup/ablation/best",
+        "-n",
+        "--cores",
+        "2",
+        "--resources",
+        "gpu=1",
+        check=True,
+    )
+    counts = job_counts(dry.stdout)
+    assert counts["replay"] == 6 and counts["workspace"] == 6 and counts["ablation"] == 2
+    jobs = re.findall(
+        r"^(?:rule|checkpoint) (\w+):\n(?:    .*\n)*?    wildcards: task=soup, run=(\S+)\n",
+        dry.stdout,
+        re.M,
+    )
+    assert sorted(run for rule, run in jobs if rule == "replay") == sorted(
+        f"{c}-seed{s}" for c in ("best", "greedy", "shipped") for s in (42, 43)
+    )
+    assert (
+        jobs.count(("replay", "shipped-seed42")) == 1
+        and jobs.count(("official", "shipped-seed43")) == 1
+    )
+    one = job_counts(
+        snakemake(
+            work,
+            "results/soup/ablation/greedy",
+            "-n",
+            "--cores",
+            "2",
+            "--resources",
+            "gpu=1",
+            check=True,
+        ).stdout
+    )
+    assert one["replay"] == 4
+    snakemake(work, "results/soup/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
+    s = json.loads((work / "results/soup/ablation/greedy/summary.json").read_text())
+    assert (work / "results/soup/ablation/greedy/.complete").exists()
+    assert s["seeds"] == [42, 43] and s["resampling"].startswith(
+        "whole clusters by row field `label`"
+    )
+    for p, seed in zip(s["comparisons"]["official"]["per_seed"], (42, 43)):
+        cand = json.loads((work / f"results/soup/greedy-seed{seed}/official.json").read_text())[
+            "official"
+        ]
+        ship = json.loads((work / f"results/soup/shipped-seed{seed}/official.json").read_text())[
+            "official"
+        ]
+        assert p["candidate"]["official"] == f"results/soup/greedy-seed{seed}/official.json"
+        assert p["difference"] == cand["value"] - ship["value"]
+    fixed = json.loads(
+        (work / "results/soup/reference/fixed-start/final-scores/summary.json").read_text()
+    )["value"]
+    norm = s["comparisons"]["official"]["per_seed"][0]
+    if norm["shipped"]["value"] != fixed:
+        assert norm["normalised"] == pytest.approx(
+            (norm["candidate"]["value"] - fixed) / (norm["shipped"]["value"] - fixed)
+        )
+    html = (work / "results/soup/report.html").read_text()
+    assert 'id="ablation-greedy-differences"' in html and f'data-verdict="{s["verdict"]}"' in html
+    assert "## official result" in (work / "results/soup/ablation/greedy/report.md").read_text()
+
+
+def test_rm_style_weighted_rows_in_percent(tmp_path):
+    # RewardBench-like: 3 subsets of unequal size and weight; 0/1 rows; value in percent
+    rng = np.random.default_rng(3)
+    sizes, shares = {"a": 10, "b": 20, "c": 30}, {"a": 0.5, "b": 0.3, "c": 0.2}
+    extra = [{"stratum": k, "weight": shares[k] / n} for k, n in sizes.items() for _ in range(n)]
+    cand, ship = [], []
+    for seed in (1, 2, 3):
+        base = (rng.random(60) < 0.6).astype(float)
+        better = np.maximum(base, rng.random(60) < 0.3)
+        ship.append(
+            fake_run(
+                tmp_path, f"shipped-seed{seed}", seed, {5: list(base)}, extra=extra, scale=100.0
+            )
+        )
+        cand.append(
+            fake_run(
+                tmp_path, f"cand-seed{seed}", seed, {5: list(better)}, extra=extra, scale=100.0
+            )
+        )
+    s = ablation_result(
+        task="rm",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=1000,
+        scale=100.0,
+        row_cluster=None,
+        out_dir=tmp_path / "o",
+    )
+    off = s["comparisons"]["official"]
+    for p, cp, sp in zip(off["per_seed"], cand, ship):
+        assert p["difference"] == pytest.approx(
+            json.loads(cp.read_text())["official"]["value"]
+            - json.loads(sp.read_text())["official"]["value"]
+        )
+        assert p["normalised"] is None
+    assert (
+        off["hierarchical"]["method"].endswith("stratified")
+        and off["hierarchical"]["clusters"] == 60
+    )
+    # in percent: the CI is around the mean difference, with points of a percent as units
+    assert off["hierarchical"]["ci_low"] <= off["mean_difference"] <= off["hierarchical"]["ci_high"]
+    assert off["mean_difference"] > 1.0 and "no normalised score" in " ".join(s["advisories"])
+
+
+def test_readme_example_as_written_plans_3_seeds_of_both(tmp_path):
+    """The README's ablation command, as written, in a copy of the workflow (dry run)."""
+    import shlex
+    import shutil
+
+    from conftest import ROOT, copy_workflow, snakemake
+
+    line = next(
+        l
+        for l in (ROOT / "README.md").read_text().splitlines()
+        if l.startswith(".venv/bin/snakemake results/soup/ablation/greedy")
+    )
+    work = copy_workflow(tmp_path)
+    shutil.copytree(ROOT / "patches", work / "patches")
+    dry = snakemake(work, *shlex.split(line)[1:], "-n", check=True)
+    counts = job_counts(dry.stdout)
+    assert counts["replay"] == 6 and counts["ablation"] == 1
+    runs = set(re.findall(r"run=((?:greedy|shipped)-seed4[234])\b", dry.stdout))
+    assert runs == {f"{c}-seed{s}" for c in ("greedy", "shipped") for s in (42, 43, 44)}
+
+
+@pytest.mark.slow
+def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
+    """rm on a tiny model, 2 seeds: rows drawn within RewardBench subsets, the weighted score
+    in percent recomputed; the per-seed differences are the runs' official values'."""
+    import difflib
+
+    from conftest import ROOT, copy_workflow, rm_config, snakemake, write_config
+
+    work = copy_workflow(tmp_path)
+    profile = (ROOT / "recipes/rm/configs/embedded.yaml").read_text()
+    patch = tmp_path / "margin.diff"
+    patch.write_text("".join(difflib.unified_diff(
+        profile.splitlines(True), profile.replace("margin: 0.0 ", "margin: 1.0 ").splitlines(True),
+        "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    write_config(work, rm_config(tiny_llama, seeds=[42, 43], candidates={"margin": str(patch)}))
+    snakemake(work, "results/rm/ablation/margin", "--cores", "2", "--resources", "gpu=1", check=True)
+    s = json.loads((work / "results/rm/ablation/margin/summary.json").read_text())
+    off = s["comparisons"]["official"]
+    assert off["hierarchical"]["method"].endswith("stratified") and s["fixed_start"]["value"] is None
+    for p, seed in zip(off["per_seed"], (42, 43)):
+        cand = json.loads((work / f"results/rm/margin-seed{seed}/official.json").read_text())["official"]
+        ship = json.loads((work / f"results/rm/shipped-seed{seed}/official.json").read_text())["official"]
+        assert p["difference"] == cand["value"] - ship["value"] and p["normalised"] is None
+    last = s["comparisons"]["last"]
+    assert last["available"] and all(p["candidate"]["progress"] == 4 for p in last["per_seed"])
+    assert s["verdict"] in ("established gain", "established loss", "not established (CI spans 0)")
+
+
+def test_one_seed_draws_no_verdict(tmp_path):
+    cand, ship = make_ablation(tmp_path, 0.3, seeds=(1,))
+    s = ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
+                        fixed_start_scores=None, n_boot=500, scale=1.0, row_cluster=None,
+                        out_dir=tmp_path / "o")
+    off = s["comparisons"]["official"]
+    assert s["verdict"] == "not established (one seed: seed-to-seed variance unknown)"
+    assert off["t_interval"] is None and off["detectable_difference"] is None
+    assert off["seeds_for_power"] is None and off["hierarchical"]["seed_variance"] is None
+    # the bootstrap still gives the rows' CI, which alone would have excluded 0
+    assert off["hierarchical"]["ci_low"] > 0 and "one seed" in s["advisories"][0]
