@@ -413,3 +413,16 @@ def get_report_ablations(w):
         f"results/{w.task}/ablation/{c}"
         for c in task_cfg(w).get("ablation", {}).get("report", [])
     ]
+
+
+def get_exploration_proxy(w):
+    """The official run's proxy table when its candidate patch came from an exploration
+    (``patches/<task>-<name>.exploration.json`` beside it): the report puts the formal proxy
+    beside the exploration's proxy receipts."""
+    from replaykit.harness.explore import sidecar
+
+    cfg = task_cfg(w)
+    patch = cfg["candidates"].get(cfg["candidate"])
+    if not patch or not sidecar(patch).is_file():
+        return []
+    return f"results/{w.task}/{run_name(cfg['candidate'], cfg['seeds'][0])}/proxy.json"

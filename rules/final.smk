@@ -43,6 +43,7 @@ rule final:
         officials=get_officials,
         shipped=get_shipped_official,
         fixed_start=get_fixed_start_reference,
+        proxy=get_exploration_proxy,
     output:
         directory("results/{task}/final"),
     log:
@@ -60,4 +61,5 @@ rule final:
     shell:
         "python -m replaykit final --task {wildcards.task} --officials {input.officials}"
         " --shipped-official {input.shipped} --fixed-start-scores '{params.fixed_start_scores}'"
-        " --published {params.published:q} --n-boot {params.n_boot} --out-dir {output} > {log} 2>&1"
+        " --published {params.published:q} --n-boot {params.n_boot} --proxy-table '{input.proxy}'"
+        " --out-dir {output} > {log} 2>&1"

@@ -244,7 +244,7 @@ def cmd_final(a) -> None:
     s = final_result(task=a.task, officials=a.officials, fixed_start_scores=a.fixed_start_scores or None,
                      shipped_official=a.shipped_official, published=_json_arg(a.published), n_boot=a.n_boot,
                      out_dir=a.out_dir, report_diagnostics=tuple(getattr(plugin, "REPORT_DIAGNOSTICS", ())),
-                     scale=float(plugin.METRIC.get("scale", 1.0)))
+                     scale=float(plugin.METRIC.get("scale", 1.0)), proxy_table=a.proxy_table or None)
     print(f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
           f"(normalised {s['normalised_score']})")
 
@@ -311,6 +311,71 @@ def cmd_status(a) -> int:
     lines, ok = status_lines(a.results, a.task or None)
     print("\n".join(lines) if lines else f"{a.results}: no runs")
     return 0 if ok else 1
+
+def _exploration(a):
+    """The exploration named by ``-e``, else the one the working directory is inside; then
+    work from the workflow directory it was started in (its paths are relative to it)."""
+    import os
+
+    from .harness.explore import Exploration
+
+    if a.exploration:
+        found = Path(a.exploration)
+    else:
+        here = Path.cwd().resolve()
+        found = next((d for d in (here, *here.parents) if (d / "exploration.json").is_file()), None)
+        if found is None:
+            raise InputError("-e", "exploration", "not inside an exploration directory: name one "
+                                                  "with -e explore/<task>/<name>")
+    ex = Exploration(found.resolve())
+    os.chdir(ex.info["workdir"])
+    return ex
+
+
+def cmd_explore_start(a) -> None:
+    from .harness.explore import load_config, start
+
+    config = load_config(a.configfile, a.task)
+    info = start(a.task, a.name, config=config, configfile=a.configfile, root=a.root,
+                 lock=a.lock, budget_s=a.budget_s)
+    print(f"[explore] {info['directory']}: workspace {info['directory']}/workspace, budget "
+          f"{info['budget_s']:.0f} s (ends {time.strftime('%H:%M:%S', time.gmtime(info['ends_unix']))}"
+          f" UTC); next: python -m replaykit explore run -e {info['directory']}")
+
+
+def cmd_explore_run(a) -> None:
+    from .harness.explore import run_probe
+
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    r = run_probe(_exploration(a), command or None, wait=not a.no_wait)
+    print(f"[explore] {r['id']}: {r['stop']}, exit {r['returncode']}, {r['seconds']:.1f} s, waited "
+          f"{r['waited_s']:.1f} s; checkpoints: {', '.join(r['checkpoints']) or 'none'}; budget left "
+          f"{r['budget_left_s']:.0f} s")
+    if r["returncode"] != 0:
+        raise SystemExit(1)
+
+
+def cmd_explore_proxy(a) -> None:
+    from .harness.explore import score_proxy
+
+    checkpoint = Path(a.checkpoint).resolve()  # relative to where the user is
+    r = score_proxy(_exploration(a), checkpoint, wait=not a.no_wait)
+    value = "invalid: " + r["reason"] if not r["valid"] else f"{r['value']} ± {r['se']}"
+    print(f"[explore] proxy {r['id']}: {r['checkpoint']} {r['metric']} = {value} (n={r['n']}); "
+          f"waited {r['waited_s']:.1f} s; budget left {r['budget_left_s']:.0f} s")
+
+
+def cmd_explore_status(a) -> None:
+    print(json.dumps(_exploration(a).status(), indent=1))
+
+
+def cmd_explore_submit(a) -> None:
+    from .harness.explore import submit
+
+    doc = submit(_exploration(a), a.patches)
+    print(f"[explore] submitted {doc['patch']} sha256 {doc['patch_sha256']}; budget used "
+          f"{doc['budget_used_s']:.0f} of {doc['budget_s']:.0f} s; {doc['probes']} probes, "
+          f"{sum(r['kind'] == 'proxy' for r in doc['receipts'])} proxy receipts")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -400,6 +465,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--officials", nargs="+", required=True)
     s.add_argument("--published", default="{}")
     s.add_argument("--n-boot", type=int, default=10_000)
+    s.add_argument("--proxy-table", default="", help="the official run's proxy.json (explored candidates)")
     s.set_defaults(func=cmd_final)
 
     s = sub.add_parser("ablation", help="matched ablation: candidate vs shipped, same seeds, rows")
@@ -434,6 +500,44 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default="results", help="the results folder")
     s.add_argument("task", nargs="*", help="tasks to report (default: all under --results)")
     s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("explore", help="exploration: a budgeted sandboxed workspace, proxy "
+                                        "receipts, submit as a candidate patch")
+    ex = s.add_subparsers(dest="action", required=True)
+    from .tasks import KNOWN
+
+    for name in ("start", *KNOWN):  # `explore soup --name N` = `explore start soup --name N`
+        e = ex.add_parser(name, help="create explore/<task>/<name>/ and start its budget's clock")
+        if name == "start":
+            e.add_argument("task", choices=KNOWN)
+        else:
+            e.set_defaults(task=name)
+        e.add_argument("--name", default="1", help="exploration name (letters, digits, _ .)")
+        e.add_argument("--configfile", default="config/config.yaml")
+        e.add_argument("--root", default="explore")
+        e.add_argument("--lock", default="explore/.gpu.lock",
+                       help="GPU lock file (keep it where the sandbox hides it)")
+        e.add_argument("--budget-s", type=float, default=None,
+                       help="wall-clock budget in seconds (default: the task's outer limit / 3)")
+        e.set_defaults(func=cmd_explore_start)
+    for name, func, text in (("run", cmd_explore_run, "run the recipe or COMMAND in the sandbox"),
+                             ("proxy", cmd_explore_proxy, "score a checkpoint on the proxy"),
+                             ("status", cmd_explore_status, "budget left and receipts"),
+                             ("submit", cmd_explore_submit, "write the candidate patch")):
+        e = ex.add_parser(name, help=text)
+        e.add_argument("-e", "--exploration", default="",
+                       help="explore/<task>/<name> (default: the one the cwd is inside)")
+        if name in ("run", "proxy"):
+            e.add_argument("--no-wait", action="store_true",
+                           help="refuse instead of waiting when the GPU lock is held")
+        if name == "run":
+            e.add_argument("command", nargs=argparse.REMAINDER,
+                           help="command (after --); default: python train.py --request ...")
+        if name == "proxy":
+            e.add_argument("checkpoint")
+        if name == "submit":
+            e.add_argument("--patches", default="patches")
+        e.set_defaults(func=func)
     return p
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .budget import Budget
 from .errors import InputError
+from .explore import exploration_of
 from .fileio import atomic_write_json, read_json
 from .hashing import sha256_bytes, sha256_file, sha256_tree
 from .frozen import first_difference, frozen_files
@@ -322,6 +323,7 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
                         for p in retained},
         "workspace_record": str(workspace_record), "workspace_sha256": ws_info["workspace_sha256"],
         "patch": ws_info.get("patch"), "patch_sha256": ws_info["patch_sha256"],
+        "exploration": exploration_of(ws_info.get("patch"), ws_info["patch_sha256"]),
         "asset_manifest": str(manifest), "asset_manifest_sha256": manifest_sha,
         "profile": profile, "overrides": overrides, "threads": threads,
         "project": git_commit(Path(__file__).resolve().parent),

@@ -56,6 +56,7 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
            "stop_reason": record.get("stop_reason"), "utilisation": record.get("utilisation"),
            "publication_count": record.get("publication_count"),
            "isolation": record.get("isolation", "unknown"),
+           "exploration": record.get("exploration"),
            "checkpoints": checkpoints, "official": best}
     atomic_write_json(out, doc)
     return doc
@@ -116,13 +117,16 @@ def _sec(value) -> str:
 
 def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: str | Path | None,
                  shipped_official: str | Path, published: dict, n_boot: int, out_dir: str | Path,
-                 report_diagnostics: tuple[str, ...] = (), scale: float = 1.0) -> dict:
+                 report_diagnostics: tuple[str, ...] = (), scale: float = 1.0,
+                 proxy_table: str | Path | None = None) -> dict:
     """Write ``summary.json``, ``report.md`` and (last) ``.complete`` of the task's final result.
 
     The headline is the official result of the first seed; with several seeds the summary
     also gives the mean and SD of the per-seed official values. ``fixed_start_scores`` is
     None for a task whose fixed start cannot be scored (``rm``: no reward head); there is
     then no comparison with it and no normalised score. ``scale``: see :func:`paired_comparison`.
+    ``proxy_table``: the official run's ``proxy.json``, shown beside the exploration's proxy
+    receipts when the candidate came from an exploration (:func:`exploration_section`).
     """
     out_dir = Path(out_dir)
     docs = [read_json(p, required=("official", "checkpoints")) for p in officials]
@@ -185,6 +189,7 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
                              for p in dict.fromkeys([*officials, shipped_official])},
         "references": references, "comparisons": comparisons, "normalised_score": normalised,
         "seeds": {**seeds, "per_seed": per_seed},
+        "exploration": exploration_section(primary, proxy_table),
         "lineage": {"asset_manifest": primary["asset_manifest"], "asset_manifest_sha256": primary["asset_manifest_sha256"],
                     "workspace_record": primary["workspace_record"], "patch_sha256": primary["patch_sha256"],
                     "record": primary["record"], "record_sha256": primary["record_sha256"]},
@@ -261,6 +266,44 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
               f"`{lin['workspace_record']}` (patch `{lin['patch_sha256'] or 'none: the shipped recipe'}`) → "
               f"replay record `{lin['record']}` (`{lin['record_sha256']}`) → `{summary['official']['official']}` → "
               f"`{summary['official']['scores']}/summary.json`", ""]
+    lines += render_exploration(summary.get("exploration"))
     if summary["advisories"]:
         lines += ["## Advisories", ""] + [f"- {a}" for a in summary["advisories"]] + [""]
     return "\n".join(lines)
+
+
+def exploration_section(official: dict, proxy_table: str | Path | None) -> dict | None:
+    """The exploration the official run's patch came from (its record's link), with the
+    formal replay's proxy and final values per checkpoint beside its proxy receipts."""
+    link = official.get("exploration")
+    if not link:
+        return None
+    proxy = read_json(proxy_table)["checkpoints"] if proxy_table else {}
+    formal = [{"checkpoint": f"checkpoint-{c['progress']}",
+               "proxy": (proxy.get(f"checkpoint-{c['progress']}") or {}).get("value"),
+               "proxy_se": (proxy.get(f"checkpoint-{c['progress']}") or {}).get("se"),
+               "final": c["value"], "final_se": c["se"]} for c in official["checkpoints"]]
+    return {**link, "proxy_table": str(proxy_table) if proxy_table else None, "formal": formal}
+
+
+def render_exploration(section: dict | None) -> list[str]:
+    """Report lines: the exploration's proxy receipts, then the formal proxy and final values
+    (did the proxy predict the final result?)."""
+    if not section:
+        return []
+    lines = ["## Exploration", ""]
+    if not section["linked"]:
+        return lines + [f"`{section['sidecar']}` names patch `{section['patch_sha256']}`, not this "
+                        "run's: the exploration is not linked.", ""]
+    lines += [f"The candidate patch (`{section['patch_sha256']}`) was submitted by exploration "
+              f"`{section['exploration']}` after {section['budget_used_s']:.0f} of "
+              f"{section['budget_s']:.0f} s and {section['probes']} probes (`{section['sidecar']}`).",
+              "", "| source | checkpoint | proxy ± SE | final ± SE |", "|---|---|---|---|"]
+    for r in section["proxy_receipts"]:
+        lines.append(f"| exploration receipt {r['id']} | `{r['checkpoint']}` | "
+                     f"{_fmt(r['value'], r['se'])} | - |")
+    for f in section["formal"]:
+        lines.append(f"| formal replay | {f['checkpoint']} | {_fmt(f['proxy'], f['proxy_se'])} | "
+                     f"{_fmt(f['final'], f['final_se'])} |")
+    return lines + ["", "Proxy and final values are on different splits: compare them, never "
+                        "mix them.", ""]

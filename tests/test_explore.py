@@ -1,0 +1,263 @@
+"""The exploration phase (issue 20): a budgeted sandboxed workspace, proxy receipts, a GPU
+lock, submit as a candidate patch, and the formal replay that records where it came from.
+
+One tiny soup work directory (3 ingredients, assets built by Snakemake) serves every test;
+each test starts its own exploration in it. Values are checked against independent
+computations: the proxy receipt against a direct call of the frozen evaluator, the patch
+hash against ``sha256`` of the file, lock intervals against the probes' own clocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, copy_workflow, snakemake, write_config
+from replaykit.harness import explore
+from replaykit.harness.hashing import sha256_file, tree_files
+
+pytestmark = pytest.mark.slow
+
+
+def soup_task(fixed_start: Path, **extra) -> dict:
+    return {"fixed_start": str(fixed_start),
+            "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+            "recipe": {"profile": "embedded", "overrides": {}}, "seeds": [42], "threads": 1,
+            "candidate": "shipped", "candidates": {},
+            "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+            "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5},
+            "final": {"n_boot": 200}, **extra}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A workflow copy with the tiny soup's assets built (``results/soup/assets``)."""
+    from test_soup import build_start
+
+    base = tmp_path_factory.mktemp("explore")
+    start = build_start(base / "ingredients")
+    work = base / "work"
+    work.mkdir()
+    copy_workflow(work)
+    write_config(work, {"models": {}, "tasks": {"soup": soup_task(start)}})
+    snakemake(work, "results/soup/assets/manifest.json", "--cores", "1", check=True)
+    return work
+
+
+def rk(work: Path, *args: str, check: bool = True, cwd: Path | None = None,
+       timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m replaykit ARGS`` in ``work`` (or ``cwd``), with this checkout's package."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    result = subprocess.run([sys.executable, "-m", "replaykit", *args], cwd=cwd or work, env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-3000:]}")
+    return result
+
+
+def receipts(directory: Path) -> list[dict]:
+    return [json.loads(l) for l in (directory / "receipts.jsonl").read_text().splitlines()]
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_explore_greedy_submit_and_formal_replay_are_linked(work):
+    out = rk(work, "explore", "soup", "--name", "greedy", "--budget-s", "900").stdout
+    ex = work / "explore/soup/greedy"
+    assert "budget 900 s" in out and (ex / "exploration.json").is_file()
+    ws = ex / "workspace"
+    assert tree_files(ws) == tree_files(work / "recipes/soup")  # a fresh copy of the recipe
+    config = ws / "configs/embedded.yaml"
+    config.write_text(config.read_text().replace("method: uniform ", "method: greedy  "))
+    rk(work, "explore", "run", cwd=ws)  # the recipe, from inside the workspace
+    probe = receipts(ex)[-1]
+    assert probe["kind"] == "probe" and probe["returncode"] == 0 and probe["stop"] == "exit"
+    [(rel, digest)] = probe["checkpoints"].items()
+    checkpoint = ex / rel
+    assert rel == "runs/probe-1/publish/checkpoint-3" and digest == explore.sha256_tree(checkpoint)
+    coefficients = json.loads((checkpoint / "coefficients.json").read_text())
+    assert coefficients["method"] == "greedy"
+
+    rk(work, "explore", "proxy", str(checkpoint), "-e", str(ex))
+    receipt = receipts(ex)[-1]
+    # independent call of the frozen evaluator on the same checkpoint and proxy items
+    from replaykit.tasks import get_task
+
+    soup = get_task("soup")
+    fixed = yaml.safe_load((work / "config/config.yaml").read_text())["tasks"]["soup"]["fixed_start"]
+    summary, _ = soup.evaluate(checkpoint, fixed, work / "results/soup/assets/public/proxy.jsonl",
+                               soup.METRIC["proxy"], {"batch_size": 64, "runtime": 5})
+    assert receipt["kind"] == "proxy" and receipt["valid"] is True
+    assert receipt["value"] == summary["value"] and receipt["se"] == summary["uncertainty"]["value"]
+    assert receipt["n"] == summary["n"] == 20 and receipt["checkpoint_sha256"] == digest
+    assert 0 < receipt["budget_used_s"] < 900 and receipt["waited_s"] < 1
+
+    # a checkpoint or cache in the workspace is refused, by name, in one line
+    (ws / "model.pt").write_bytes(b"\0" * 10)
+    (ws / "__pycache__").mkdir()
+    line = one_error_line(rk(work, "explore", "submit", "-e", str(ex), check=False))
+    assert "model.pt" in line and "__pycache__/" in line and not (work / "patches/soup-greedy.diff").exists()
+    (ws / "model.pt").unlink()
+    (ws / "__pycache__").rmdir()
+    rk(work, "explore", "submit", "-e", str(ex))
+    patch = work / "patches/soup-greedy.diff"
+    submission = json.loads((ex / "submission.json").read_text())
+    assert submission["patch_sha256"] == sha256_file(patch)
+    assert submission["receipts"] == receipts(ex) and submission["patch_touches"] == ["configs/embedded.yaml"]
+    assert json.loads((work / "patches/soup-greedy.exploration.json").read_text()) == submission
+    assert "already submitted" in one_error_line(rk(work, "explore", "submit", "-e", str(ex), check=False))
+
+    # the formal replay of the submitted patch, and the final result with its report
+    write_config(work, {"models": {}, "tasks": {"soup": soup_task(
+        Path(fixed), candidate="greedy", candidates={"greedy": "patches/soup-greedy.diff"})}})
+    snakemake(work, "results/soup/final", "--cores", "1", "--resources", "gpu=1", check=True)
+    run = work / "results/soup/greedy-seed42"
+    ws_record = json.loads((run / "workspace.json").read_text())
+    record = json.loads((run / "replay/record.json").read_text())
+    assert ws_record["patch_sha256"] == record["patch_sha256"] == sha256_file(patch)
+    link = record["exploration"]
+    assert link["linked"] and link["patch_sha256"] == sha256_file(patch)
+    assert link["proxy_receipts"][0]["value"] == receipt["value"]
+    # nothing of the exploration entered the formal replay: its workspace is recipe + patch
+    expected = tree_files(work / "recipes/soup")
+    expected["configs/embedded.yaml"] = sha256_file(ws / "configs/embedded.yaml")
+    assert tree_files(run / "workspace") == expected
+    assert all("explore" not in c["path"] for c in record["checkpoints"].values())
+    inputs = [p for p in (run / "workspace").rglob("*") if p.is_file()]
+    assert not any(p.suffix in (".pt", ".safetensors") for p in inputs)
+    final = json.loads((work / "results/soup/final/summary.json").read_text())
+    section = final["exploration"]
+    assert section["patch_sha256"] == final["lineage"]["patch_sha256"] == sha256_file(patch)
+    proxy_table = json.loads((run / "proxy.json").read_text())["checkpoints"]
+    assert section["formal"][0]["proxy"] == proxy_table["checkpoint-3"]["value"]
+    assert section["formal"][0]["final"] == final["value"]
+    report = (work / "results/soup/final/report.md").read_text()
+    assert "## Exploration" in report and f"exploration receipt {receipt['id']}" in report
+
+
+def test_a_second_probe_waits_for_the_gpu_lock(work):
+    rk(work, "explore", "soup", "--name", "lock")
+    ex = work / "explore/soup/lock"
+    # each probe records its own clock inside the sandbox
+    script = ("import os, time, pathlib; t0 = time.time(); time.sleep(3); "
+              "pathlib.Path(os.environ['REPLAYKIT_RUN_DIR'], 'times').write_text(f'{t0} {time.time()}')")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "replaykit", "explore", "run", "-e", str(ex), "--",
+           sys.executable, "-c", script]
+    first = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.5)
+    second = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    refused = rk(work, "explore", "run", "--no-wait", "-e", str(ex), "--", "true", check=False)
+    assert "GPU lock held by" in one_error_line(refused)
+    assert first.wait(60) == 0 and second.wait(60) == 0
+    probes = sorted((r for r in receipts(ex) if r["kind"] == "probe"),
+                    key=lambda r: r["lock_acquired_unix"])
+    assert len(probes) == 2
+    a, b = probes
+    assert a["released_unix"] <= b["lock_acquired_unix"]  # the lock's intervals do not overlap
+    clocks = [tuple(map(float, (ex / "runs" / r["id"] / "times").read_text().split())) for r in probes]
+    assert clocks[0][1] <= clocks[1][0]  # nor do the probes' own
+    assert a["waited_s"] < 1 and b["waited_s"] > 1 and b["waited_for"]["id"] == a["id"]
+
+
+def test_the_budget_stops_probes_and_only_submit_works_after_it(work):
+    rk(work, "explore", "soup", "--name", "short", "--budget-s", "6")
+    ex = work / "explore/soup/short"
+    config = ex / "workspace/configs/embedded.yaml"
+    config.write_text(config.read_text().replace("batch_size: 256", "batch_size: 128"))
+    t0 = time.time()
+    result = rk(work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c",
+                "import time; time.sleep(60)", check=False)
+    assert result.returncode == 1 and time.time() - t0 < 30
+    probe = receipts(ex)[-1]
+    assert probe["stop"] == "budget" and probe["budget_left_s"] == 0
+    assert "budget" in one_error_line(rk(work, "explore", "run", "-e", str(ex), check=False))
+    fake = ex / "runs/probe-1"
+    assert "budget" in one_error_line(rk(work, "explore", "proxy", str(fake), "-e", str(ex), check=False))
+    status = json.loads(rk(work, "explore", "status", "-e", str(ex)).stdout)
+    assert status["left_s"] == 0 and status["used_s"] == 6 and status["probes"] == 1
+    rk(work, "explore", "submit", "-e", str(ex))
+    assert json.loads((ex / "submission.json").read_text())["budget_used_s"] == 6
+
+
+PROBE = r'''
+import json, os, socket, sys
+from pathlib import Path
+
+work, port = Path(sys.argv[1]), int(sys.argv[2])
+results = {}
+
+
+def attempt(name, action):
+    try:
+        results[name] = {"managed": True, "detail": str(action())[:200]}
+    except Exception as exc:
+        results[name] = {"managed": False, "detail": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+hidden = work / "results/soup/assets/hidden"
+attempt("list_hidden", lambda: os.listdir(hidden) or 1 / 0)
+attempt("read_final", lambda: (hidden / "final.jsonl").read_text())
+attempt("read_manifest", lambda: (work / "results/soup/assets/manifest.json").read_text())
+attempt("read_private", lambda: next(work.parent.glob("*.private.json")).read_text())
+attempt("read_config", lambda: (work / "config/config.yaml").read_text() or 1 / 0)
+attempt("read_receipts", lambda: (work / "explore/soup/hostile/receipts.jsonl").read_text())
+attempt("read_lock_holder", lambda: (work / "explore/.gpu.lock.holder").read_text() or 1 / 0)
+attempt("network_interfaces", lambda: [n for _, n in socket.if_nameindex() if n != "lo"] or 1 / 0)
+attempt("connect_host_loopback", lambda: socket.create_connection(("127.0.0.1", port), timeout=3))
+request = json.loads(Path(os.environ["REPLAYKIT_REQUEST"]).read_text())
+attempt("read_public", lambda: len((Path(request["public_dir"]) / "proxy.jsonl").read_text()))
+attempt("write_workspace", lambda: Path("note.txt").write_text("ok"))
+Path(os.environ["REPLAYKIT_RUN_DIR"], "probe.json").write_text(json.dumps(results))
+'''
+
+
+def test_a_probe_finds_no_final_split_and_no_network(work):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    accepted, stop = [], threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                accepted.append(1)
+                conn.close()
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        rk(work, "explore", "soup", "--name", "hostile")
+        ex = work / "explore/soup/hostile"
+        (ex / "workspace/probe.py").write_text(PROBE)
+        rk(work, "explore", "run", "-e", str(ex), "--", sys.executable, "probe.py", str(work),
+           str(server.getsockname()[1]))
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        server.close()
+    probe = json.loads((ex / "runs/probe-1/probe.json").read_text())
+    managed = {k for k, v in probe.items() if v["managed"]}
+    assert managed == {"read_public", "write_workspace"}, probe
+    assert not accepted and (work / "results/soup/assets/hidden/final.jsonl").is_file()
+    assert (ex / "workspace/note.txt").read_text() == "ok"
