@@ -187,11 +187,11 @@ def _delay_visibility(work, seconds):
     there, as on a shared filesystem whose other clients see files late."""
     rule = work / "rules/replay.smk"
     text = rule.read_text()
-    end = ' --threads {threads} > {log} 2>&1"'
+    end = ' --threads {threads} {params.sandbox} > {log} 2>&1"'
     assert text.count('"exec python -m replaykit replay') == 1 and text.count(end) == 1
     text = text.replace('"exec python -m replaykit replay', '"python -m replaykit replay').replace(
         end,
-        ' --threads {threads} > {log} 2>&1; mv {params.publish_dir}/checkpoint-5 {params.publish_dir}/.not-yet-visible;"'
+        ' --threads {threads} {params.sandbox} > {log} 2>&1; mv {params.publish_dir}/checkpoint-5 {params.publish_dir}/.not-yet-visible;"'
         f'" (sleep {seconds}; mv {{params.publish_dir}}/.not-yet-visible {{params.publish_dir}}/checkpoint-5)'
         ' > /dev/null 2>&1 &"')
     rule.write_text(text)
@@ -384,7 +384,9 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
     deadline = time.time() + 240
     while time.time() < deadline and not (log.exists() and "[publish] checkpoint-3" in log.read_text()):
         time.sleep(0.2)
-    trainers = [line.split()[0] for line in orphan_processes(str(workdir)) if "train.py" in line]
+    # the training process itself, not the bubblewrap processes that hold its sandbox
+    trainers = [line.split()[0] for line in orphan_processes(str(workdir))
+                if "train.py" in line and not line.split()[1].endswith("bwrap")]
     assert len(trainers) == 1
     # a second invocation on the same results is refused while the first one runs
     second = snakemake(workdir, target, "--cores", "1", "--resources", "gpu=1")
@@ -394,7 +396,7 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
     assert proc.wait(timeout=120) != 0  # the replay job failed ...
     assert orphan_processes(str(workdir)) == []
     failure = read(workdir / RUN / "replay/last-failure.json")
-    assert failure["returncode"] == -signal.SIGTERM
+    assert failure["returncode"] == 128 + signal.SIGTERM  # bwrap reports a signalled child so
     kept = sorted(int(p.name.split("-")[1]) for p in (workdir / RUN / "replay").glob("checkpoint-*"))
     assert kept and max(kept) >= 3  # ... and kept what it had published
 
