@@ -449,3 +449,28 @@ def test_resume_never_trains_past_the_last_epoch(assets, tmp_path, monkeypatch):
     result = json.loads((tmp_path / "before/state/train_result.json").read_text())
     assert result["steps"] == 3 and [h["progress"] for h in result["history"]] == [1, 2, 3]
     assert _published(tmp_path / "before") == ([1, 2, 3], [1, 2, 3])
+
+
+def test_eigen_falls_back_to_float64_on_the_cpu_when_eigh_fails(monkeypatch):
+    """CUDA's eigh can raise on ill-conditioned Laplacians (H200, bench/results-2026-12-01-
+    sandbox.md): the features are then computed by the float64 CPU solver, same values."""
+    from replaykit.tasks.digress import features
+
+    adj = torch.tensor([[[0, 1, 0, 0], [1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]]], dtype=torch.float32)
+    mask = torch.tensor([[1, 1, 1, 0]], dtype=torch.bool)
+    expected = features.eigen(adj, mask)
+    real = torch.linalg.eigh
+    calls = []
+
+    def flaky(matrix):
+        calls.append(matrix.dtype)
+        if matrix.dtype == torch.float32:
+            raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
+        return real(matrix)
+
+    monkeypatch.setattr(torch.linalg, "eigh", flaky)
+    node, graph = features.eigen(adj, mask)
+    assert calls == [torch.float32, torch.float64] and node.dtype == torch.float32
+    assert torch.allclose(node, expected[0], atol=1e-5) and torch.allclose(graph, expected[1], atol=1e-5)
+    # a path of 3 nodes: one component, Laplacian eigenvalues 0, 1, 3 -> first non-zero 1/4, 3/4
+    assert graph[0, 0] == 1 and torch.allclose(graph[0, 1:3], torch.tensor([0.25, 0.75]))

@@ -62,7 +62,12 @@ def eigen(adj: torch.Tensor, node_mask: torch.Tensor, k: int = 5) -> tuple[torch
     n = adj.shape[-1]
     lap = torch.diag_embed(adj.sum(-1)) - adj
     lap = lap + torch.diag_embed(2 * n * (1 - mask))  # padded nodes: large isolated eigenvalues
-    vals, vecs = torch.linalg.eigh(lap)
+    try:
+        vals, vecs = torch.linalg.eigh(lap)
+    except torch.linalg.LinAlgError:
+        # CUDA's solver can fail to converge on the repeated eigenvalues of padded nodes
+        # (seen on an H200 after ~1,000 steps): solve that batch on the CPU in float64
+        vals, vecs = (t.to(lap) for t in torch.linalg.eigh(lap.detach().double().cpu()))
     vals = vals / n
     zero = vals < 1e-5
     n_comp = zero.sum(-1, keepdim=True).float()
