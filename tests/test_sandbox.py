@@ -296,3 +296,53 @@ def test_final_salt_changes_the_hidden_draw_only_and_is_never_written(tiny_llama
     manifest = (salted / "manifest.json").read_text()
     assert "s3cret-salt" not in manifest and json.loads(manifest)["final_salt"] == "operator"
     assert json.loads((public / "manifest.json").read_text())["final_salt"] == "public"
+
+
+def test_a_checkpoint_symlink_to_another_run_is_never_retained(tmp_path, monkeypatch):
+    """A candidate that publishes checkpoint-N as a link to another run's checkpoint (found by
+    a hostile review): not counted as published, and the replay fails naming the link."""
+    from replaykit.harness import replay
+    from replaykit.harness.budget import Budget
+    from replaykit.harness.hashing import tree_files
+    from replaykit.harness.publish import published
+    from replaykit.harness.workspace import build_workspace
+
+    other = tmp_path / "other" / "checkpoint-3"
+    other.mkdir(parents=True)
+    (other / "model.pt").write_text("weights of another run")
+    recipe = tmp_path / "recipe"
+    (recipe / "configs").mkdir(parents=True)
+    (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
+    (recipe / "train.py").write_text(
+        "import json, os, sys\nfrom pathlib import Path\n"
+        "r = json.loads(Path(sys.argv[2]).read_text())\n"
+        f"os.symlink({str(other)!r}, Path(r['publish_dir']) / 'checkpoint-3')\n"
+        "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n")
+    ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    (fixed / "config.json").write_text("{}")
+    manifest = tmp_path / "assets" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
+    with pytest.raises(replay.ReplayError, match="checkpoint-3: not a regular file"):
+        replay.run_replay(task="soup", run="x-seed1", workspace=ws["workspace"], workspace_record=tmp_path / "ws.json",
+                          manifest=manifest, fixed_start=fixed, public_dir=tmp_path / "assets",
+                          publish_dir=tmp_path / "pub", state_dir=tmp_path / "state", record_path=tmp_path / "r.json",
+                          budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50,
+                                                     "export_reserve_s": 5}),
+                          seed=1, profile="embedded", overrides={}, threads=1, isolation="bwrap")
+    assert published(tmp_path / "pub") == [] and not (tmp_path / "r.json").exists()
+
+
+def test_a_hidden_file_stays_hidden_under_a_shown_folder_spelled_with_dotdot(tmp_path):
+    """Mounts are ordered by real path: a shown folder written as 'a/../data' cannot uncover a
+    hidden file inside it (found by a hostile review)."""
+    data = tmp_path / "data"
+    (data / "final").mkdir(parents=True)
+    (data / "final" / "f.txt").write_text("FINAL")
+    (tmp_path / "a").mkdir()
+    argv = sandbox.wrap(["cat", str(data / "final" / "f.txt")], "bwrap", chdir=tmp_path,
+                        hide=[data / "final" / "f.txt"], read_only=[tmp_path / "a" / ".." / "data"], writable=[])
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert "FINAL" not in result.stdout

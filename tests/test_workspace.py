@@ -110,7 +110,7 @@ LINK = ("diff --git a/link.py b/link.py\n{mode}\n--- /dev/null\n+++ b/link.py\n@
 # Spellings of a symlink mode line that git apply accepts (octal, parsed with strtoul;
 # trailing whitespace allowed; a mode on the index line)
 SYMLINK_MODES = ["new file mode 120000", "new file mode 120000 ", "new file mode 120000\t",
-                 "new file mode 0120000", "new file mode 120777",
+                 "new file mode 0120000", "new file mode 120777", "new file mode +120000",
                  "new file mode 120000\nindex 0000000..1234567"]
 
 

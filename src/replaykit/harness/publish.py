@@ -33,7 +33,8 @@ def published(root: str | Path) -> list[int]:
     root = Path(root)
     if not root.is_dir():
         return []
-    found = (CHECKPOINT_RE.match(p.name) for p in root.iterdir() if p.is_dir())
+    # a symlink named checkpoint-N is never a checkpoint (it could point at another run's)
+    found = (CHECKPOINT_RE.match(p.name) for p in root.iterdir() if p.is_dir() and not p.is_symlink())
     return sorted(int(m.group(1)) for m in found if m)
 
 

@@ -45,7 +45,8 @@ from .workspace import special_entries
 
 _PR_SET_PDEATHSIG = 1
 GRACE_S = 10.0  # SIGTERM -> SIGKILL grace for the training process group
-HEARTBEAT_S = 5.0  # how often the driver records that the current attempt is alive
+HEARTBEAT_S = 5.0
+MAX_RECEIPT_BYTES = 16 << 20  # train_result.json / publications.jsonl written by candidate code  # how often the driver records that the current attempt is alive
 
 
 class ReplayError(RuntimeError):
@@ -194,7 +195,14 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
                     "profile": profile, "overrides": overrides, "keep": keep}
     identity = sha256_bytes(json.dumps(identity_doc, sort_keys=True).encode())
     identity_file = state_dir / "identity.json"
-    resume = identity_file.exists() and read_json(identity_file).get("identity") == identity
+    # an earlier attempt's candidate code could have planted links the driver would follow:
+    # such directories are never resumed from
+    planted = [p for d in (publish_dir, state_dir) if d.is_dir() for p in special_entries(d)]
+    resume = (not planted and identity_file.exists()
+              and read_json(identity_file).get("identity") == identity)
+    if planted:
+        print(f"[replay] {planted[0]}: not a regular file in the replay's directories: "
+              "starting a fresh formal replay", flush=True)
     if not resume:
         _fresh_start(publish_dir, state_dir)
         atomic_write_json(identity_file, {"identity": identity, **identity_doc})
@@ -257,6 +265,18 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     ended_unix = time.time()
     attempts.heartbeat(ended_unix)
 
+    # the candidate could write these directories: nothing in them may be a link, FIFO or
+    # device, and nothing the driver reads may be huge, before anything is read or hashed
+    special = [f"{publish_dir.name}/{e}" for e in special_entries(publish_dir)]
+    special += [f"{state_dir.name}/{e}" for e in special_entries(state_dir)]
+    oversized = [p.name for p in (state_dir / "train_result.json", publish_dir / "publications.jsonl")
+                 if p.is_file() and p.stat().st_size > MAX_RECEIPT_BYTES]
+    if special or oversized:
+        why = (f"{special[0]}: not a regular file (symlinks, FIFOs and devices are refused)" if special
+               else f"{oversized[0]}: larger than {MAX_RECEIPT_BYTES} bytes")
+        atomic_write_json(publish_dir / "last-failure.json",
+                          {"error": why, "returncode": returncode, "time": utc_now(), "retained": []})
+        raise ReplayError(f"{workspace}/train.py: {why}")
     result_path = state_dir / "train_result.json"
     result = read_json(result_path) if result_path.exists() else {}
     ledger = read_ledger(publish_dir)

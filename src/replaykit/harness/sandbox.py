@@ -69,7 +69,7 @@ def _existing(paths) -> list[Path]:
     for p in paths:
         if p is None or p == "":
             continue
-        p = Path(p).absolute()
+        p = Path(p).resolve()  # bwrap mounts real paths: order and compare them as such
         if p.exists() and p not in out:
             out.append(p)
     return out

@@ -27,7 +27,7 @@ _HEADER_RE = re.compile(rf"^(?:---|\+\+\+) {_PATH}")
 _GIT_RE = re.compile(rf"^diff --git {_PATH} {_PATH}$")
 _RENAME_RE = re.compile(r"^(?:rename|copy) (?:from|to) (.+)$")
 # git parses a mode with strtoul(..., 8) and accepts trailing whitespace (apply.c, parse_mode_line)
-_MODE_RE = re.compile(r"^(?:new file mode|new mode|old mode|deleted file mode|index \S+)\s+([0-7]+)\s*$")
+_MODE_RE = re.compile(r"^(?:new file mode|new mode|old mode|deleted file mode|index \S+)\s+\+?([0-7]+)\s*$")
 _S_IFMT, _S_IFLNK = 0o170000, 0o120000
 
 
