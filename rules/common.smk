@@ -1,4 +1,5 @@
 import copy
+import importlib.util
 import json
 import os
 import re
@@ -155,6 +156,10 @@ def sandbox_paths(w):
     plugin = get_task(w.task)
     hide = [workflow.basedir, *map(str, workflow.configfiles), *config["sandbox_hide"]]
     show = []
+    for package, rel in plugin.FINAL_PACKAGE_DATA:
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin:
+            hide.append(str(Path(spec.origin).parent / rel))
     for key, value in task_cfg(w)["data"].items():
         if isinstance(value, str) and value and Path(value).exists():
             (hide if key in plugin.FINAL_SOURCES else show).append(value)

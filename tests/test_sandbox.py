@@ -69,6 +69,9 @@ def run(request, task, port):
     attempt(results, "proc_1_root", lambda: os.listdir(f"/proc/1/root{hidden}"))
     pids = [p for p in os.listdir("/proc") if p.isdigit()]
     attempt(results, "see_host_processes", lambda: pids if len(pids) > 5 else 1 / 0)
+    from importlib.util import find_spec
+    digits = Path(find_spec("sklearn").origin).parent / "datasets" / "data" / "digits.csv.gz"
+    attempt(results, "sklearn_digits", lambda: digits.read_bytes()[:4] if task == "soup" else 1 / 0)
     attempt(results, "home_secret", lambda: (Path.home() / "secret.txt").read_text())
     attempt(results, "network_interfaces", lambda: [n for _, n in socket.if_nameindex() if n != "lo"] or 1 / 0)
     attempt(results, "connect_host_loopback", lambda: socket.create_connection(("127.0.0.1", port), timeout=3))
@@ -77,7 +80,7 @@ def run(request, task, port):
 
 ESCAPES = ("list_hidden", "read_hidden", "read_manifest_of_hidden", "other_runs", "earlier_results", "logs",
            "config", "write_frozen_code", "write_fixed_start", "create_in_fixed_start", "write_workspace",
-           "create_in_work_dir", "proc_parent_root", "proc_1_root", "see_host_processes", "home_secret",
+           "create_in_work_dir", "proc_parent_root", "proc_1_root", "see_host_processes", "sklearn_digits", "home_secret",
            "network_interfaces", "connect_host_loopback")
 
 

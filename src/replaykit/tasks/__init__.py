@@ -17,6 +17,8 @@
 * ``REPORT_DIAGNOSTICS`` - diagnostics shown as report columns;
 * ``FINAL_SOURCES`` - keys of ``data`` whose local paths hold final-split items: the replay
   sandbox hides them (other existing paths in ``data`` are shown read-only);
+* ``FINAL_PACKAGE_DATA`` - ``(package, path inside it)`` of installed data files that hold
+  final-split items (soup: scikit-learn's digits): the replay sandbox hides them;
 * ``FIXED_START_IS_DATA`` - True when the fixed start is raw data whose complement is the
   test split (digress's QM9): the replay sandbox does not show it;
 * ``check_fixed_start(path)`` (optional) - workflow-start check of a local fixed start

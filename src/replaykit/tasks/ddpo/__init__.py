@@ -37,6 +37,8 @@ REPORT_DIAGNOSTICS = ("text_image_alignment", "mean_pairwise_image_distance")
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = False
+# Files of installed packages that hold final-split items (hidden from the replay too).
+FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 TRAINING_CURVE = "reward_mean"  # the report plots the per-epoch mean reward of the samples
 INFERENCE_STEPS = 20  # DDIM steps of the scoring (guidance 5, eta 0)
 PROMPTS, PROXY_FILE, FINAL_FILE, SCORING = "prompts.txt", "proxy.jsonl", "final.jsonl", "scoring.json"

@@ -40,6 +40,8 @@ REPORT_DIAGNOSTICS = ("validity", "uniqueness", "novelty", "vun")
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = True
+# Files of installed packages that hold final-split items (hidden from the replay too).
+FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 FIXED_START_REFERENCE = False
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train.jsonl", "val.jsonl", "test.jsonl"
 KEYS = ("split_seed", "n_train", "n_val", "n_test")

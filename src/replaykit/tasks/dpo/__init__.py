@@ -25,6 +25,8 @@ REPORT_DIAGNOSTICS = ("prompt_level_loose_acc", "inst_level_strict_acc", "trunca
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ("ifeval_prompts",)
 FIXED_START_IS_DATA = False
+# Files of installed packages that hold final-split items (hidden from the replay too).
+FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train_prefs.jsonl", "proxy_prompts.jsonl", "final_prompts.jsonl"
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 

@@ -30,6 +30,8 @@ REPORT_DIAGNOSTICS = ("Chat", "Chat Hard", "Reasoning", "Safety")
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ("rewardbench",)
 FIXED_START_IS_DATA = False
+# Files of installed packages that hold final-split items (hidden from the replay too).
+FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 FIXED_START_REFERENCE = False
 PROXY_FILE, FINAL_FILE = "proxy_rows.jsonl", "final_rows.jsonl"
 
