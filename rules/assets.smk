@@ -16,7 +16,7 @@ rule fixed_start_model:
         final_salt=get_builder_salt,
     shell:
         "python -m replaykit fixed-start --spec {params.spec:q} --out {output.model}"
-        " --manifest {output.manifest} --final-salt {params.final_salt:q} > {log} 2>&1"
+        " --manifest {output.manifest} --final-salt={params.final_salt:q} > {log} 2>&1"
 
 
 rule assets:

@@ -447,12 +447,17 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
     from conftest import ROOT, copy_workflow, snakemake, write_config
     from replaykit.tasks.soup import ingredients
 
+    from replaykit.models import private_path
+
     fixed_start = tmp_path / "ingredients"
-    ingredients.build(
+    built = ingredients.build(
         {"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4},
         fixed_start,
         log=lambda m: None,
     )
+    # a fixed start given by path carries its held-out indices beside it, as the
+    # fixed_start_model rule writes them
+    private_path(fixed_start).write_text(json.dumps(built["private"]))
     (tmp_path / "wf").mkdir()
     work = copy_workflow(tmp_path / "wf")
     profile = (ROOT / "recipes/soup/configs/embedded.yaml").read_text()

@@ -144,7 +144,13 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
         from ...models import private_path
 
         images, labels = digits()
-        heldout = read_json(private_path(fixed_start), required=("heldout_indices",))["heldout_indices"]
+        private = private_path(fixed_start)
+        if not private.is_file():
+            raise InputError(private, "heldout_indices",
+                             "file not found: the digits fixed start's held-out indices are written beside "
+                             "it by the fixed_start_model rule (models: in the config); a fixed start built "
+                             "elsewhere must come with this file")
+        heldout = read_json(private, required=("heldout_indices",))["heldout_indices"]
         for i in heldout:
             by_class.setdefault(labels[i], []).append(("digit", i, images[i]))
         dataset = "digits"
