@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -257,6 +258,23 @@ def test_sandbox_hides_and_shows_what_it_says(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["['public']", "public", "read-only 30"]  # 30 = EROFS
     assert (out / "ok").read_text() == "1" and not (shown / "x").exists()
+
+
+def test_only_allowed_environment_variables_reach_the_sandbox(tmp_path):
+    """A token in the operator's environment is cleared; thread counts, CUDA switches and the
+    driver's REPLAYKIT_* variables pass with their values."""
+    env = {"PATH": os.environ["PATH"], "HF_TOKEN": "hf_secret", "AWS_SECRET_ACCESS_KEY": "k",
+           "SLURM_JOB_ID": "7", "OMP_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "0",
+           "REPLAYKIT_RUN_DIR": "/x", "LC_ALL": "C.UTF-8"}
+    script = "import json, os; print(json.dumps(dict(os.environ), sort_keys=True))"
+    argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=tmp_path, hide=[], read_only=[],
+                        writable=[tmp_path], env=env)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    inside = json.loads(result.stdout)
+    assert inside == {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "0",
+                      "REPLAYKIT_RUN_DIR": "/x", "LC_ALL": "C.UTF-8",
+                      "PWD": str(tmp_path.absolute())}  # set by bwrap --chdir
 
 
 def test_missing_bubblewrap_is_one_clear_line(tmp_path):

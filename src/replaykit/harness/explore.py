@@ -363,15 +363,15 @@ def run_probe(exploration: Exploration, command: list[str] | None = None, *, wai
         request_path = atomic_write_json(run_dir / "request.json", request)
         command = list(command or [sys.executable, "train.py", "--request", str(request_path)])
         workspace = ex.workspace.resolve()
-        argv = wrap(command, info["isolation"], chdir=workspace,
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
+                   OMP_NUM_THREADS=str(info["threads"]), REPLAYKIT_RUN_DIR=str(run_dir),
+                   REPLAYKIT_REQUEST=str(request_path))
+        argv = wrap(command, info["isolation"], chdir=workspace, env=env,
                     hide=[info["workdir"], ex.dir, info["lock"], info["lock"] + ".holder",
                           *info["hide"]],
                     read_only=[*python_roots(), info["public_dir"], *info["show"], ex.dir / "runs",
                                *([info["fixed_start"]] if info["show_fixed_start"] else [])],
                     writable=[workspace, run_dir])
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
-                   OMP_NUM_THREADS=str(info["threads"]), REPLAYKIT_RUN_DIR=str(run_dir),
-                   REPLAYKIT_REQUEST=str(request_path))
         code, stop = _run_until(argv, cwd=workspace, env=env, log=run_dir / "log.txt",
                                 ends_unix=info["ends_unix"], echo=echo)
     finally:

@@ -228,7 +228,7 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
           f"outer limit in {outer_unix - started_unix:.0f} s", flush=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), PYTHONDONTWRITEBYTECODE="1")
     command = [sys.executable, "train.py", "--request", str(request_path.resolve())]
-    command = wrap(command, isolation, chdir=workspace.resolve(),
+    command = wrap(command, isolation, chdir=workspace.resolve(), env=env,
                    hide=[Path.cwd(), *hide],
                    read_only=[*python_roots(), workspace, public_dir, *show,
                               *([fixed_start] if show_fixed_start else [])],

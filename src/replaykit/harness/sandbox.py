@@ -16,7 +16,10 @@ Inside the sandbox (:func:`bwrap_argv`):
 * no network (``--unshare-net``: only ``lo``), own PID and IPC namespaces (``/proc`` shows
   only the sandbox's processes, so ``/proc/<parent>/root`` is out of reach), dies with its
   parent (``--die-with-parent``), no capabilities, a minimal ``/dev`` plus the NVIDIA
-  devices (``/dev/nvidia*``) so CUDA works.
+  devices (``/dev/nvidia*``) so CUDA works;
+* only an allow-list of environment variables passes (:data:`ENV_ALLOWED`: locale, paths,
+  thread counts, CUDA/PyTorch/offline switches, the driver's own ``REPLAYKIT_*``); tokens,
+  credentials and cluster variables of the operator's shell never reach candidate code.
 
 bubblewrap's own documentation: https://github.com/containers/bubblewrap (``bwrap(1)``).
 The overhead is a few milliseconds per job (``bench/sandbox_overhead.py``).
@@ -24,6 +27,7 @@ The overhead is a few milliseconds per job (``bench/sandbox_overhead.py``).
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import shutil
@@ -40,6 +44,22 @@ INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) 
 NO_ISOLATION_ADVISORY = ("isolation: none -- the replay ran without the sandbox, so candidate "
                          "code could read the final split, earlier results and the network; "
                          "this result is not defensible")
+
+
+# Environment variables a replay may see (fnmatch patterns); everything else is cleared.
+ENV_ALLOWED = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "TMPDIR",
+    "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONWARNINGS",
+    "VIRTUAL_ENV", "OMP_*", "MKL_*", "OPENBLAS_*", "KMP_*", "CUDA_*", "CUBLAS_*", "CUDNN_*",
+    "NVIDIA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*",
+    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+    "REPLAYKIT_*",
+)
+
+
+def allowed_env(env) -> dict[str, str]:
+    """The entries of ``env`` whose names match :data:`ENV_ALLOWED` (case-sensitive)."""
+    return {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, pat) for pat in ENV_ALLOWED)}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -85,7 +105,7 @@ def python_roots() -> list[Path]:
 
 
 def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writable: list,
-               hide: list, bwrap: str = "bwrap") -> list[str]:
+               hide: list, env=None, bwrap: str = "bwrap") -> list[str]:
     """The ``bwrap`` command line that runs ``command`` in the sandbox described above.
 
     Args:
@@ -94,6 +114,8 @@ def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writab
         read_only: paths shown read-only (re-exposed even when under a hidden path).
         writable: paths shown read-write.
         hide: paths replaced by an empty tmpfs (directories) or ``/dev/null`` (files).
+        env: the environment the process is started with (default ``os.environ``); inside,
+            it is cleared and only :func:`allowed_env` of it is set again.
 
     Paths that do not exist are skipped. bwrap applies mounts in order, a later one over an
     earlier one, so they are sorted by depth (parents first; at equal paths hide, then
@@ -118,6 +140,9 @@ def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writab
     for path, kind in mounts.items():  # last, once the views inside them are mounted
         if kind == "hide" and path.is_dir() and path not in scratch:
             argv += ["--remount-ro", str(path)]
+    argv.append("--clearenv")
+    for key, value in sorted(allowed_env(os.environ if env is None else env).items()):
+        argv += ["--setenv", key, value]
     argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
              "--cap-drop", "ALL", "--chdir", str(Path(chdir).absolute()), "--", *command]
     return argv
