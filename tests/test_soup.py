@@ -306,7 +306,8 @@ def test_full_scale_config_on_tiny_vit_b32(tmp_path):
     task = yaml.safe_load((ROOT / "config/full-scale/soup.yaml").read_text())["tasks"]["soup"]
     task.update(fixed_start=str(start), threads=1,
                 budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-                validation={"runtime": 5}, evaluation={"batch_size": 5, "runtime": 5}, final={"n_boot": 200})
+                validation={"runtime": 5}, evaluation={"batch_size": 5, "runtime": 5, "workers": 2},  # 2 decoders
+                final={"n_boot": 200})
     task["data"] = {**task["data"], "imagenetv2_dir": str(images)}
     write_config(work, {"models": {}, "tasks": {"soup": task}})
     snakemake(work, "results/soup/final", "--cores", "1", "--resources", "gpu=1", check=True)
