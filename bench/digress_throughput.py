@@ -198,7 +198,10 @@ def main() -> int:
                         break
                 return steps
             sums = torch.zeros(3, device=device)
-            source = train.prefetch(batches(), prepare) if variant.endswith("prefetch") else (prepare(*b) for b in batches())
+            if variant.endswith("prefetch"):
+                source = train.prefetch(batches(), prepare)
+            else:
+                source = (prepare(*b) for b in batches())
             for inputs in source:
                 sums += torch.stack(stepper(inputs))
                 steps += 1
@@ -233,8 +236,9 @@ def main() -> int:
         else:
             atoms, bonds = torch.as_tensor(atoms_np, device=device), torch.as_tensor(bonds_np, device=device)
             make = lambda: train.device_batches(atoms, bonds, int(recipe["batch_size"]), gen)  # noqa: E731
-        for key, fn in (("batches_s", lambda b: b), ("batches_noise_features_s",
-                                                   lambda b: train.prepare_batch(noise, *b, bool(recipe["extra_features"])))):
+        use_extra = bool(recipe["extra_features"])
+        for key, fn in (("batches_s", lambda b: b),
+                        ("batches_noise_features_s", lambda b: train.prepare_batch(noise, *b, use_extra))):
             sync(device)
             t0 = time.time()
             for b in make():
@@ -322,8 +326,8 @@ def main() -> int:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "digress_throughput.md").write_text(table + "\n")
-        (out / "digress_throughput.json").write_text(json.dumps({"header": header, "rows": rows, "extra_features_ms": feat_ms, "data_only": data_rows,
-                                                                 "evaluation": evaluation,
+        (out / "digress_throughput.json").write_text(json.dumps({"header": header, "rows": rows, "extra_features_ms": feat_ms,
+                                                                 "data_only": data_rows, "evaluation": evaluation,
                                                                  "args": vars(a)}, indent=2))
     return 0
 

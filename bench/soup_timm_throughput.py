@@ -126,7 +126,8 @@ def main() -> None:
         return median(total), median(mix)
 
     per_tensor = lambda c: {k: torch.tensordot(c, v, dims=1) for k, v in stacked.items()}  # noqa: E731
-    out["tensordot_b%d_s_per_candidate" % a.batch_size], out["tensordot_weighted_sum_s"] = timed(per_tensor, a.batch_size)
+    key = f"tensordot_b{a.batch_size}_s_per_candidate"
+    out[key], out["tensordot_weighted_sum_s"] = timed(per_tensor, a.batch_size)
     names, shapes = list(stacked), [stacked[k].shape[1:] for k in stacked]
     sizes = [int(torch.Size(sh).numel()) for sh in shapes]
     flat = torch.cat([stacked.pop(k).reshape(n, -1) for k in names], 1)
