@@ -8,11 +8,24 @@ Variants (same model, same optimizer, same number of graphs per epoch):
 * ``straightforward+<N>workers`` (``--workers N``): the same with N DataLoader workers;
 * ``device``: all training graphs on the device as dense int8 class tensors, a batch is
   an index (``recipes/digress/train.py``'s ``device_batches``), float32;
-* ``device+bf16`` (CUDA only): as ``device`` with TF32 matmuls and bf16 autocast (the
-  shipped full-scale setting);
+* ``device+tf32`` (CUDA only): as ``device`` with TF32 matmuls -- the full profile's step
+  with ``cuda_graph: false``;
+* ``device+tf32+graph`` (CUDA only): the optimised step (``GraphedStep``: forward, masked loss,
+  backward, clipping and capturable AdamW captured as one CUDA graph after 3 eager warm-up
+  steps; noise and extra features eager), losses summed on the device, one host sync per epoch;
+* ``device+tf32+graph+prefetch`` (CUDA only): as ``device+tf32+graph`` with noise and
+  features of the next batch prepared on a side stream (``prefetch``) -- what the recipe runs
+  with ``cuda_graph: true`` (``config/full-scale/digress.yaml``);
+* ``device+fused`` (CPU only): ``GraphedStep`` run eagerly;
+* ``device+bf16`` (CUDA only, ``--bf16``): as ``device`` with TF32 matmuls and bf16 autocast;
+* ``--variants a,b,...``: any combination of ``device``, ``tf32``/``bf16``, ``compile``
+  (``torch.compile`` of the denoiser; warm-up is then one whole epoch), ``graph``, ``prefetch``;
 * ``device+bf16+compile`` (CUDA only, ``--compile``): as ``device+bf16`` with the denoiser
   wrapped in ``torch.compile`` (not used by the recipe; reported to see what it would buy;
   a failure is reported, not raised).
+
+Each variant: 5 warm-up steps, then ``--epochs`` timed epochs. ``--data-only`` also times
+producing one epoch's batches alone, and with noise + extra features, per data path.
 
 Also reported: the time of DiGress's extra features (cycles + Laplacian eigendecomposition)
 for one batch, and (``--eval``) the frozen evaluator's two costs with an untrained model of
@@ -23,6 +36,7 @@ Usage:
     python bench/digress_throughput.py --data results/digress/assets/public/train_graphs.npz \
         --stats results/digress/assets/public/stats.json --profile embedded --epochs 2
     python bench/digress_throughput.py --tiny ...    # a few hundred graphs, 1 epoch, quick check
+    python bench/digress_throughput.py --synthetic 100000 --stats <stats.json> --profile full ...
 Writes the table to ``$OUT/digress_throughput.{md,json}`` when ``$OUT`` is set (or ``--out``).
 """
 
@@ -55,6 +69,27 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def synthetic_graphs(stats: dict, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` random connected graphs: node counts from ``stats["node_counts"]``, atom classes
+    from ``atom_marginals``, a random spanning tree plus one ring-closing bond in 30 % of the
+    graphs, bond classes drawn from ``bond_marginals`` without "no bond". Int8 ``k × 9`` atoms
+    (-1 padding) and ``k × 9 × 9`` bonds, as ``train_graphs.npz`` holds them."""
+    rng = np.random.default_rng(seed)
+    counts = np.asarray(stats["node_counts"], dtype=float)
+    n_nodes = rng.choice(len(counts), size=k, p=counts / counts.sum())
+    bond_p = np.asarray(stats["bond_marginals"][1:], dtype=float)
+    atoms = np.full((k, 9), -1, dtype=np.int8)
+    bonds = np.zeros((k, 9, 9), dtype=np.int8)
+    for g, n in enumerate(np.maximum(n_nodes, 1)):
+        atoms[g, :n] = rng.choice(4, size=n, p=stats["atom_marginals"])
+        edges = [(i, int(rng.integers(0, i))) for i in range(1, n)]
+        if n >= 4 and rng.random() < 0.3:
+            edges.append((n - 1, 0))
+        for i, j in edges:
+            bonds[g, i, j] = bonds[g, j, i] = 1 + rng.choice(4, p=bond_p / bond_p.sum())
+    return atoms, bonds
+
+
 def main() -> int:
     from replaykit.tasks.digress import checkpoint as ckpt
     from replaykit.tasks.digress.data import load_npz, to_pyg
@@ -63,7 +98,10 @@ def main() -> int:
     from replaykit.tasks.digress.model import count_parameters
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="train_graphs.npz (atoms, bonds)")
+    p.add_argument("--data", default="", help="train_graphs.npz (atoms, bonds)")
+    p.add_argument("--synthetic", type=int, default=0,
+                   help="instead of --data: N random molecule-like graphs with the node-count histogram and "
+                        "marginals of --stats (same padded 9-node shapes; for a machine the data cannot reach)")
     p.add_argument("--stats", required=True, help="stats.json of the training split (marginals)")
     p.add_argument("--profile", default="embedded", help="recipes/digress/configs/<profile>.yaml")
     p.add_argument("--device", default="auto")
@@ -73,6 +111,11 @@ def main() -> int:
                    help="> 0: also time the straightforward loop with this many DataLoader workers")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the denoiser (CUDA)")
+    p.add_argument("--bf16", action="store_true", help="also time bf16 autocast + TF32 (CUDA)")
+    p.add_argument("--variants", default="", help="comma-separated variants to run instead of the default set, e.g. "
+                   "device+tf32+graph+prefetch,device+bf16+graph+prefetch,device+tf32+compile+graph+prefetch")
+    p.add_argument("--data-only", action="store_true",
+                   help="also time producing the batches alone, and with noise + extra features, per path")
     p.add_argument("--eval", action="store_true", help="also time the evaluator's NLL and sampling")
     p.add_argument("--eval-graphs", type=int, default=4096)
     p.add_argument("--eval-samples", type=int, default=512)
@@ -82,7 +125,10 @@ def main() -> int:
     torch.set_num_threads(a.threads)
     device = "cuda" if a.device == "auto" and torch.cuda.is_available() else ("cpu" if a.device == "auto" else a.device)
     recipe = yaml.safe_load((ROOT / f"recipes/digress/configs/{a.profile}.yaml").read_text())
-    atoms_np, bonds_np = load_npz(a.data)
+    if a.synthetic:
+        atoms_np, bonds_np = synthetic_graphs(json.loads(Path(a.stats).read_text()), a.synthetic)
+    else:
+        atoms_np, bonds_np = load_npz(a.data)
     if a.tiny:
         a.max_graphs, a.epochs = a.max_graphs or 256, 1
         recipe["n_layers"] = min(recipe["n_layers"], 2)
@@ -94,27 +140,32 @@ def main() -> int:
                  "hidden_dims": recipe["hidden_dims"], "dropout": recipe["dropout"]}
     diff_cfg = {"T": recipe["T"], "transition": recipe["transition"], "x_marginals": stats["atom_marginals"],
                 "e_marginals": stats["bond_marginals"], "extra_features": recipe["extra_features"]}
+    cuda = device == "cuda"
     variants = ["straightforward"] + ([f"straightforward+{a.workers}workers"] if a.workers > 0 else []) + ["device"] \
-        + (["device+bf16"] if device == "cuda" else [])
+        + (["device+tf32", "device+tf32+graph", "device+tf32+graph+prefetch"] if cuda else ["device+fused"]) \
+        + (["device+bf16"] if cuda and a.bf16 else [])
     if a.compile:
-        variants.append("device+bf16+compile" if device == "cuda" else "device+compile")
+        variants.append("device+bf16+compile" if cuda else "device+compile")
+    if a.variants:  # an explicit list, e.g. the graph step with bf16 autocast or a compiled model inside
+        variants = a.variants.split(",")
     rows = []
     n_params = count_parameters(ckpt.build_model(model_cfg))
     noise = ckpt.build_noise(diff_cfg).to(device)
 
     def run_variant(variant: str) -> dict:
         torch.manual_seed(0)
-        fast = variant.startswith("device+bf16")
-        if device == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = fast
+        fast = "bf16" in variant
+        graphed = "graph" in variant or variant == "device+fused"  # device+fused: GraphedStep run eagerly (CPU)
+        if cuda:
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = fast or "tf32" in variant
         model = ckpt.build_model(model_cfg).to(device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=float(recipe["lr"]), weight_decay=float(recipe["weight_decay"]),
-                                amsgrad=True)
-        if variant.endswith("compile"):
+                                amsgrad=True, capturable=graphed and cuda)
+        if "compile" in variant:
             model = torch.compile(model)
 
         def autocast():
-            return torch.autocast("cuda", dtype=torch.bfloat16, enabled=fast and device == "cuda")
+            return torch.autocast("cuda", dtype=torch.bfloat16, enabled=fast and cuda)
 
         gen = torch.Generator().manual_seed(0)
         setup = time.time()
@@ -130,24 +181,71 @@ def main() -> int:
             def batches():
                 return train.device_batches(atoms, bonds, int(recipe["batch_size"]), gen)
         setup_s = time.time() - setup
+        use_extra = bool(recipe["extra_features"])
+        stepper = train.GraphedStep(model, opt, recipe, autocast, int(recipe["batch_size"])) if graphed else None
+
+        def prepare(X, E, m):
+            return train.prepare_batch(noise, X, E, m, use_extra)
+
+        def epoch(limit: int = 0) -> int:
+            """One epoch (or ``limit`` steps) as the recipe runs it; returns the steps."""
+            steps = 0
+            if stepper is None:
+                for X, E, m in batches():
+                    train.train_step(model, noise, opt, X, E, m, recipe, autocast)
+                    steps += 1
+                    if steps == limit:
+                        break
+                return steps
+            sums = torch.zeros(3, device=device)
+            if variant.endswith("prefetch"):
+                source = train.prefetch(batches(), prepare)
+            else:
+                source = (prepare(*b) for b in batches())
+            for inputs in source:
+                sums += torch.stack(stepper(inputs))
+                steps += 1
+                if steps == limit:
+                    break
+            sums.tolist()  # the recipe's one host sync per epoch
+            return steps
+
         t0 = time.time()
-        for k, (X, E, m) in enumerate(batches()):  # warm-up (and compilation)
-            train.train_step(model, noise, opt, X, E, m, recipe, autocast)
-            if k == 2:
-                break
+        # warm-up: 3 eager steps + capture for the graph variants; a compiled model: one whole
+        # epoch, so that the last (smaller) batch's recompilation is not timed
+        epoch(limit=0 if "compile" in variant else 5)
         sync(device)
         warmup_s = time.time() - t0
         times, steps = [], 0
         for _ in range(a.epochs):
             t0 = time.time()
-            for X, E, m in batches():
-                train.train_step(model, noise, opt, X, E, m, recipe, autocast)
-                steps += 1
+            steps += epoch()
             sync(device)
             times.append(time.time() - t0)
         return {"variant": variant, "s_per_epoch": float(np.mean(times)), "epochs_timed": len(times),
                 "graphs_per_s": len(atoms_np) / float(np.mean(times)), "steps_per_epoch": steps // len(times),
                 "setup_s": setup_s, "warmup_s": warmup_s}
+
+    def data_only(path: str) -> dict:
+        """Seconds per epoch of producing the batches alone (no step), and with noise + features."""
+        gen = torch.Generator().manual_seed(0)
+        out = {}
+        if path == "dataloader":
+            graphs = [to_pyg(x, y) for x, y in zip(atoms_np, bonds_np)]
+            make = lambda: train.dataloader_batches(graphs, int(recipe["batch_size"]), gen, device, 0)  # noqa: E731
+        else:
+            atoms, bonds = torch.as_tensor(atoms_np, device=device), torch.as_tensor(bonds_np, device=device)
+            make = lambda: train.device_batches(atoms, bonds, int(recipe["batch_size"]), gen)  # noqa: E731
+        use_extra = bool(recipe["extra_features"])
+        for key, fn in (("batches_s", lambda b: b),
+                        ("batches_noise_features_s", lambda b: train.prepare_batch(noise, *b, use_extra))):
+            sync(device)
+            t0 = time.time()
+            for b in make():
+                fn(b)
+            sync(device)
+            out[key] = time.time() - t0
+        return {"path": path, **out}
 
     for variant in variants:
         try:
@@ -161,6 +259,11 @@ def main() -> int:
         if a.out:  # kept if a later variant (torch.compile) runs past the machine's time limit
             Path(a.out).mkdir(parents=True, exist_ok=True)
             (Path(a.out) / "digress_throughput.partial.json").write_text(json.dumps(rows, indent=2))
+    data_rows = []
+    if a.data_only:
+        for path in ("dataloader", "device"):
+            data_rows.append(data_only(path))
+            print(f"[bench] data only, {path}: {data_rows[-1]}", flush=True)
     # share of the extra features in one step (device path)
     idx = torch.arange(min(int(recipe["batch_size"]), len(atoms_np)))
     X, E, m = dense_batch(torch.as_tensor(atoms_np, device=device)[idx], torch.as_tensor(bonds_np, device=device)[idx])
@@ -212,6 +315,9 @@ def main() -> int:
         lines += ["", f"evaluator (untrained model of this shape): NLL of {evaluation['nll_graphs']} graphs "
                       f"{evaluation['nll_s']:.1f} s; sampling {evaluation['samples']} graphs over T = {noise.T} steps "
                       f"{evaluation['sampling_s']:.1f} s"]
+    for d in data_rows:
+        lines.append(f"data path {d['path']}: batches alone {d['batches_s']:.2f} s/epoch; with noise + extra features "
+                     f"{d['batches_noise_features_s']:.2f} s/epoch")
     lines += ["", f"extra features (cycles + eigh) of one batch: {feat_ms:.1f} ms",
               "reference system: 26.6 s/epoch tuned, 100.6 s/epoch before tuning (full scale, 100k graphs)"]
     table = "\n".join(lines)
@@ -221,7 +327,7 @@ def main() -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "digress_throughput.md").write_text(table + "\n")
         (out / "digress_throughput.json").write_text(json.dumps({"header": header, "rows": rows, "extra_features_ms": feat_ms,
-                                                                 "evaluation": evaluation,
+                                                                 "data_only": data_rows, "evaluation": evaluation,
                                                                  "args": vars(a)}, indent=2))
     return 0
 

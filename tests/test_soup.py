@@ -38,6 +38,29 @@ def test_clustered_se_by_hand():
     assert evaluator.clustered_se([1, 0], ["A", "A"]) == 0.0
 
 
+def _scaled(image):
+    """A small deterministic preprocess (module level: decoding workers may pickle it)."""
+    import numpy as np
+
+    return torch.from_numpy(np.asarray(image.resize((6, 5)), dtype=np.float32)).permute(2, 0, 1) / 255
+
+
+def test_decoding_workers_give_the_same_tensors_in_order(tmp_path):
+    from PIL import Image
+
+    gen = torch.Generator().manual_seed(0)
+    items = []
+    for i in range(7):  # different sizes and contents, PNG and JPEG
+        size = (9 + i, 7 + 2 * i)
+        pixels = (torch.rand(size[1], size[0], 3, generator=gen) * 255).to(torch.uint8).numpy()
+        name = f"{i}.{'png' if i % 2 else 'jpeg'}"
+        Image.fromarray(pixels).save(tmp_path / name)
+        items.append({"id": str(i), "file": name, "label": i % 3})
+    one = evaluator.load_images(tmp_path / "items.jsonl", items, _scaled)
+    two = evaluator.load_images(tmp_path / "items.jsonl", items, _scaled, workers=2)
+    assert one.shape == (7, 3, 5, 6) and torch.equal(one, two)
+
+
 def test_greedy_soup_is_strict():
     train = recipe_module()
     table = {(0,): 0.50, (0, 1): 0.55, (0, 1, 2): 0.55, (0, 1, 3): 0.60}  # adding 2 ties: not strict, refused
@@ -283,7 +306,8 @@ def test_full_scale_config_on_tiny_vit_b32(tmp_path):
     task = yaml.safe_load((ROOT / "config/full-scale/soup.yaml").read_text())["tasks"]["soup"]
     task.update(fixed_start=str(start), threads=1,
                 budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-                validation={"runtime": 5}, evaluation={"batch_size": 5, "runtime": 5}, final={"n_boot": 200})
+                validation={"runtime": 5}, evaluation={"batch_size": 5, "runtime": 5, "workers": 2},  # 2 decoders
+                final={"n_boot": 200})
     task["data"] = {**task["data"], "imagenetv2_dir": str(images)}
     write_config(work, {"models": {}, "tasks": {"soup": task}})
     snakemake(work, "results/soup/final", "--cores", "1", "--resources", "gpu=1", check=True)

@@ -60,12 +60,30 @@ def read_items(path: str | Path, n_classes: int | None = None) -> list[dict]:
     return items
 
 
-def load_images(items_file: str | Path, items: list[dict], preprocess) -> torch.Tensor:
-    """``N × 3 × H × W`` preprocessed images, in item order."""
-    from PIL import Image
+class ImageFiles(torch.utils.data.Dataset):
+    """``preprocess(image)`` of each item's file (``<base>/<item file>``, RGB)."""
 
-    base = Path(items_file).parent
-    return torch.stack([preprocess(Image.open(base / it["file"]).convert("RGB")) for it in items])
+    def __init__(self, base: Path, items: list[dict], preprocess):
+        self.base, self.items, self.preprocess = base, items, preprocess
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        from PIL import Image
+
+        return self.preprocess(Image.open(self.base / self.items[i]["file"]).convert("RGB"))
+
+
+def load_images(items_file: str | Path, items: list[dict], preprocess, workers: int = 0) -> torch.Tensor:
+    """``N × 3 × H × W`` preprocessed images, in item order. ``workers`` > 0 decodes and
+    preprocesses in that many processes (a ``DataLoader``, order kept; the same tensors: each
+    image is transformed by the same deterministic code); 0 does it in this process."""
+    images = ImageFiles(Path(items_file).parent, items, preprocess)
+    if workers <= 0:
+        return torch.stack([images[i] for i in range(len(images))])
+    loader = torch.utils.data.DataLoader(images, batch_size=32, shuffle=False, num_workers=workers)
+    return torch.cat(list(loader))
 
 
 def predict(model, images: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -116,7 +134,8 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     assets (``<cfg public_dir>/proxy.jsonl``, which the scoring step verifies against the
     manifest first; ties to the lower index).
 
-    cfg keys: ``batch_size`` (images), ``device`` (``auto``: CUDA when available),
+    cfg keys: ``batch_size`` (images), ``device`` (``auto``: CUDA when available), ``workers``
+    (image decoding processes, default 0: this one),
     ``public_dir`` (fixed-start reference only). Weights are used in float32.
     """
     config = read_config(fixed_start)
@@ -125,14 +144,15 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     model.to(device).eval()
     items = read_items(items_file, int(config["n_classes"]))
     started = time.time()
-    images = load_images(items_file, items, preprocess)
+    workers = int(cfg.get("workers", 0))
+    images = load_images(items_file, items, preprocess, workers)
     extra: dict = {}
     if checkpoint is None:
         if "public_dir" not in cfg:
             raise ValueError("the soup fixed-start reference needs the public split (cfg public_dir)")
         proxy_file = Path(cfg["public_dir"]) / "proxy.jsonl"
         proxy = read_items(proxy_file, int(config["n_classes"]))
-        proxy_images = load_images(proxy_file, proxy, preprocess)
+        proxy_images = load_images(proxy_file, proxy, preprocess, workers)
         labels = torch.tensor([it["label"] for it in proxy])
         accuracies = []
         for path in ingredient_paths(fixed_start, config):
