@@ -348,14 +348,14 @@ def get_shipped_official(w):
 
 def get_fixed_start_reference(w):
     """The fixed-start reference's receipt, or nothing for a task without one (rm)."""
-    if not getattr(get_task(w.task), "FIXED_START_REFERENCE", True):
+    if not get_task(w.task).FIXED_START_REFERENCE:
         return []
     return f"results/{w.task}/reference/fixed-start/final-scores/.complete"
 
 
 def get_reference_public(w):
     """The public split, for a task whose fixed-start reference selects on it (soup)."""
-    if getattr(get_task(w.task), "REFERENCE_USES_PUBLIC", False):
+    if get_task(w.task).REFERENCE_USES_PUBLIC:
         return f"results/{w.task}/assets/public"
     return []
 

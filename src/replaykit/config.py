@@ -275,9 +275,8 @@ def check_config(
                 "config.json "
                 "(or a diffusers pipeline with model_index.json)",
             )
-        check_start = getattr(plugin, "check_fixed_start", None)
-        if check_start is not None and fixed_start not in config.get("models", {}):
-            check_start(fixed_start)  # InputError naming the fixed start's file
+        if plugin.check_fixed_start is not None and fixed_start not in config.get("models", {}):
+            plugin.check_fixed_start(fixed_start)  # InputError naming the fixed start's file
         candidate = task.get("candidate", "shipped")
         if candidate != "shipped" and candidate not in task.get("candidates", {}):
             raise InputError(

@@ -39,6 +39,7 @@ FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = False
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
+FIXED_START_BUILDERS = {"ddpo-digits": ".pipeline"}  # models.<name>.builder -> module with build()
 TRAINING_CURVE = "reward_mean"  # the report plots the per-epoch mean reward of the samples
 INFERENCE_STEPS = 20  # DDIM steps of the scoring (guidance 5, eta 0)
 PROMPTS, PROXY_FILE, FINAL_FILE, SCORING = "prompts.txt", "proxy.jsonl", "final.jsonl", "scoring.json"

@@ -42,6 +42,7 @@ FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = True
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
+FIXED_START_BUILDERS = {"qm9pack": ".qm9"}  # models.<name>.builder -> module with build()
 FIXED_START_REFERENCE = False
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train.jsonl", "val.jsonl", "test.jsonl"
 KEYS = ("split_seed", "n_train", "n_val", "n_test")

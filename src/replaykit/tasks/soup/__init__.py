@@ -34,6 +34,7 @@ FINAL_SOURCES: tuple[str, ...] = ("imagenetv2_dir",)
 FIXED_START_IS_DATA = False
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = (("sklearn", "datasets/data/digits.csv.gz"),)  # the held-out digits are in it
+FIXED_START_BUILDERS = {"soup-digits": ".ingredients"}  # models.<name>.builder -> module with build()
 REFERENCE_USES_PUBLIC = True  # the fixed-start reference is the best ingredient on the proxy split
 ROW_CLUSTER = "label"  # the SE is clustered by class: a matched ablation resamples whole classes
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
