@@ -2,6 +2,7 @@
 incomplete one is refused with one line naming what is missing, and the registries (tasks,
 fixed-start builders) are found from the plug-ins."""
 
+import ast
 import re
 import types
 from pathlib import Path
@@ -110,3 +111,44 @@ def test_readers_use_the_contract_not_getattr_defaults():
     offenders = [f"{p.relative_to(ROOT)}:{n}" for p in files for n, line in enumerate(p.read_text().splitlines(), 1)
                  if pattern.search(line)]
     assert offenders == []
+
+
+def _imported_tasks(path: Path) -> set[str]:
+    """Task subpackages a module of ``replaykit.tasks.<own>`` imports (relative or absolute)."""
+    rel = path.relative_to(TASKS_DIR).parts
+    own, depth = rel[0], len(rel)  # a relative import of level ``depth`` names replaykit.tasks
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: climb to replaykit.tasks, then read the first part
+                up = node.level - depth
+                parts = (node.module or "").split(".") if up == 0 else []
+                if up == 0 and not node.module:
+                    parts = [a.name for a in node.names]
+            else:
+                name = node.module or ""
+                parts = name.split(".")[2:] if name.startswith("replaykit.tasks.") else []
+            out.update(p for p in parts[:1] if p in KNOWN and p != own)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("replaykit.tasks."):
+                    first = alias.name.split(".")[2]
+                    if first in KNOWN and first != own:
+                        out.add(first)
+    return out
+
+
+def test_no_task_imports_another_task():
+    imports = {str(p.relative_to(TASKS_DIR)): _imported_tasks(p)
+               for name in KNOWN for p in (TASKS_DIR / name).rglob("*.py")}
+    assert {k: v for k, v in imports.items() if v} == {}
+
+
+def test_the_shared_modules_are_frozen_code():
+    """The frozen-code record covers the whole package, the shared task modules included."""
+    from replaykit.harness.frozen import frozen_files
+
+    files = frozen_files()
+    for rel in ("tasks/common/ifeval.py", "tasks/common/ifeval_text.py", "tasks/common/preference_pairs.py",
+                "tasks/common/clip.py", "tasks/contract.py"):
+        assert rel in files, rel

@@ -17,7 +17,7 @@ from pathlib import Path
 from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_json
 from .. import check_data_keys, write_splits
-from ..dpo import read_pairs
+from ..common.preference_pairs import read_pairs
 from . import data
 from .evaluator import OVERLAP_FILE, TRAIN_FILE, evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
