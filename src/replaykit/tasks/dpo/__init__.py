@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...harness.checked import check_once
 from ...harness.errors import InputError
 from .. import check_data_keys, write_splits
-from ..common.preference_pairs import PAIR_FIELDS, as_conversation, read_pairs, to_explicit_prompt  # noqa: F401
 from ..common import ifeval  # noqa: F401  (replaykit.tasks.dpo.ifeval: the scorer's checks, shared with rm)
+from ..common.preference_pairs import PAIR_FIELDS, as_conversation, read_pairs, to_explicit_prompt  # noqa: F401
 from . import instructions
 from .evaluator import evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
@@ -52,8 +53,8 @@ def check_data(data: dict) -> None:
     check_data_keys(data, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS, counts=("n_train_pairs", "n_proxy", "n_final"),
                     files=("train_prefs", "ifeval_prompts"))
     if data.get("source") == "local":
-        read_pairs(data["train_prefs"])
-        read_items(data["ifeval_prompts"])
+        check_once(data["train_prefs"], read_pairs)
+        check_once(data["ifeval_prompts"], read_items)
 
 
 def _local(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
