@@ -74,9 +74,10 @@ def cmd_workspace(a) -> None:
 
 
 def cmd_replay(a) -> None:
+    import signal
+
     from .harness.budget import Budget
     from .harness.replay import run_replay, set_parent_death_signal
-    import signal
 
     set_parent_death_signal(signal.SIGTERM)  # the job's owner died -> stop training too
     try:
@@ -237,7 +238,6 @@ def cmd_proxy_table(a) -> None:
 
 def cmd_final(a) -> None:
     from .harness.results import final_result
-
     from .tasks import get_task
 
     plugin = get_task(a.task)

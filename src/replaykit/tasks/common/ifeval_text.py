@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from . import ifeval
 

@@ -219,7 +219,7 @@ def _train_text_encoder(text_encoder, ids: torch.Tensor, steps: int, log) -> Non
     probe = torch.nn.Linear(text_encoder.config.hidden_size, len(ids))
     optimizer = torch.optim.AdamW(list(text_encoder.parameters()) + list(probe.parameters()), lr=1e-3)
     target = torch.arange(len(ids))
-    for step in range(steps):
+    for _ in range(steps):
         loss = F.cross_entropy(probe(text_encoder(ids)[0].mean(1)), target)
         optimizer.zero_grad()
         loss.backward()

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from ...harness.errors import InputError
 from ...harness.fileio import read_jsonl
+from ..peft_adapter import load_tokenizer
 from . import rewardbench
 from .loader import encode, load_reward_model, rewards
-from ..peft_adapter import load_tokenizer
 
 ITEM_FIELDS = ("id", "prompt", "chosen", "rejected")
 TRAIN_FILE = "train_prefs.jsonl"
