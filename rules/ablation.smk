@@ -17,7 +17,7 @@ rule ablation:
         "../envs/replaykit.yaml"
     params:
         n_boot=lambda w: task_cfg(w)["final"]["n_boot"],
-        row_cluster=lambda w: getattr(get_task(w.task), "ROW_CLUSTER", ""),
+        row_cluster=lambda w: get_task(w.task).ROW_CLUSTER or "",
         fixed_start_scores=lambda w, input: (
             str(Path(input.fixed_start).parent) if input.fixed_start else ""
         ),

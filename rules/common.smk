@@ -9,10 +9,16 @@ from pathlib import Path
 
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
-import yaml
 
-from replaykit.config import CLI, check_config, coerce_cli_values, load_yaml_strict
+from replaykit.config import (
+    CLI,
+    check_config,
+    coerce_cli_values,
+    load_schema,
+    load_yaml_strict,
+)
 from replaykit.harness.budget import Budget
+from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
 from replaykit.harness.hashing import HashCache
@@ -40,16 +46,15 @@ SOURCE_NAME = " + ".join(map(str, workflow.configfiles)) or "config"
 try:
     _layers = config_layers()
     # Snakemake's --config parser leaves the items of a list / mapping as strings
-    coerce_cli_values(
-        config, _layers[-1][1], yaml.safe_load(Path(SCHEMA_FILE).read_text())
-    )
-    check_config(
-        config,
-        SCHEMA_FILE,
-        SOURCE_NAME,
-        layers=_layers,
-        recipes_root=Path(workflow.basedir) / "recipes",
-    )
+    coerce_cli_values(config, _layers[-1][1], load_schema(SCHEMA_FILE))
+    with remembering():  # local data files: checked again only when they change
+        check_config(
+            config,
+            SCHEMA_FILE,
+            SOURCE_NAME,
+            layers=_layers,
+            recipes_root=Path(workflow.basedir) / "recipes",
+        )
 except InputError as exc:
     sys.exit(f"error: {exc}")
 validate(config, schema="../config/schema.yaml")  # fills the schema's defaults
@@ -348,14 +353,14 @@ def get_shipped_official(w):
 
 def get_fixed_start_reference(w):
     """The fixed-start reference's receipt, or nothing for a task without one (rm)."""
-    if not getattr(get_task(w.task), "FIXED_START_REFERENCE", True):
+    if not get_task(w.task).FIXED_START_REFERENCE:
         return []
     return f"results/{w.task}/reference/fixed-start/final-scores/.complete"
 
 
 def get_reference_public(w):
     """The public split, for a task whose fixed-start reference selects on it (soup)."""
-    if getattr(get_task(w.task), "REFERENCE_USES_PUBLIC", False):
+    if get_task(w.task).REFERENCE_USES_PUBLIC:
         return f"results/{w.task}/assets/public"
     return []
 

@@ -445,9 +445,8 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
     import difflib
 
     from conftest import ROOT, copy_workflow, snakemake, write_config
-    from replaykit.tasks.soup import ingredients
-
     from replaykit.models import private_path
+    from replaykit.tasks.soup import ingredients
 
     fixed_start = tmp_path / "ingredients"
     built = ingredients.build(

@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from conftest import ROOT
@@ -27,9 +26,10 @@ CHARGED_STEREO = {
 
 
 def test_digress_training_set_is_not_novel_against_itself(tmp_path):
+    from test_digress import write_fixed_start
+
     from replaykit.tasks import digress
     from replaykit.tasks.digress import data, metrics
-    from test_digress import write_fixed_start
 
     rows = list(CHARGED_STEREO) * 2  # every molecule in every split
     fixed = write_fixed_start(tmp_path / "fixed", rows)
@@ -119,8 +119,9 @@ def test_ddpo_jpeg_caveat_states_the_measured_overhead():
 
 
 def test_soup_assets_refuse_shifted_heads_and_record_alignment(tmp_path):
-    from replaykit.tasks import soup
     from test_input_table import _soup_start
+
+    from replaykit.tasks import soup
 
     with pytest.raises(InputError) as err:
         soup.check_fixed_start(_soup_start(tmp_path / "shifted", shifted=1))
@@ -132,8 +133,9 @@ def test_soup_assets_refuse_shifted_heads_and_record_alignment(tmp_path):
 
 
 def test_ddpo_assets_refuse_the_scheduler_before_writing(tmp_path):
-    from replaykit.tasks import ddpo
     from test_input_table import _ddpo_start
+
+    from replaykit.tasks import ddpo
 
     start = _ddpo_start(tmp_path / "start", timestep_spacing="linspace")
     for sub in ("unet", "vae", "text_encoder", "tokenizer"):

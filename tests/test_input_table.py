@@ -431,7 +431,7 @@ ROWS = [
         (),
         "config/config.yaml",
         "tasks",
-        "tasks: dpo, rm",
+        "tasks: ddpo, digress, dpo, rm, soup",
     ),
     # ---- dpo data: IFEval items and preference pairs (read at workflow start)
     (

@@ -41,7 +41,9 @@ def test_build_assets_writes_disjoint_splits(tmp_path):
     cfg = {"source": "embedded", "train_seed": 1, "n_train_pairs": 6, "topic_split_seed": 11,
            "public_seed": 2, "n_proxy": 5, "hidden_seed": 3, "n_final": 7}
     info = dpo.build_assets(cfg, tmp_path / "model", tmp_path / "public", tmp_path / "hidden")
-    read = lambda p: [json.loads(l) for l in p.read_text().splitlines()]
+    def read(path):
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
     proxy, final = read(tmp_path / "public/proxy_prompts.jsonl"), read(tmp_path / "hidden/final_prompts.jsonl")
     assert (len(read(tmp_path / "public/train_prefs.jsonl")), len(proxy), len(final)) == (6, 5, 7)
     assert not {p["prompt"] for p in proxy} & {p["prompt"] for p in final}

@@ -1,4 +1,5 @@
-"""The workflow passes `snakemake --lint` and `snakefmt --check` (STYLE: Snakemake workflows)."""
+"""The workflow passes `snakemake --lint` and `snakefmt --check` (STYLE: Snakemake workflows), the
+package and tests `ruff check` (pyproject.toml: [tool.ruff])."""
 
 import subprocess
 import sys
@@ -18,3 +19,10 @@ def test_snakefmt_check_is_clean():
     out = subprocess.run([str(BIN / "snakefmt"), "--check", "Snakefile", "rules"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_check_is_clean():
+    """`ruff check src tests` with the rule set and line length of pyproject.toml's [tool.ruff]."""
+    out = subprocess.run([str(BIN / "ruff"), "check", "src", "tests"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]

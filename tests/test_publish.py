@@ -5,7 +5,7 @@ import stat
 import pytest
 
 from replaykit.harness.hashing import sha256_tree
-from replaykit.harness.publish import published, publish_checkpoint, read_ledger, retained_after
+from replaykit.harness.publish import publish_checkpoint, published, read_ledger, retained_after
 
 
 def _src(tmp_path, content):

@@ -96,7 +96,7 @@ def test_report_lists_every_checkpoint_with_the_summaries_numbers(two_seeds):
     expected = [(run, c) for run in RUNS for c in read(work / f"results/dpo/{run}/official.json")["checkpoints"]]
     retained = [(run, p) for run in RUNS for p in read(work / f"results/dpo/{run}/replay/record.json")["retained"]]
     assert [(r["run"], r["progress"]) for r in page.rows] == [(run, c["progress"]) for run, c in expected] == retained
-    for row, (run, c) in zip(page.rows, expected):
+    for row, (_run, c) in zip(page.rows, expected):
         score = row["cells"]["score"]
         assert float(score["data-value"]) == c["value"] and float(score["data-se"]) == c["se"]
         # each checkpoint's own score summary holds the same number

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, orphan_processes, copy_workflow, snakemake, tiny_config, write_config
+from conftest import ROOT, copy_workflow, orphan_processes, snakemake, tiny_config, write_config
 
 JOBCOMP = Path("/var/lib/replaykit-slurm/jobcomp.log")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VENV_BIN, orphan_processes, config_patch, copy_workflow, snakemake, tiny_config, write_config
+from conftest import VENV_BIN, config_patch, copy_workflow, orphan_processes, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 TARGET = "results/dpo/final"
@@ -83,7 +83,7 @@ def test_proxy_is_kept_apart_from_final_numbers(finished):
     work, _ = finished
     proxy = read(work / RUN / "proxy.json")
     assert sorted(proxy["checkpoints"]) == ["checkpoint-3", "checkpoint-4", "checkpoint-5"]
-    for name, entry in proxy["checkpoints"].items():
+    for entry in proxy["checkpoints"].values():
         assert entry["metric"] == "ifeval_strict_accuracy_public4" and entry["n"] == 4
         assert read(work / entry["summary"])["split"] == "proxy"
     final_text = (work / TARGET / "summary.json").read_text() + (work / TARGET / "report.md").read_text()

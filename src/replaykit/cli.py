@@ -74,9 +74,10 @@ def cmd_workspace(a) -> None:
 
 
 def cmd_replay(a) -> None:
+    import signal
+
     from .harness.budget import Budget
     from .harness.replay import run_replay, set_parent_death_signal
-    import signal
 
     set_parent_death_signal(signal.SIGTERM)  # the job's owner died -> stop training too
     try:
@@ -187,7 +188,7 @@ def cmd_score(a) -> None:
         # names may hold other fields the evaluator fills (soup's {dataset}): keep those as they are
         name = metric.format_map(collections.defaultdict(lambda: "unscored", n=0))
         summary = {"metric": name, "direction": task.METRIC["direction"], "value": None,
-                   "uncertainty": {"value": None, "kind": task.METRIC.get("uncertainty", "binomial_se")}, "n": 0,
+                   "uncertainty": {"value": None, "kind": task.METRIC["uncertainty"]}, "n": 0,
                    "diagnostics": {},
                    "advisories": [f"not scored: checkpoint invalid ({marker['reason']})"]}
         rows = []
@@ -237,14 +238,13 @@ def cmd_proxy_table(a) -> None:
 
 def cmd_final(a) -> None:
     from .harness.results import final_result
-
     from .tasks import get_task
 
     plugin = get_task(a.task)
     s = final_result(task=a.task, officials=a.officials, fixed_start_scores=a.fixed_start_scores or None,
                      shipped_official=a.shipped_official, published=_json_arg(a.published), n_boot=a.n_boot,
-                     out_dir=a.out_dir, report_diagnostics=tuple(getattr(plugin, "REPORT_DIAGNOSTICS", ())),
-                     scale=float(plugin.METRIC.get("scale", 1.0)), proxy_table=a.proxy_table or None)
+                     out_dir=a.out_dir, report_diagnostics=plugin.REPORT_DIAGNOSTICS,
+                     scale=float(plugin.METRIC["scale"]), proxy_table=a.proxy_table or None)
     print(f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
           f"(normalised {s['normalised_score']})")
 
@@ -259,7 +259,7 @@ def cmd_ablation(a) -> None:
                         candidate_officials=a.candidate_officials,
                         shipped_officials=a.shipped_officials,
                         fixed_start_scores=a.fixed_start_scores or None, n_boot=a.n_boot,
-                        scale=float(plugin.METRIC.get("scale", 1.0)),
+                        scale=float(plugin.METRIC["scale"]),
                         row_cluster=a.row_cluster or None, out_dir=a.out_dir, figure=differences)
     print(f"[ablation] {s['sentence']}")
 
@@ -273,7 +273,7 @@ def cmd_figures(a) -> None:
     record = read_json(a.record, required=("task", "run"))
     summary = read_complete_summary(a.final_dir)
     out = Path(a.out_dir)
-    figures.training_curve(record, out / "training.png", getattr(get_task(a.task), "TRAINING_CURVE", None))
+    figures.training_curve(record, out / "training.png", get_task(a.task).TRAINING_CURVE)
     figures.checkpoint_scores(doc, summary, out / "checkpoints.png")
     figures.budget_use(doc, record, out / "budget.png", a.benchmarks or None)
     print(f"[figures] {a.task}/{doc['run']}: {out}/{{training,checkpoints,budget}}.png")
@@ -300,7 +300,7 @@ def cmd_report(a) -> None:
     for folder in a.ablations:  # matched ablations (issue 16): their figure, after the task's
         pngs[f"ablation-{Path(folder).name}/differences"] = Path(folder) / "differences.png"
     result = write_report(task=a.task, final_dir=a.final_dir, officials=a.officials, figures=pngs, n_boot=a.n_boot,
-                          scale=float(plugin.METRIC.get("scale", 1.0)), out_html=a.out_html,
+                          scale=float(plugin.METRIC["scale"]), out_html=a.out_html,
                           out_table=a.out_table, ablations=a.ablations)
     print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(pngs)} figures -> {a.out_html}")
 

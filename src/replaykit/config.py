@@ -8,6 +8,7 @@ offending value came from (the last one that sets it), then its dotted key.
 from __future__ import annotations
 
 import difflib
+import functools
 from pathlib import Path
 
 import jsonschema
@@ -19,6 +20,23 @@ from .harness.errors import InputError
 CLI = "--config"  # the source name of values given on the command line
 
 Layer = tuple[str, dict]  # (source name, the mapping it contributes), lowest priority first
+
+
+def load_schema(path: str | Path) -> dict:
+    """The JSON schema of ``path`` (YAML), parsed with libyaml when PyYAML has it (the pure
+    Python parser takes ~0.1 s for ``config/schema.yaml``, and the workflow reads it on every
+    parse); memoised per (path, size, mtime). A fresh copy each call: callers may change it."""
+    import copy
+
+    st = Path(path).stat()
+    return copy.deepcopy(_load_schema(str(Path(path).resolve()), st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_schema(path: str, size: int, mtime_ns: int) -> dict:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with open(path) as handle:
+        return yaml.load(handle, Loader=loader)  # noqa: S506 (a safe loader)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -230,7 +248,7 @@ def check_config(
             e.g. ``tasks.dpo.budget.outer_limit_s``.
     """
     layers = layers or [(source, config)]
-    schema = yaml.safe_load(Path(schema_file).read_text())
+    schema = load_schema(schema_file)
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(schema).iter_errors(config)
     )
@@ -275,9 +293,8 @@ def check_config(
                 "config.json "
                 "(or a diffusers pipeline with model_index.json)",
             )
-        check_start = getattr(plugin, "check_fixed_start", None)
-        if check_start is not None and fixed_start not in config.get("models", {}):
-            check_start(fixed_start)  # InputError naming the fixed start's file
+        if plugin.check_fixed_start is not None and fixed_start not in config.get("models", {}):
+            plugin.check_fixed_start(fixed_start)  # InputError naming the fixed start's file
         candidate = task.get("candidate", "shipped")
         if candidate != "shipped" and candidate not in task.get("candidates", {}):
             raise InputError(

@@ -107,23 +107,22 @@ def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path, final_s
         shutil.rmtree(work, ignore_errors=True)
 
 
-BUILDERS = {"soup-digits": "replaykit.tasks.soup.ingredients", "qm9pack": "replaykit.tasks.digress.qm9",
-            "ddpo-digits": "replaykit.tasks.ddpo.pipeline"}
-
-
 def build_from_builder(spec: dict, out: Path, manifest: Path, final_salt: str = "") -> dict:
     """A fixed start made by a task's own builder (``spec["builder"]``, e.g. the embedded soup
-    ingredients trained on scikit-learn's digits), assembled under a temporary name and
-    renamed into place; the manifest records the spec, library versions and every file's
-    SHA-256."""
+    ingredients trained on scikit-learn's digits; the plug-ins declare theirs in
+    ``FIXED_START_BUILDERS``), assembled under a temporary name and renamed into place; the
+    manifest records the spec, library versions and every file's SHA-256."""
     import importlib
 
-    if spec["builder"] not in BUILDERS:
-        raise InputError("config", "models.builder", f"unknown builder {spec['builder']!r} (known: {', '.join(BUILDERS)})")
+    from .tasks import builders
+
+    known = builders()
+    if spec["builder"] not in known:
+        raise InputError("config", "models.builder", f"unknown builder {spec['builder']!r} (known: {', '.join(known)})")
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
     try:
         kwargs = {"final_salt": final_salt} if "heldout_per_class" in spec else {}
-        summary = importlib.import_module(BUILDERS[spec["builder"]]).build(spec, work / "model", **kwargs)
+        summary = importlib.import_module(known[spec["builder"]]).build(spec, work / "model", **kwargs)
         atomic_write_json(private_path(out), summary.pop("private", {}))
         if out.exists():
             shutil.rmtree(out)

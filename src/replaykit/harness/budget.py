@@ -35,7 +35,7 @@ class Budget:
             )
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "Budget":
+    def from_config(cls, cfg: dict) -> Budget:
         return cls(float(cfg["outer_limit_s"]), float(cfg["internal_deadline_s"]), float(cfg["export_reserve_s"]))
 
     def runtime_minutes(self, setup_s: float = 0.0) -> int:

@@ -244,7 +244,7 @@ class GpuLock:
         except (OSError, ValueError):
             return None
 
-    def acquire(self, wait: bool, deadline_unix: float) -> "GpuLock":
+    def acquire(self, wait: bool, deadline_unix: float) -> GpuLock:
         t0 = time.time()
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         while True:
@@ -257,7 +257,7 @@ class GpuLock:
                     os.close(self.fd)
                     self.fd = None
                     why = "held" if not wait else "still held when the budget ended"
-                    raise InputError(self.path, "lock", f"GPU lock {why} by {self._holder()}")
+                    raise InputError(self.path, "lock", f"GPU lock {why} by {self._holder()}") from None
                 time.sleep(POLL_S)
         self.acquired_unix = time.time()
         self.waited_s = self.acquired_unix - t0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 _CHUNK = 1 << 20  # bytes read at a time
 _SKIP = {"__pycache__", ".snakemake_timestamp"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -14,7 +14,7 @@ LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "safetensors"
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def git_commit(where: str | Path = ".") -> dict:

@@ -45,8 +45,8 @@ from .workspace import special_entries
 
 _PR_SET_PDEATHSIG = 1
 GRACE_S = 10.0  # SIGTERM -> SIGKILL grace for the training process group
-HEARTBEAT_S = 5.0
-MAX_RECEIPT_BYTES = 16 << 20  # train_result.json / publications.jsonl written by candidate code  # how often the driver records that the current attempt is alive
+HEARTBEAT_S = 5.0  # how often the driver records that the current attempt is alive
+MAX_RECEIPT_BYTES = 16 << 20  # train_result.json / publications.jsonl written by candidate code
 
 
 class ReplayError(RuntimeError):

@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hashing import HashCache, sha256_file
+from .hashing import HashCache
 from .receipts import RECEIPT, SUMMARY, status
 
 CACHE = ".hash-cache.json"  # per run: results/<task>/<run>/.hash-cache.json

@@ -9,7 +9,6 @@
 
 Everything is read from the files the workflow already wrote (``final/summary.json``, each
 run's ``official.json`` and ``replay/record.json``, the score directories), so a number in
-the report is the number in those files. A task plug-in may add ``plot_diagnostics(fig,
-summary, docs, fixed_start)`` (draw on the Matplotlib figure, return its title) and
-``TRAINING_CURVE`` (the ``history`` key to plot, default ``loss``).
+the report is the number in those files. A task plug-in may add ``plot_diagnostics`` and
+``TRAINING_CURVE`` (see :mod:`replaykit.tasks.contract`).
 """

@@ -13,11 +13,15 @@ import csv
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+if TYPE_CHECKING:
+    from ..tasks.contract import TaskPlugin
 
 Z95 = 1.96
 COLOURS = {"fixed_start": "tab:grey", "shipped": "tab:orange", "run": "tab:blue", "invalid": "tab:red"}
@@ -193,12 +197,12 @@ def seed_spread(summary: dict, docs: list[dict], path: str | Path) -> Path:
     return save(fig, path)
 
 
-def diagnostics(plugin, summary: dict, docs: list[dict], fixed_start: dict | None, path: str | Path) -> Path:
+def diagnostics(plugin: TaskPlugin, summary: dict, docs: list[dict], fixed_start: dict | None, path: str | Path) -> Path:
     """The task's own diagnostic figure, drawn by the plug-in's ``plot_diagnostics(fig,
     summary, docs, fixed_start)`` (``fixed_start``: the fixed-start reference's summary or
     None), which returns the title; a note when the plug-in has none."""
     fig = plt.figure(figsize=(7.5, 4))
-    draw = getattr(plugin, "plot_diagnostics", None)
+    draw = plugin.plot_diagnostics
     if draw is None:
         _message(fig.add_subplot(), "this task defines no diagnostic figure")
         title = "diagnostics"

@@ -1,32 +1,10 @@
-"""Task plug-ins. Each task is a subpackage ``replaykit.tasks.<name>`` exposing:
+"""Task plug-ins: each subpackage ``replaykit.tasks.<name>`` (but ``common``, the helpers
+tasks share) is the plug-in of task ``<name>``; the members it defines, their meaning and the
+defaults of the optional ones are declared in :mod:`.contract` (:class:`.contract.TaskPlugin`).
 
-* ``METRIC``: ``{"final": name, "proxy": name, "direction": "maximize"|"minimize"}``
-  (names may contain ``{n}``, filled with the number of scored rows), optionally ``scale``
-  (metric units per unit of a row's ``score``, e.g. 100 for percent) and ``uncertainty``
-  (the kind of SE);
-* ``check_data(data)`` - config check of ``tasks.<task>.data`` (``KeyError``/``ValueError``);
-* ``build_assets(cfg, fixed_start, public_dir, hidden_dir) -> dict`` - writes the task's
-  data (public: training + proxy; hidden: the final split) and returns extra manifest fields;
-* ``validate(checkpoint, fixed_start, cfg) -> dict`` - the frozen loader's verdict
-  ``{valid, reason, checks}``; never raises for a bad checkpoint;
-* ``evaluate(checkpoint, fixed_start, items_file, metric, cfg) -> (summary, rows)`` - the
-  frozen evaluator (``metric``: the name pattern from ``METRIC``); ``rows`` carry a unique
-  ``id`` and a numeric ``score`` for paired statistics, optionally a ``weight`` (share of
-  the metric) and a ``stratum`` (resampled within);
-* ``split_file(split) -> str`` - where the proxy / final items lie under the assets folder;
-* ``REPORT_DIAGNOSTICS`` - diagnostics shown as report columns;
-* ``FINAL_SOURCES`` - keys of ``data`` whose local paths hold final-split items: the replay
-  sandbox hides them (other existing paths in ``data`` are shown read-only);
-* ``FINAL_PACKAGE_DATA`` - ``(package, path inside it)`` of installed data files that hold
-  final-split items (soup: scikit-learn's digits): the replay sandbox hides them;
-* ``FIXED_START_IS_DATA`` - True when the fixed start is raw data whose complement is the
-  test split (digress's QM9): the replay sandbox does not show it;
-* ``check_fixed_start(path)`` (optional) - workflow-start check of a local fixed start
-  (soup: aligned ingredient heads; ddpo: the scheduler config), :class:`InputError`;
-* ``FIXED_START_REFERENCE`` (optional, default True) - False when the fixed start cannot be
-  scored by itself (``rm``: no reward head), so the final result has no fixed-start reference;
-* ``ROW_CLUSTER`` (optional) - the row field naming a row's cluster when the task's uncertainty
-  is clustered (``soup``: ``label``); the matched ablation's bootstrap draws whole clusters.
+The registry is found, not kept: :data:`KNOWN` lists the subpackages (without importing
+them) and :func:`get_task` loads one and checks it against the contract. A plug-in never
+imports another plug-in; what two tasks share lives in :mod:`.common`.
 
 Adding a task means adding such a subpackage, its recipe under ``recipes/<task>/`` and its
 config block; the harness and the rules stay as they are.
@@ -34,12 +12,23 @@ config block; the harness and the rules stay as they are.
 
 from __future__ import annotations
 
+import functools
 import importlib
-from types import ModuleType
+import pkgutil
 
 from ..harness.errors import InputError
+from .contract import TaskPlugin, load
 
-KNOWN = ("dpo", "rm", "soup", "digress", "ddpo")
+SHARED = ("common",)  # subpackages that hold shared helpers, not a task
+
+
+def _discover() -> tuple[str, ...]:
+    """Names of the plug-in subpackages, sorted; none is imported."""
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                        if m.ispkg and m.name not in SHARED and not m.name.startswith("_")))
+
+
+KNOWN = _discover()
 
 
 def check_data_keys(data: dict, *, embedded: tuple[str, ...], local: tuple[str, ...],
@@ -78,8 +67,31 @@ def write_splits(public_dir, hidden_dir, public: dict[str, list[dict]], hidden: 
             atomic_write_jsonl(folder / name, rows)
 
 
-def get_task(name: str) -> ModuleType:
-    """Import the plug-in of task ``name``; :class:`InputError` for an unknown task."""
+@functools.cache
+def get_task(name: str) -> TaskPlugin:
+    """The plug-in of task ``name``, checked against the contract.
+
+    Raises:
+        InputError: for an unknown task; :class:`.contract.ContractError` (an InputError)
+            naming every missing or malformed member of an incomplete plug-in.
+    """
     if name not in KNOWN:
         raise InputError("config", f"tasks.{name}", f"unknown task (known: {', '.join(KNOWN)})")
-    return importlib.import_module(f"{__name__}.{name}")
+    return load(name, importlib.import_module(f"{__name__}.{name}"))
+
+
+def builders() -> dict[str, str]:
+    """Every fixed-start builder of every plug-in: builder name -> module (absolute).
+
+    Raises:
+        InputError: when two plug-ins declare the same builder name.
+    """
+    found: dict[str, str] = {}
+    for name in KNOWN:
+        plugin = get_task(name)
+        for builder in plugin.FIXED_START_BUILDERS:
+            if builder in found:
+                raise InputError(plugin.module.__file__, "FIXED_START_BUILDERS",
+                                 f"builder {builder!r} is also declared by {found[builder]}")
+            found[builder] = plugin.builder_module(builder)
+    return found

@@ -26,9 +26,6 @@ from pathlib import Path
 from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_json, atomic_write_text
 from .. import check_data_keys, write_splits
-from .evaluator import evaluate  # noqa: F401  (plug-in interface)
-from .loader import validate  # noqa: F401  (plug-in interface)
-from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
 
 METRIC = {"final": "mean_{reward}_final{n}", "proxy": "mean_{reward}_public{n}", "direction": "maximize",
           "uncertainty": "se_of_mean"}
@@ -39,11 +36,36 @@ FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = False
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
+FIXED_START_BUILDERS = {"ddpo-digits": ".pipeline"}  # models.<name>.builder -> module with build()
 TRAINING_CURVE = "reward_mean"  # the report plots the per-epoch mean reward of the samples
 INFERENCE_STEPS = 20  # DDIM steps of the scoring (guidance 5, eta 0)
 PROMPTS, PROXY_FILE, FINAL_FILE, SCORING = "prompts.txt", "proxy.jsonl", "final.jsonl", "scoring.json"
 EMBEDDED_KEYS = ("public_seed", "n_proxy", "hidden_seed", "n_final")
 LOCAL_KEYS = ("prompts_file", "clip_dir", "aesthetic_mlp", "public_seed", "n_proxy", "hidden_seed", "n_final")
+
+
+# The plug-in interface's heavy parts (torch, diffusers) are imported when called, not when the
+# workflow is parsed (every job re-parses it).
+def validate(checkpoint: str | Path, fixed_start: str | Path, cfg: dict | None = None) -> dict:
+    """The frozen loader's verdict (:func:`.loader.validate`)."""
+    from .loader import validate
+
+    return validate(checkpoint, fixed_start, cfg)
+
+
+def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
+             cfg: dict) -> tuple[dict, list[dict]]:
+    """The frozen evaluator (:func:`.evaluator.evaluate`)."""
+    from .evaluator import evaluate
+
+    return evaluate(checkpoint, fixed_start, items_file, metric, cfg)
+
+
+def plot_diagnostics(fig, summary: dict, docs: list[dict], fixed_start: dict | None) -> str:
+    """The report's diagnostic figure (:func:`.report.plot_diagnostics`)."""
+    from .report import plot_diagnostics
+
+    return plot_diagnostics(fig, summary, docs, fixed_start)
 
 
 def check_data(data: dict) -> None:
@@ -85,7 +107,8 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     (:func:`.pipeline.check_scheduler`), an empty prompt file, or streams that share a latent
     seed."""
     from ...harness.hashing import sha256_file, tree_files
-    from .pipeline import CONFIG, check_scheduler, prompts as digit_prompts
+    from .pipeline import CONFIG, check_scheduler
+    from .pipeline import prompts as digit_prompts
 
     fixed_start = Path(fixed_start)
     for sub in ("unet", "vae", "text_encoder", "tokenizer", "scheduler"):

@@ -12,8 +12,8 @@ and SD's ``DDIMScheduler`` settings -- trained on scikit-learn's 1,797 handwritt
    the empty prompt have distinct hidden states (then frozen, as SD's CLIP text tower is);
 3. the UNet: epsilon-prediction loss on SD's scaled-linear schedule, the caption dropped to
    the empty prompt 10 % of the time (classifier-free guidance, Ho & Salimans 2022);
-4. a digit CLIP (open_clip, the soup task's ``digits-vit-tiny``) pre-trained contrastively by
-   :func:`replaykit.tasks.soup.ingredients.pretrain`: the embedding model of the evaluator's
+4. a digit CLIP (open_clip ``digits-vit-tiny``, the architecture the soup task's ingredients
+   share) pre-trained contrastively by :func:`replaykit.tasks.common.clip.pretrain`: the embedding model of the evaluator's
    diagnostics (text-image alignment, pairwise image distance);
 5. a check that samples are digits: a logistic-regression digits classifier (trained on the
    real 8 × 8 digits) labels samples drawn at guidance 5 (20 DDIM steps); the agreement with
@@ -219,7 +219,7 @@ def _train_text_encoder(text_encoder, ids: torch.Tensor, steps: int, log) -> Non
     probe = torch.nn.Linear(text_encoder.config.hidden_size, len(ids))
     optimizer = torch.optim.AdamW(list(text_encoder.parameters()) + list(probe.parameters()), lr=1e-3)
     target = torch.arange(len(ids))
-    for step in range(steps):
+    for _ in range(steps):
         loss = F.cross_entropy(probe(text_encoder(ids)[0].mean(1)), target)
         optimizer.zero_grad()
         loss.backward()
@@ -266,22 +266,22 @@ def digit_agreement(images: torch.Tensor, labels: list[int]) -> float:
 
 
 def _train_clip(out: Path, images: torch.Tensor, labels: torch.Tensor, epochs: int, seed: int, log) -> dict:
-    """The digit CLIP of the diagnostics, pre-trained by the soup task's contrastive code."""
+    """The digit CLIP of the diagnostics, pre-trained by the contrastive code it shares with
+    the soup task (:func:`replaykit.tasks.common.clip.pretrain`)."""
     import open_clip
     from safetensors.torch import save_file
 
-    from ..soup import ingredients as soup_ingredients
-    from ..soup.model import create_clip
+    from ..common import clip as digit_clip
 
     (out / "model_configs").mkdir(parents=True)
-    (out / "model_configs" / f"{soup_ingredients.MODEL_NAME}.json").write_text(json.dumps(soup_ingredients.MODEL_CONFIG))
-    config = {"model_name": soup_ingredients.MODEL_NAME, "weights": "open_clip.safetensors"}
+    (out / "model_configs" / f"{digit_clip.MODEL_NAME}.json").write_text(json.dumps(digit_clip.MODEL_CONFIG))
+    config = {"model_name": digit_clip.MODEL_NAME, "weights": "open_clip.safetensors"}
     (out / CONFIG).write_text(json.dumps(config, indent=1))
     torch.manual_seed(seed)
-    clip, _ = create_clip(out, config)
-    size = soup_ingredients.MODEL_CONFIG["vision_cfg"]["image_size"]
+    clip, _ = digit_clip.create_clip(out, config)
+    size = digit_clip.MODEL_CONFIG["vision_cfg"]["image_size"]
     x = clip_preprocess(images, size)
-    soup_ingredients.pretrain(clip, open_clip.get_tokenizer(soup_ingredients.MODEL_NAME), x, labels, epochs, seed, log)
+    digit_clip.pretrain(clip, open_clip.get_tokenizer(digit_clip.MODEL_NAME), x, labels, epochs, seed, log)
     save_file({k: v.detach().contiguous() for k, v in clip.state_dict().items()}, str(out / config["weights"]))
     return config
 

@@ -115,7 +115,7 @@ class OpenClipEmbedder:
         import open_clip
         from safetensors.torch import load_file
 
-        from ..soup.model import create_clip
+        from ..common.clip import create_clip
 
         config = json.loads((Path(path) / "config.json").read_text())
         self.model, _ = create_clip(path, config)
@@ -150,7 +150,7 @@ def aesthetic(clip_dir: str | Path, mlp_path: str | Path, device: str = "cpu"):
     """Reward: LAION aesthetic score of each image (CLIP image embedding, L2-normalised, then
     :class:`AestheticMLP`). ``mlp_path``: a state dict (``.pth``/``.pt``/``.safetensors``)
     with keys ``layers.{0,2,4,6,7}.{weight,bias}``; raises ValueError when it does not fit."""
-    from ..soup.model import load_state
+    from ..common.clip import load_state
 
     embedder = HFClipEmbedder(clip_dir, device)
     state = load_state(mlp_path)

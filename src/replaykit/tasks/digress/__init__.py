@@ -28,10 +28,6 @@ from pathlib import Path
 from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from .. import check_data_keys
-from . import data
-from .evaluator import evaluate  # noqa: F401  (plug-in interface)
-from .loader import validate  # noqa: F401  (plug-in interface)
-from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
 
 METRIC = {"final": "qm9_test_nll_{n}", "proxy": "qm9_val_nll_{n}", "direction": "minimize",
           "uncertainty": "se_mean_over_graphs"}
@@ -42,9 +38,34 @@ FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = True
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
+FIXED_START_BUILDERS = {"qm9pack": ".qm9"}  # models.<name>.builder -> module with build()
 FIXED_START_REFERENCE = False
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train.jsonl", "val.jsonl", "test.jsonl"
 KEYS = ("split_seed", "n_train", "n_val", "n_test")
+
+
+# The plug-in interface's heavy parts (torch, numpy, RDKit) are imported when called, not when the
+# workflow is parsed (every job re-parses it).
+def validate(checkpoint: str | Path, fixed_start: str | Path, cfg: dict | None = None) -> dict:
+    """The frozen loader's verdict (:func:`.loader.validate`)."""
+    from .loader import validate
+
+    return validate(checkpoint, fixed_start, cfg)
+
+
+def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
+             cfg: dict) -> tuple[dict, list[dict]]:
+    """The frozen evaluator (:func:`.evaluator.evaluate`)."""
+    from .evaluator import evaluate
+
+    return evaluate(checkpoint, fixed_start, items_file, metric, cfg)
+
+
+def plot_diagnostics(fig, summary: dict, docs: list[dict], fixed_start: dict | None) -> str:
+    """The report's diagnostic figure (:func:`.report.plot_diagnostics`)."""
+    from .report import plot_diagnostics
+
+    return plot_diagnostics(fig, summary, docs, fixed_start)
 
 
 def check_data(cfg: dict) -> None:
@@ -78,6 +99,8 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     docstring). Raises :class:`InputError` for a fixed start that is not a qm9pack folder,
     a CSV without ``Index``/``SMILES``, or too few molecules for the split."""
     import shutil
+
+    from . import data
 
     fixed_start = Path(fixed_start)
     config = json.loads((fixed_start / "config.json").read_text())

@@ -21,7 +21,6 @@ are ~1e-7 nats here because ``alphabar_T`` is ~0.
 
 from __future__ import annotations
 
-
 import torch
 from torch.nn import functional as F
 

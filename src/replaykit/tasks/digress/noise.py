@@ -58,7 +58,7 @@ class DiscreteNoise:
         self.betas = betas.float()
         self.alphas_bar = torch.exp(torch.cumsum(torch.log(alphas), 0)).float()
 
-    def to(self, device) -> "DiscreteNoise":
+    def to(self, device) -> DiscreteNoise:
         for name in ("x_marginals", "e_marginals", "betas", "alphas_bar"):
             setattr(self, name, getattr(self, name).to(device))
         return self

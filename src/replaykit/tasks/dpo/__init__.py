@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...harness.checked import check_once
 from ...harness.errors import InputError
-from ...harness.fileio import read_jsonl
 from .. import check_data_keys, write_splits
+from ..common import ifeval  # noqa: F401  (replaykit.tasks.dpo.ifeval: the scorer's checks, shared with rm)
+from ..common.preference_pairs import PAIR_FIELDS, as_conversation, read_pairs, to_explicit_prompt  # noqa: F401
 from . import instructions
 from .evaluator import evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
@@ -28,7 +30,6 @@ FIXED_START_IS_DATA = False
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train_prefs.jsonl", "proxy_prompts.jsonl", "final_prompts.jsonl"
-PAIR_FIELDS = ("prompt", "chosen", "rejected")
 
 
 def _embedded(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
@@ -52,72 +53,8 @@ def check_data(data: dict) -> None:
     check_data_keys(data, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS, counts=("n_train_pairs", "n_proxy", "n_final"),
                     files=("train_prefs", "ifeval_prompts"))
     if data.get("source") == "local":
-        read_pairs(data["train_prefs"])
-        read_items(data["ifeval_prompts"])
-
-
-def _is_messages(value) -> bool:
-    return (isinstance(value, list) and bool(value)
-            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                    for m in value))
-
-
-def to_explicit_prompt(row: dict) -> dict:
-    """UltraFeedback-binarized rows carry whole conversations in ``chosen``/``rejected``;
-    TRL's explicit-prompt format wants ``prompt`` = the turns before the last, and the last
-    assistant turn alone in ``chosen``/``rejected`` (as alignment-handbook does). Raises
-    ValueError (``"field: message"``) when chosen and rejected are not both strings or both
-    conversations with the same turns before the last."""
-    chosen, rejected = row["chosen"], row["rejected"]
-    if isinstance(chosen, list) or isinstance(rejected, list):
-        if not (_is_messages(chosen) and _is_messages(rejected)):
-            raise ValueError("rejected: chosen and rejected must both be lists of {role, content} messages")
-        if len(chosen) > 1:
-            if chosen[:-1] != rejected[:-1]:
-                raise ValueError("rejected: the conversation before the last turn differs from chosen's")
-            return {"prompt": chosen[:-1], "chosen": chosen[-1:], "rejected": rejected[-1:]}
-    return {k: row[k] for k in PAIR_FIELDS}
-
-
-def read_pairs(path: str | Path) -> list[dict]:
-    """Preference pairs of a local JSON-lines file in TRL's explicit-prompt format.
-
-    A row has ``prompt`` (a string or messages) and ``chosen``/``rejected`` (non-empty
-    strings, or conversations as UltraFeedback-binarized stores them). Plain-text parts are
-    returned as messages (:func:`as_conversation`): training and scoring then use the same
-    chat template. Raises
-    :class:`InputError` naming the file, line and field of a malformed row, or of a pair
-    whose chosen and rejected are identical.
-    """
-    pairs = []
-    for number, row in enumerate(read_jsonl(path, required=PAIR_FIELDS), start=1):
-        try:
-            pair = to_explicit_prompt(row)
-        except ValueError as exc:
-            field, _, message = str(exc).partition(": ")
-            raise InputError(path, f"line {number}.{field}", message) from None
-        if not (isinstance(pair["prompt"], str) and pair["prompt"].strip()) and not _is_messages(pair["prompt"]):
-            raise InputError(path, f"line {number}.prompt", "must be a non-empty string or a list of messages")
-        for field in ("chosen", "rejected"):
-            if not (isinstance(pair[field], str) and pair[field].strip()) and not _is_messages(pair[field]):
-                raise InputError(path, f"line {number}.{field}", "must be a non-empty string or a list of messages")
-        if pair["chosen"] == pair["rejected"]:
-            raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
-        pairs.append(as_conversation(pair))
-    return pairs
-
-
-def as_conversation(pair: dict) -> dict:
-    """A plain-text pair (``prompt``/``chosen``/``rejected`` strings) as one user turn and
-    one assistant turn each, so that TRL trains it through the tokenizer's chat template,
-    the one the evaluator generates with (plain text would be trained without it)."""
-    out = dict(pair)
-    if isinstance(pair["prompt"], str):
-        out["prompt"] = [{"role": "user", "content": pair["prompt"]}]
-    for field in ("chosen", "rejected"):
-        if isinstance(pair[field], str):
-            out[field] = [{"role": "assistant", "content": pair[field]}]
-    return out
+        check_once(data["train_prefs"], read_pairs)
+        check_once(data["ifeval_prompts"], read_items)
 
 
 def _local(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from ...harness.errors import InputError
 from ...harness.fileio import read_jsonl
 from ...harness.stats import binomial_se
-from . import ifeval
+from ..common import ifeval
 from .loader import load_policy, load_tokenizer
 
 ITEM_FIELDS = ("prompt", "instruction_id_list", "kwargs")

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...harness.checked import check_once
 from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_json
 from .. import check_data_keys, write_splits
-from ..dpo import read_pairs
+from ..common.preference_pairs import read_pairs
 from . import data
 from .evaluator import OVERLAP_FILE, TRAIN_FILE, evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
@@ -45,8 +46,8 @@ def check_data(data_cfg: dict) -> None:
     check_data_keys(data_cfg, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS,
                     counts=("n_train_pairs", "n_per_subset", "n_proxy"), files=("train_prefs", "rewardbench"))
     if data_cfg.get("source") == "local":  # bad rows are refused before any rule removes old assets
-        read_pairs(data_cfg["train_prefs"])
-        read_items(data_cfg["rewardbench"])
+        check_once(data_cfg["train_prefs"], read_pairs)
+        check_once(data_cfg["rewardbench"], read_items)
 
 
 def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:

@@ -31,8 +31,8 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from ..dpo import ifeval
-from ..dpo.instructions import INSTRUCTIONS, TRAIN_TOPICS, _instruction, _sentences
+from ..common import ifeval
+from ..common.ifeval_text import INSTRUCTIONS, TRAIN_TOPICS, instruction, sentences
 
 # (topic, request, answer) for evaluation rows; disjoint from dpo's TRAIN_TOPICS.
 EVAL_TOPICS = [
@@ -154,14 +154,14 @@ def _instruction_rows(rng: random.Random, topics: list, subset: str, n: int) -> 
         attempts += 1
         topic, request, answer = rng.choice(topics)
         iid = rng.choice(ids)
-        text, args = _instruction(rng, iid, request)
+        text, args = instruction(rng, iid, request)
         prompt = f"{request} {text}"
         chosen = INSTRUCTIONS[iid][1](answer, args, request)
         if subset == "mt-bench-easy":
             rejected = rng.choice([t for t in topics if t[0] != topic])[2]
         elif subset == "llmbar-adver-neighbor":
             other = rng.choice([i for i in ids if i != iid])
-            _, other_args = _instruction(rng, other, request)
+            _, other_args = instruction(rng, other, request)
             rejected = INSTRUCTIONS[other][1](answer, other_args, request)
         else:  # llmbar-natural
             rejected = answer
@@ -186,7 +186,7 @@ def _family(rng: random.Random, subset: str, n: int, pool: str) -> list[dict]:
         for topic, request, answer in topics:
             for other in topics:
                 if other[0] != topic:
-                    candidates.append(_row(subset, request, _sentences(answer)[0], _sentences(other[2])[0]))
+                    candidates.append(_row(subset, request, sentences(answer)[0], sentences(other[2])[0]))
     elif subset == "math-prm":
         lo, hi = (2, 60) if train else (61, 99)
         for _ in range(4 * n):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from ...harness.errors import InputError
 from ...harness.fileio import read_jsonl
+from ..peft_adapter import load_tokenizer
 from . import rewardbench
 from .loader import encode, load_reward_model, rewards
-from ..peft_adapter import load_tokenizer
 
 ITEM_FIELDS = ("id", "prompt", "chosen", "rejected")
 TRAIN_FILE = "train_prefs.jsonl"
@@ -33,14 +33,14 @@ def read_items(path: str | Path) -> list[dict]:
     or a value of the wrong type, an unknown subset (no section), a section that disagrees,
     a duplicate id, or chosen identical to rejected.
     """
-    from ..dpo import _is_messages
+    from ..common.preference_pairs import is_messages
 
     rows = read_jsonl(path, required=ITEM_FIELDS, unique="id")
     for number, row in enumerate(rows, start=1):
         subset = row.get("subset")
         if subset is None:
             raise InputError(path, f"line {number}.subset", "required field missing (it names the row's section)")
-        if not ((isinstance(row["prompt"], str) and row["prompt"].strip()) or _is_messages(row["prompt"])):
+        if not ((isinstance(row["prompt"], str) and row["prompt"].strip()) or is_messages(row["prompt"])):
             raise InputError(path, f"line {number}.prompt", "must be a non-empty string or a list of messages")
         for field in ("chosen", "rejected"):
             if not (isinstance(row[field], str) and row[field].strip()):

@@ -20,10 +20,6 @@ from pathlib import Path
 from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_jsonl
 from .. import check_data_keys
-from .evaluator import evaluate  # noqa: F401  (plug-in interface)
-from .loader import validate  # noqa: F401  (plug-in interface)
-from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
-from .model import check_heads, check_ingredients, read_config
 
 METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
           "uncertainty": "se_clustered_by_class"}
@@ -34,12 +30,37 @@ FINAL_SOURCES: tuple[str, ...] = ("imagenetv2_dir",)
 FIXED_START_IS_DATA = False
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = (("sklearn", "datasets/data/digits.csv.gz"),)  # the held-out digits are in it
+FIXED_START_BUILDERS = {"soup-digits": ".ingredients"}  # models.<name>.builder -> module with build()
 REFERENCE_USES_PUBLIC = True  # the fixed-start reference is the best ingredient on the proxy split
 ROW_CLUSTER = "label"  # the SE is clustered by class: a matched ablation resamples whole classes
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 PROXY_FILE, FINAL_FILE = "proxy.jsonl", "final.jsonl"
 EMBEDDED_KEYS = ("public_seed", "proxy_per_class")
 LOCAL_KEYS = ("imagenetv2_dir", "public_seed", "proxy_per_class")
+
+
+# The plug-in interface's heavy parts (torch, open_clip) are imported when called, not when the
+# workflow is parsed (every job re-parses it).
+def validate(checkpoint: str | Path, fixed_start: str | Path, cfg: dict | None = None) -> dict:
+    """The frozen loader's verdict (:func:`.loader.validate`)."""
+    from .loader import validate
+
+    return validate(checkpoint, fixed_start, cfg)
+
+
+def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
+             cfg: dict) -> tuple[dict, list[dict]]:
+    """The frozen evaluator (:func:`.evaluator.evaluate`)."""
+    from .evaluator import evaluate
+
+    return evaluate(checkpoint, fixed_start, items_file, metric, cfg)
+
+
+def plot_diagnostics(fig, summary: dict, docs: list[dict], fixed_start: dict | None) -> str:
+    """The report's diagnostic figure (:func:`.report.plot_diagnostics`)."""
+    from .report import plot_diagnostics
+
+    return plot_diagnostics(fig, summary, docs, fixed_start)
 
 
 def check_data(data: dict) -> None:
@@ -54,6 +75,8 @@ def check_fixed_start(fixed_start: str | Path) -> None:
     """Workflow-start check of a local fixed start (before any rule replaces built assets):
     the ingredients' heads are aligned (:func:`.model.check_heads`, heads only). Raises
     :class:`InputError` naming the ingredient file and ``head.weight``."""
+    from .model import check_heads
+
     if not (Path(fixed_start) / "config.json").is_file():
         return
     try:
@@ -121,6 +144,8 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     """
     import shutil
 
+    from .model import check_heads, check_ingredients, read_config
+
     try:
         info = check_ingredients(fixed_start)
         info["head_alignment"] = check_heads(fixed_start)
@@ -138,10 +163,9 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
         by_class = _local_images(Path(cfg["imagenetv2_dir"]), int(config["n_classes"]))
         dataset = "imagenetv2"
     else:
-        from .ingredients import digits
-
         from ...harness.fileio import read_json
         from ...models import private_path
+        from .ingredients import digits
 
         images, labels = digits()
         private = private_path(fixed_start)

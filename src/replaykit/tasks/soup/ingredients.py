@@ -29,14 +29,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .model import CONFIG, ImageClassifier, create_clip
+from ..common.clip import CLASS_NAMES, MODEL_CONFIG, MODEL_NAME, TEMPLATES, create_clip, pretrain  # noqa: F401
+from .model import CONFIG, ImageClassifier
 
-MODEL_NAME = "digits-vit-tiny"
-MODEL_CONFIG = {"embed_dim": 64,
-                "vision_cfg": {"image_size": 16, "layers": 2, "width": 64, "patch_size": 4, "head_width": 32},
-                "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}}
-CLASS_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-TEMPLATES = ["a photo of the digit {}.", "a handwritten {}.", "the number {}.", "a blurry picture of a {}."]
 SWEEP = {"learning_rate": [1e-4, 3e-4, 1e-3], "weight_decay": [0.0, 0.01, 0.1], "epochs": [2, 3, 4, 5],
          "label_smoothing": [0.0, 0.1, 0.2], "augmentation": ["none", "shift"]}
 
@@ -65,31 +60,6 @@ def heldout_indices(labels: list[int], per_class: int, seed: int) -> list[int]:
 def _shift(images: torch.Tensor, generator: torch.Generator, max_shift: int = 1) -> torch.Tensor:
     dx, dy = (int(v) for v in torch.randint(-max_shift, max_shift + 1, (2,), generator=generator))
     return torch.roll(images, shifts=(dy, dx), dims=(2, 3))
-
-
-def pretrain(clip, tokenizer, images: torch.Tensor, labels: torch.Tensor, epochs: int, seed: int, log) -> None:
-    """Contrastive pre-training with soft same-class targets (see the module docstring)."""
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(clip.parameters(), lr=1e-3, weight_decay=0.1)
-    captions = {c: tokenizer([t.format(CLASS_NAMES[c]) for t in TEMPLATES]) for c in range(len(CLASS_NAMES))}
-    clip.train()
-    for epoch in range(epochs):
-        order = torch.randperm(len(labels), generator=generator)
-        for start in range(0, len(order), 128):
-            idx = order[start:start + 128]
-            y = labels[idx]
-            pick = torch.randint(0, len(TEMPLATES), (len(idx),), generator=generator)
-            text = torch.stack([captions[int(c)][int(k)] for c, k in zip(y, pick)])
-            img = clip.encode_image(images[idx], normalize=True)
-            txt = clip.encode_text(text, normalize=True)
-            logits = clip.logit_scale.exp() * img @ txt.T
-            same = (y[:, None] == y[None, :]).float()
-            target = same / same.sum(1, keepdim=True)
-            loss = -0.5 * ((target * logits.log_softmax(1)).sum(1).mean() + (target * logits.T.log_softmax(1)).sum(1).mean())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        log(f"[pretrain] epoch {epoch + 1}/{epochs} loss {loss.item():.4f}")
 
 
 def zeroshot_head(clip, tokenizer) -> torch.Tensor:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CONFIG = "config.json"
+from ..common.clip import CONFIG, create_clip, load_state  # noqa: F401  (recipes/soup imports load_state here)
 
 
 class ImageClassifier(nn.Module):
@@ -45,38 +45,11 @@ def read_config(fixed_start: str | Path) -> dict:
     return json.loads((Path(fixed_start) / CONFIG).read_text())
 
 
-def create_clip(fixed_start: str | Path, config: dict | None = None):
-    """(open_clip CLIP model, evaluation preprocess) of the fixed start's architecture, random
-    weights. A custom architecture is registered from ``<fixed_start>/model_configs/``."""
-    import open_clip
-
-    config = config or read_config(fixed_start)
-    custom = Path(fixed_start) / "model_configs"
-    if custom.is_dir():
-        open_clip.add_model_config(custom)
-    clip, _, preprocess = open_clip.create_model_and_transforms(config["model_name"])
-    return clip, preprocess
-
-
 def create_classifier(fixed_start: str | Path, config: dict | None = None):
     """(:class:`ImageClassifier` with random weights, evaluation preprocess)."""
     config = config or read_config(fixed_start)
     clip, preprocess = create_clip(fixed_start, config)
     return ImageClassifier(clip.visual, clip.visual.output_dim, int(config["n_classes"])), preprocess
-
-
-def load_state(path: str | Path) -> dict[str, torch.Tensor]:
-    """A state dict from ``.safetensors`` or a torch ``.pt`` file (loaded with
-    ``weights_only=True``: tensors only, no pickled code)."""
-    path = Path(path)
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path))
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict):
-        raise ValueError(f"{path}: not a state dict")
-    return state
 
 
 def ingredient_paths(fixed_start: str | Path, config: dict | None = None) -> list[Path]:

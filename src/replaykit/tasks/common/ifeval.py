@@ -77,7 +77,7 @@ def _punkt_cache() -> Path:
                                      "XDG_CACHE_HOME or TMPDIR to a writable folder") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ifeval():
     """Import lm_eval's IFEval modules with offline Punkt and seeded langdetect (once)."""
     import langdetect
