@@ -88,11 +88,10 @@ def sync(device):
 
 
 def sd15(args) -> list[dict]:
+    import train
     from diffusers import DDIMScheduler
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
     from peft import LoraConfig
-
-    import train
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if device == "cuda" else torch.float32
@@ -161,14 +160,15 @@ def embedded(args) -> list[dict]:
     import random
 
     import numpy as np
+    import train
     from diffusers import DDIMScheduler
     from peft import LoraConfig
-
-    import train
-    from replaykit.harness.trainer import load_recipe
-    from replaykit.tasks.ddpo.pipeline import Pipeline, prompts as digit_prompts
-    from replaykit.tasks.ddpo.rewards import jpeg_compressibility
     from stat_tracking import PerPromptStatTracker
+
+    from replaykit.harness.trainer import load_recipe
+    from replaykit.tasks.ddpo.pipeline import Pipeline
+    from replaykit.tasks.ddpo.pipeline import prompts as digit_prompts
+    from replaykit.tasks.ddpo.rewards import jpeg_compressibility
 
     torch.set_num_threads(args.threads)
     recipe = load_recipe(ROOT / "recipes" / "ddpo" / "configs", "embedded", {})

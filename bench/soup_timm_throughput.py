@@ -50,9 +50,8 @@ def median(xs: list[float]) -> float:
 
 
 def main() -> None:
-    import timm
-
     import soup_throughput  # same folder: random_images
+    import timm
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-final", type=int, default=10000)

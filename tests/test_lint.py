@@ -22,7 +22,7 @@ def test_snakefmt_check_is_clean():
 
 
 def test_ruff_check_is_clean():
-    """`ruff check src tests` with the rule set and line length of pyproject.toml's [tool.ruff]."""
-    out = subprocess.run([str(BIN / "ruff"), "check", "src", "tests"], cwd=ROOT, capture_output=True, text=True,
+    """`ruff check .` (package, tests, recipes, bench, scripts) with the rule set and line length of pyproject.toml's [tool.ruff]."""
+    out = subprocess.run([str(BIN / "ruff"), "check", "."], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]

@@ -227,7 +227,8 @@ def main() -> int:
         return time.time() - t1
 
     n_epochs = int(recipe["num_epochs"])
-    from replaykit.harness.publish import published as on_disk, read_ledger
+    from replaykit.harness.publish import published as on_disk
+    from replaykit.harness.publish import read_ledger
 
     pub = request["publish_dir"]
     done = [e["progress"] for e in read_ledger(pub)] + on_disk(pub)
