@@ -108,7 +108,7 @@ def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path, final_s
 
 
 BUILDERS = {"soup-digits": "replaykit.tasks.soup.ingredients", "qm9pack": "replaykit.tasks.digress.qm9",
-            "ddpo-digits": "replaykit.tasks.ddpo.pipeline"}
+            "ddpo-digits": "replaykit.tasks.ddpo.pipeline", "tiny-llama": "replaykit.tiny_model"}
 
 
 def build_from_builder(spec: dict, out: Path, manifest: Path, final_salt: str = "") -> dict:
