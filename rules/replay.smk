@@ -21,8 +21,6 @@ checkpoint replay:
     Progress: a line every 30 s or so on the job's stderr (the terminal, or the SLURM job's
     log; fd 3 below); all that train.py writes is in the log.
     """
-    message:
-        "replay {wildcards.task}/{wildcards.run}: progress below; full log: {log}"
     input:
         workspace="results/{task}/{run}/workspace",
         workspace_record="results/{task}/{run}/workspace.json",
@@ -51,6 +49,8 @@ checkpoint replay:
         publish_dir=replay_dir,
         state_dir=lambda w: f"results/{w.task}/{w.run}/replay-state",
         sandbox=sandbox_args,
+    message:
+        "replay {wildcards.task}/{wildcards.run}: progress below; full log: {log}"
     shell:
         "export REPLAYKIT_PROGRESS_FD=3 REPLAYKIT_LOG={log:q}; exec 3>&2;"
         " exec python -m replaykit replay --task {wildcards.task} --run {wildcards.run}"

@@ -107,14 +107,24 @@ def test_files_named_in_commands_exist():
 
 @pytest.fixture(scope="module")
 def user_copy(tmp_path_factory) -> Path:
-    work = copy_workflow(tmp_path_factory.mktemp("docs"))
-    for name in ("profiles", "patches", "pyproject.toml", "tests"):
-        src = ROOT / name
-        if src.is_dir():
-            import shutil
-            shutil.copytree(src, work / name)
-        else:
-            (work / name).write_bytes(src.read_bytes())
+    """What a clone holds (git's tracked and not-ignored files), with ``.venv`` linked."""
+    import shutil
+
+    work = tmp_path_factory.mktemp("docs")
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode == 0:
+        for name in filter(None, listed.stdout.split("\0")):
+            src, dest = ROOT / name, work / name
+            if src.is_file():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest)
+    else:  # not a git checkout: the workflow and what the docs name
+        copy_workflow(work)
+        for name in ("profiles", "patches", "tests", "docs", "scripts"):
+            shutil.copytree(ROOT / name, work / name)
+        for name in ("README.md", "pyproject.toml"):
+            shutil.copy2(ROOT / name, work / name)
     (work / ".venv").symlink_to(VENV_BIN.parent)
     return work
 
