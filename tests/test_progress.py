@@ -51,6 +51,10 @@ def test_format_line_by_hand():
     line = format_line("dpo/shipped-seed42", p, elapsed_s=95, deadline_left_s=145, log="logs/x.log")
     assert line == ("[progress] dpo/shipped-seed42: step 8/24 (33%) loss 0.6931 | elapsed 1m35s, "
                     "deadline in 2m25s | next checkpoint-16 (published: 8) | log: logs/x.log")
+    # a recipe that prints no step or epoch lines (soup): its publications only
+    soup = Progress(published=[12])
+    assert format_line("soup/shipped-seed42", soup, elapsed_s=3, deadline_left_s=197) == (
+        "[progress] soup/shipped-seed42: running | elapsed 3s, deadline in 3m17s | published: 12")
 
 
 class Clock:

@@ -99,13 +99,16 @@ class Progress:
 def format_line(label: str, p: Progress, *, elapsed_s: float, deadline_left_s: float,
                 log: str | None = None) -> str:
     """The compact progress line (see the module docstring)."""
-    parts = [f"{p.unit} {p.done}/{p.total} ({100 * p.done // p.total}%)" if p.total else "starting"]
+    parts = [f"{p.unit} {p.done}/{p.total} ({100 * p.done // p.total}%)" if p.total else "running"]
     if p.loss is not None:
         parts[0] += f" loss {p.loss:.4g}"
     parts.append(f"elapsed {duration(elapsed_s)}, deadline in {duration(deadline_left_s)}")
     nxt = p.next_publication()
     shown = ", ".join(map(str, p.published[-3:])) or "none"
-    parts.append((f"next checkpoint-{nxt}" if nxt is not None else "training done") + f" (published: {shown})")
+    if not p.total:  # a recipe without step/epoch lines (soup): publications only
+        parts.append(f"published: {shown}")
+    else:
+        parts.append((f"next checkpoint-{nxt}" if nxt is not None else "training done") + f" (published: {shown})")
     if log:
         parts.append(f"log: {log}")
     return f"[progress] {label}: " + " | ".join(parts)
