@@ -30,12 +30,16 @@ def test_progress_parses_steps_epochs_and_publications():
     assert p.update("[train] step 5/24 loss 0.6931 rewards/margins 0.0100 elapsed 40 s") == "progress"
     assert (p.unit, p.done, p.total, p.loss) == ("step", 5, 24, 0.6931)
     assert p.next_publication() == 8  # next multiple of 8 after 5
-    assert p.update("[publish] checkpoint-8 (publication 1, retained [8])") == "publish"
     assert p.update("[train] step 8/24 loss 0.5 elapsed 64 s") == "progress"
-    assert p.next_publication() == 16
+    assert p.update("[publish] checkpoint-8 (publication 1, retained [8])") == "publish"
+    assert p.next_publication() == 16  # the first multiple of 8 after 8
     assert p.update("[train] step 23/24 loss 0.25 elapsed 190 s") and p.next_publication() == 24
     p.update("[train] step 24/24 loss 0.2 elapsed 198 s")
+    assert p.next_publication() == 24  # printed just before it is published
+    p.update("[publish] checkpoint-24 (publication 3, retained [8, 16, 24])")
     assert p.next_publication() is None  # through
+    # step 8 printed, checkpoint-8 not yet published: it is the next one
+    assert Progress(unit="step", done=8, total=24, every=8).next_publication() == 8
     # ddpo's line: the loss after "loss", not reward_mean; the cadence capped at the total
     q = Progress(every=5)
     q.update("[train] epoch 37/40 reward_mean -1.0500 reward_std 0.0100 loss -0.00123 approx_kl 1e-05 "

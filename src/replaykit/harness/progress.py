@@ -83,17 +83,18 @@ class Progress:
         return None
 
     def next_publication(self) -> int | None:
-        """The progress value of the next checkpoint: the next multiple of ``every`` after
-        ``done`` (or after the last publication), capped at ``total``; None when unknown
-        or when training is through."""
+        """The progress value of the next checkpoint: the first multiple of ``every`` that is
+        at least ``done`` and after the last publication (a recipe prints its step line just
+        before it publishes that step), capped at ``total``; None when unknown or when the
+        last checkpoint is published."""
         if not self.total:
             return None
-        last = max([self.done, *self.published])
-        if last >= self.total:
+        low = max(self.done, max(self.published) + 1 if self.published else 1)
+        if low > self.total:
             return None
         if not self.every:
             return self.total
-        return min((last // self.every + 1) * self.every, self.total)
+        return min(-(-low // self.every) * self.every, self.total)
 
 
 def format_line(label: str, p: Progress, *, elapsed_s: float, deadline_left_s: float,
