@@ -150,3 +150,24 @@ def test_documented_commands_run(user_copy, where, mode, text):
             assert "dictionary update sequence" in result.stderr + result.stdout, shown
         else:
             assert result.returncode == 0, shown
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_relative_links_and_anchors_exist():
+    """Every relative link of README.md and docs/ names a file that exists (and a heading of
+    it, when it has an anchor)."""
+    for path in DOCS + [ROOT / "config/README.md"]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+            if re.match(r"[a-z]+://", target):
+                continue
+            name, _, anchor = target.partition("#")
+            dest = (path.parent / name).resolve() if name else path
+            assert dest.exists(), f"{path.relative_to(ROOT)}: link to {target}: no such file"
+            if anchor and dest.suffix == ".md":
+                headings = [_anchor(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(), re.M)]
+                assert anchor in headings, f"{path.relative_to(ROOT)}: link to {target}: no such heading"
