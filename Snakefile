@@ -1,6 +1,6 @@
 # Replays machine-learning research tasks reproducibly: fixed assets -> formal replay under
 # a budget -> published checkpoints -> frozen validation -> final scores with receipts ->
-# the official result. See README.md; the contract is ../shared/SPEC.md.
+# the official result. See README.md; the contract is docs/contract.md.
 from snakemake.utils import min_version
 
 min_version("9.21")  # 9.16.3-9.20.0 misread CLI/profile runtimes as seconds

@@ -18,6 +18,8 @@ rule workspace:
 checkpoint replay:
     """Formal replay under the budget. Checkpoints are published atomically next to the
     record (replay/checkpoint-N, at most 3) and outlive a failed job; the record is last.
+    Progress: a line every 30 s or so on the job's stderr (the terminal, or the SLURM job's
+    log; fd 3 below); all that train.py writes is in the log.
     """
     input:
         workspace="results/{task}/{run}/workspace",
@@ -47,8 +49,11 @@ checkpoint replay:
         publish_dir=replay_dir,
         state_dir=lambda w: f"results/{w.task}/{w.run}/replay-state",
         sandbox=sandbox_args,
+    message:
+        "replay {wildcards.task}/{wildcards.run}: progress below; full log: {log}"
     shell:
-        "exec python -m replaykit replay --task {wildcards.task} --run {wildcards.run}"
+        "export REPLAYKIT_PROGRESS_FD=3 REPLAYKIT_LOG={log:q}; exec 3>&2;"
+        " exec python -m replaykit replay --task {wildcards.task} --run {wildcards.run}"
         " --workspace {input.workspace} --workspace-record {input.workspace_record}"
         " --manifest {input.manifest} --fixed-start {input.fixed_start} --public {input.public}"
         " --publish-dir {params.publish_dir} --state-dir {params.state_dir} --record {output.record}"

@@ -3,6 +3,7 @@ workflow to run Snakemake in (so tests never touch the repository's results/).""
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -12,43 +13,25 @@ from pathlib import Path
 import pytest
 import yaml
 
+from replaykit.tiny_model import CHAT_TEMPLATE  # noqa: F401  (tests import it from here)
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+TEST_CONFIG = ROOT / "config" / "test.yaml"  # the tiny settings users run too (README)
 
 
 def make_tiny_model(out: Path, model_type: str = "llama") -> Path:
-    """A 2-layer causal LM of the given architecture (``llama``: SmolLM2's; ``mistral``:
-    Zephyr's and Mistral-7B's), hidden size 32, random weights (seed 0), with a byte-level
-    BPE tokenizer trained on the task's own instruction texts, ChatML template, eos
-    ``<|im_end|>``."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+    """The ``tiny-llama`` builder's model (:mod:`replaykit.tiny_model`): 2 layers of the given
+    architecture (``llama``: SmolLM2's; ``mistral``: Zephyr's and Mistral-7B's), hidden size
+    32, random weights (seed 0), a BPE tokenizer trained on the instruction texts, ChatML."""
+    from replaykit.tiny_model import make_tiny_model as make
 
-    from replaykit.tasks.dpo import instructions
+    return make(out, model_type)
 
-    corpus = [a for _, q, a in instructions.TRAIN_TOPICS] + [q for _, q, _ in instructions.TRAIN_TOPICS]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=special,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                        pad_token="<|endoftext|>", unk_token="<|endoftext|>")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    AutoModelForCausalLM.from_config(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+
+def tiny_task(task: str) -> dict:
+    """A deep copy of ``tasks.<task>`` of ``config/test.yaml``."""
+    return copy.deepcopy(yaml.safe_load(TEST_CONFIG.read_text())["tasks"][task])
 
 
 @pytest.fixture(scope="session")
@@ -57,38 +40,17 @@ def tiny_llama(tmp_path_factory) -> Path:
 
 
 def tiny_config(fixed_start: Path, **task_overrides) -> dict:
-    """The embedded dpo config, shrunk to run the whole DAG in about a minute."""
-    task = {
-        "fixed_start": str(fixed_start),
-        "data": {"source": "embedded", "train_seed": 1, "n_train_pairs": 24, "topic_split_seed": 11,
-                 "public_seed": 2, "n_proxy": 4, "hidden_seed": 3, "n_final": 8},
-        "recipe": {"profile": "embedded",
-                   "overrides": {"max_steps": 5, "save_steps": 1, "max_length": 128,
-                                 "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1,
-                                 "lora": {"r": 4, "alpha": 8}}},
-        "candidate": "shipped", "candidates": {}, "seeds": [42], "threads": 1,
-        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-        "validation": {"dtype": "auto", "runtime": 5},
-        "evaluation": {"max_new_tokens": 8, "batch_size": 8, "dtype": "auto", "runtime": 5},
-        "final": {"n_boot": 1000},
-        "references": {"published": {"fixed_start": 0.397094, "shipped": 0.508475}},
-    }
+    """The dpo block of ``config/test.yaml`` on ``fixed_start`` (the whole DAG in about a minute)."""
+    task = tiny_task("dpo")
+    task["fixed_start"] = str(fixed_start)
     task.update(task_overrides)
     return {"models": {}, "tasks": {"dpo": task}}
 
 
 def rm_config(fixed_start: Path, **overrides) -> dict:
-    """The embedded rm config, shrunk onto a tiny model to run the whole DAG in about a minute."""
-    task = yaml.safe_load((ROOT / "config/config.yaml").read_text())["tasks"]["rm"]
-    task.update(fixed_start=str(fixed_start),
-                budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-                validation={"dtype": "float32", "runtime": 5},
-                evaluation={"max_length": 96, "batch_size": 16, "dtype": "float32", "runtime": 5},
-                final={"n_boot": 500})
-    task["data"] = {**task["data"], "n_train_pairs": 40, "n_per_subset": 3, "n_proxy": 10}
-    task["recipe"] = {"profile": "embedded", "overrides": {
-        "max_steps": 4, "save_steps": 1, "max_length": 96, "per_device_train_batch_size": 2,
-        "gradient_accumulation_steps": 1, "lora": {"r": 4, "alpha": 8}}}
+    """The rm block of ``config/test.yaml`` on ``fixed_start`` (the whole DAG in about a minute)."""
+    task = tiny_task("rm")
+    task["fixed_start"] = str(fixed_start)
     task.update(overrides)
     return {"models": {}, "tasks": {"rm": task}}
 

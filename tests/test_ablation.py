@@ -598,7 +598,7 @@ def test_rm_style_weighted_rows_in_percent(tmp_path):
 
 
 def test_readme_example_as_written_plans_3_seeds_of_both(tmp_path):
-    """The README's ablation command, as written, in a copy of the workflow (dry run)."""
+    """docs/operations.md's ablation command, as written, in a copy of the workflow (dry run)."""
     import shlex
     import shutil
 
@@ -606,7 +606,7 @@ def test_readme_example_as_written_plans_3_seeds_of_both(tmp_path):
 
     line = next(
         l
-        for l in (ROOT / "README.md").read_text().splitlines()
+        for l in (ROOT / "docs/operations.md").read_text().splitlines()
         if l.startswith(".venv/bin/snakemake results/soup/ablation/greedy")
     )
     work = copy_workflow(tmp_path)

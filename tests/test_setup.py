@@ -53,6 +53,8 @@ def test_documented_command_forms(workdir, tiny_llama):
     assert ok.returncode == 0, ok.stdout + ok.stderr
     dashes = snakemake(workdir, "--cores", "1", "--resources", "gpu=1", "-n", "--", "results/dpo/final")
     assert dashes.returncode == 0, dashes.stdout + dashes.stderr
+    reordered = snakemake(workdir, "--resources", "gpu=1", "--cores", "1", "results/dpo/final", "-n")
+    assert reordered.returncode == 0, reordered.stdout + reordered.stderr
     swallowed = snakemake(workdir, "--cores", "1", "--resources", "gpu=1", "results/dpo/final", "-n")
     assert swallowed.returncode != 0  # --resources takes the target as a resource: see README
     local = subprocess.run([str(Path(os.sys.executable).parent / "snakemake"), "results/dpo/final",
@@ -73,3 +75,25 @@ def test_readme_main_command_as_written():
     assert 0.0 <= summary["value"] <= 1.0 and summary["n"] == 64
     report = (final / "report.md").read_text()
     assert report.count("| checkpoint-") == 3
+
+
+def test_default_workflow_profile_gives_one_core_and_one_gpu_slot():
+    """profiles/default/ is what Snakemake 9.27 reads by itself (cli.py: `profiles/default`
+    next to the working directory or the Snakefile)."""
+    import yaml
+
+    profile = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())
+    assert profile == {"cores": 1, "resources": ["gpu=1"]}
+
+
+@pytest.mark.slow
+def test_bare_target_uses_the_default_profile(workdir, tiny_llama):
+    import shutil
+
+    write_config(workdir, tiny_config(tiny_llama))
+    shutil.copytree(ROOT / "profiles", workdir / "profiles")
+    env = dict(os.environ, PATH=f"{Path(os.sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    bare = subprocess.run([str(Path(os.sys.executable).parent / "snakemake"), "results/dpo/final", "-n"],
+                          cwd=workdir, capture_output=True, text=True, env=env)
+    assert bare.returncode == 0, bare.stdout + bare.stderr
+    assert "Using workflow specific profile profiles/default" in bare.stdout + bare.stderr

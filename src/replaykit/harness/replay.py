@@ -38,6 +38,7 @@ from .fileio import atomic_write_json, read_json
 from .hashing import sha256_bytes, sha256_file, sha256_tree
 from .frozen import first_difference, frozen_files
 from .frozen import digest as frozen_digest
+from .progress import Relay, save_every, terminal_from_env
 from .provenance import git_commit, library_versions, utc_now
 from .publish import KEEP, published, read_ledger
 from .sandbox import NO_ISOLATION_ADVISORY, python_roots, wrap
@@ -237,7 +238,13 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
           flush=True)
     frozen_before = frozen_files()
     proc = subprocess.Popen(command, cwd=workspace, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))
+    # training output -> this log, cleaned; a progress line -> the job's terminal
+    relay = Relay(sys.stdout, terminal_from_env(), label=f"{task}/{run}", started_unix=started_unix,
+                  deadline_unix=deadline_unix, spent_s=spent_s,
+                  every=save_every(workspace, profile, overrides), log_name=os.environ.get("REPLAYKIT_LOG"))
+    relay_thread = relay.start(proc.stdout)
 
     def on_signal(signum, _frame):
         print(f"[replay] received signal {signum}: stopping the training process group", flush=True)
@@ -262,6 +269,8 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
             last_beat = now
         time.sleep(0.5)
     returncode = proc.wait()
+    relay_thread.join(timeout=10)
+    relay.close()
     ended_unix = time.time()
     attempts.heartbeat(ended_unix)
 

@@ -18,7 +18,8 @@ Inside the sandbox (:func:`bwrap_argv`):
   parent (``--die-with-parent``), no capabilities, a minimal ``/dev`` plus the NVIDIA
   devices (``/dev/nvidia*``) so CUDA works;
 * only an allow-list of environment variables passes (:data:`ENV_ALLOWED`: locale, paths,
-  thread counts, CUDA/PyTorch/offline switches, the driver's own ``REPLAYKIT_*``); tokens,
+  thread counts, CUDA/PyTorch/offline switches, the exploration probe's
+  ``REPLAYKIT_RUN_DIR`` and ``REPLAYKIT_REQUEST``); tokens,
   credentials and cluster variables of the operator's shell never reach candidate code.
 
 bubblewrap's own documentation: https://github.com/containers/bubblewrap (``bwrap(1)``).
@@ -53,7 +54,7 @@ ENV_ALLOWED = (
     "VIRTUAL_ENV", "OMP_*", "MKL_*", "OPENBLAS_*", "KMP_*", "CUDA_*", "CUBLAS_*", "CUDNN_*",
     "NVIDIA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*",
     "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
-    "REPLAYKIT_*",
+    "REPLAYKIT_RUN_DIR", "REPLAYKIT_REQUEST",
 )
 
 

@@ -29,6 +29,8 @@ FINAL_SOURCES: tuple[str, ...] = ("ifeval_prompts",)
 FIXED_START_IS_DATA = False
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
+# models.<name>.builder -> module with build(): a tiny causal LM for quick dpo and rm runs
+FIXED_START_BUILDERS = {"tiny-llama": "replaykit.tiny_model"}
 TRAIN_FILE, PROXY_FILE, FINAL_FILE = "train_prefs.jsonl", "proxy_prompts.jsonl", "final_prompts.jsonl"
 
 

@@ -1,0 +1,233 @@
+"""Live progress of a replay: the training process's output, relayed line by line.
+
+Every line ``train.py`` writes (stdout and stderr together) goes to the replay log, cleaned:
+a tqdm-style line redrawn with carriage returns keeps only what a terminal would show last,
+ANSI colour codes are dropped, and a warning line already written once is written again
+only as a count at the end. The recipes' progress lines are parsed on the way::
+
+    [train] step 8/24 loss 0.6931 ... elapsed 95 s      (Trainer recipes: dpo, rm)
+    [train] epoch 3/40 reward_mean ... loss 0.01234 ... (ddpo, digress)
+    [publish] checkpoint-8 (publication 1, retained [8])
+
+and, when the environment names a file descriptor (``REPLAYKIT_PROGRESS_FD``; the replay
+rule passes the job's own stderr there, i.e. the terminal Snakemake runs in or the SLURM
+job's log), one compact line goes there at most every ``every_s`` seconds and at each
+publication::
+
+    [progress] dpo/shipped-seed42: step 8/24 (33%) loss 0.6931 | elapsed 1m35s,
+    deadline in 2m25s | next checkpoint-16 (published: 8) | log: logs/dpo/shipped-seed42/replay.log
+
+The relay never stops training: a line it cannot parse is written to the log unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import IO
+
+PROGRESS_FD_ENV = "REPLAYKIT_PROGRESS_FD"
+EVERY_S = 30.0  # at most one progress line per this many seconds (publications always shown)
+SAVE_KEYS = ("save_steps", "save_freq", "save_every")  # the recipes' publication cadence
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_PROGRESS = re.compile(r"^\[train\] (step|epoch) (\d+)/(\d+)\b")
+_LOSS = re.compile(r"\bloss (-?[0-9.]+(?:e[-+]?\d+)?|nan|inf)\b", re.I)
+_PUBLISH = re.compile(r"^\[publish\] checkpoint-(\d+)\b")
+_WARNING = re.compile(r"warn", re.I)
+
+
+def clean(raw: str) -> str:
+    """One output line as a terminal shows it: the text after the last carriage return
+    (tqdm redraws its bar with ``\\r``; a trailing ``\\r`` is ignored), ANSI escape codes
+    removed, trailing whitespace stripped."""
+    segments = [s for s in raw.rstrip("\r\n").split("\r") if s.strip()]
+    return _ANSI.sub("", segments[-1] if segments else "").rstrip()
+
+
+def duration(seconds: float) -> str:
+    """``95`` -> ``1m35s``; ``3725`` -> ``1h02m05s``; negative values count as 0."""
+    s = max(0, int(round(seconds)))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+@dataclass
+class Progress:
+    """What the progress lines have said so far.
+
+    ``every`` is the publication cadence in the progress unit (None: unknown); the recipes
+    also publish at the last step or epoch (``total``)."""
+
+    unit: str | None = None
+    done: int = 0
+    total: int = 0
+    loss: float | None = None
+    published: list[int] = field(default_factory=list)
+    every: int | None = None
+
+    def update(self, line: str) -> str | None:
+        """Read one cleaned line; return ``"progress"``, ``"publish"`` or None (not ours)."""
+        if m := _PROGRESS.match(line):
+            self.unit, self.done, self.total = m.group(1), int(m.group(2)), int(m.group(3))
+            if loss := _LOSS.search(line[m.end():]):
+                self.loss = float(loss.group(1))
+            return "progress"
+        if m := _PUBLISH.match(line):
+            self.published.append(int(m.group(1)))
+            return "publish"
+        return None
+
+    def next_publication(self) -> int | None:
+        """The progress value of the next checkpoint: the first multiple of ``every`` that is
+        at least ``done`` and after the last publication (a recipe prints its step line just
+        before it publishes that step), capped at ``total``; None when unknown or when the
+        last checkpoint is published."""
+        if not self.total:
+            return None
+        low = max(self.done, max(self.published) + 1 if self.published else 1)
+        if low > self.total:
+            return None
+        if not self.every:
+            return self.total
+        return min(-(-low // self.every) * self.every, self.total)
+
+
+def format_line(label: str, p: Progress, *, elapsed_s: float, deadline_left_s: float,
+                log: str | None = None) -> str:
+    """The compact progress line (see the module docstring)."""
+    parts = [f"{p.unit} {p.done}/{p.total} ({100 * p.done // p.total}%)" if p.total else "running"]
+    if p.loss is not None:
+        parts[0] += f" loss {p.loss:.4g}"
+    parts.append(f"elapsed {duration(elapsed_s)}, deadline in {duration(deadline_left_s)}")
+    nxt = p.next_publication()
+    shown = ", ".join(map(str, p.published[-3:])) or "none"
+    if not p.total:  # a recipe without step/epoch lines (soup): publications only
+        parts.append(f"published: {shown}")
+    else:
+        parts.append((f"next checkpoint-{nxt}" if nxt is not None else "training done") + f" (published: {shown})")
+    if log:
+        parts.append(f"log: {log}")
+    return f"[progress] {label}: " + " | ".join(parts)
+
+
+class Relay:
+    """Writes cleaned training output to ``log`` and progress lines to ``terminal``.
+
+    Args:
+        log: the replay log (the driver's stdout).
+        terminal: where progress lines go, or None for none.
+        label: ``<task>/<run>``.
+        started_unix: when this attempt started; ``spent_s``: earlier attempts' seconds.
+        deadline_unix: the internal deadline.
+        every: the publication cadence (see :class:`Progress`), or None.
+        every_s: minimum seconds between two progress lines (publications always shown).
+        log_name: the log's path, shown on each progress line.
+        clock: the time source (tests pass a fake one).
+    """
+
+    def __init__(self, log: IO[str], terminal: IO[str] | None, *, label: str, started_unix: float,
+                 deadline_unix: float, spent_s: float = 0.0, every: int | None = None,
+                 every_s: float = EVERY_S, log_name: str | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.log, self.terminal, self.label = log, terminal, label
+        self.started_unix, self.deadline_unix, self.spent_s = started_unix, deadline_unix, spent_s
+        self.every_s, self.log_name, self.clock = every_s, log_name, clock
+        self.progress = Progress(every=every)
+        self.seen_warnings: set[str] = set()
+        self.dropped = 0
+        self._dropping = False
+        self._last_emit: float | None = None
+
+    def feed(self, raw: str) -> None:
+        """Take one raw line of training output."""
+        line = clean(raw)
+        if not line:
+            return
+        # a repeated warning is dropped with its indented continuation (the source line
+        # Python prints under it)
+        if self._dropping and line[:1].isspace():
+            self.dropped += 1
+            return
+        self._dropping = False
+        if _WARNING.search(line):
+            if line in self.seen_warnings:
+                self.dropped += 1
+                self._dropping = True
+                return
+            self.seen_warnings.add(line)
+        self.log.write(line + "\n")
+        self.log.flush()
+        kind = self.progress.update(line)
+        now = self.clock()
+        if kind == "publish" or (kind == "progress" and (
+                self._last_emit is None or now - self._last_emit >= self.every_s)):
+            self.emit(now)
+
+    def emit(self, now: float | None = None) -> str:
+        """Write the progress line now (to the terminal, when there is one); return it."""
+        now = self.clock() if now is None else now
+        text = format_line(self.label, self.progress, elapsed_s=self.spent_s + now - self.started_unix,
+                           deadline_left_s=self.deadline_unix - now, log=self.log_name)
+        self._last_emit = now
+        if self.terminal is not None:
+            try:
+                self.terminal.write(text + "\n")
+                self.terminal.flush()
+            except OSError:  # a closed terminal never stops training
+                self.terminal = None
+        return text
+
+    def close(self) -> None:
+        """The last progress line, and how many repeated warning lines were left out."""
+        if self.progress.total:
+            self.emit()
+        if self.dropped:
+            self.log.write(f"[replay] {self.dropped} lines of repeated warnings left out of this log\n")
+            self.log.flush()
+
+    def pump(self, stream: Iterable[bytes]) -> None:
+        """Feed every line of a binary stream (the training process's pipe)."""
+        for raw in stream:
+            self.feed(raw.decode("utf-8", errors="replace"))
+
+    def start(self, stream: Iterable[bytes]) -> threading.Thread:
+        """Pump ``stream`` in a daemon thread (join it after the process has exited)."""
+        thread = threading.Thread(target=self.pump, args=(stream,), name="replay-relay", daemon=True)
+        thread.start()
+        return thread
+
+
+def terminal_from_env() -> IO[str] | None:
+    """The stream named by ``REPLAYKIT_PROGRESS_FD`` (e.g. ``3``), or None when unset or not open."""
+    fd = os.environ.get(PROGRESS_FD_ENV, "")
+    if not fd.isdigit():
+        return None
+    try:
+        return os.fdopen(int(fd), "w", buffering=1, closefd=False)
+    except OSError:
+        return None
+
+
+def save_every(workspace, profile: str, overrides: dict) -> int | None:
+    """The publication cadence the recipe's ``configs/<profile>.yaml`` (after ``overrides``)
+    names under one of :data:`SAVE_KEYS`, or None (display only: a wrong guess shows a
+    wrong "next checkpoint", nothing else)."""
+    from pathlib import Path
+
+    import yaml
+
+    try:
+        knobs = yaml.safe_load((Path(workspace) / "configs" / f"{profile}.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    knobs = {**knobs, **(overrides or {})}
+    for key in SAVE_KEYS:
+        if isinstance(knobs.get(key), int) and knobs[key] > 0:
+            return knobs[key]
+    return None

@@ -1,0 +1,32 @@
+"""`python -m replaykit --help` and every step's --help describe every argument."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from replaykit.cli import parser
+
+
+def walk(p: argparse.ArgumentParser, path: str):
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from walk(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction):
+            yield path, action
+
+
+def test_every_argument_has_help():
+    missing = [f"{path}: {'/'.join(a.option_strings) or a.dest}" for path, a in walk(parser(), "replaykit")
+               if not a.help]
+    assert not missing, missing
+
+
+def test_help_runs():
+    out = subprocess.run([sys.executable, "-m", "replaykit", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "status" in out.stdout and "explore" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "replaykit", "explore", "proxy", "--help"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "checkpoint" in out.stdout
