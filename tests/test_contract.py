@@ -86,7 +86,7 @@ def test_a_member_of_the_wrong_kind_is_named():
 def test_fixed_start_builders_come_from_the_plugins_and_match_the_schema():
     found = builders()
     assert found == {"soup-digits": "replaykit.tasks.soup.ingredients", "qm9pack": "replaykit.tasks.digress.qm9",
-                     "ddpo-digits": "replaykit.tasks.ddpo.pipeline"}
+                     "ddpo-digits": "replaykit.tasks.ddpo.pipeline", "tiny-llama": "replaykit.tiny_model"}
     schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
     enums = set()
 
