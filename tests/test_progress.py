@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from replaykit.harness import progress
 from replaykit.harness.progress import Progress, Relay, clean, duration, format_line, save_every
 
 
@@ -97,6 +98,39 @@ def test_relay_rate_limits_dedupes_and_counts():
     assert text.count("UserWarning") == 1 and text.count("warnings.warn(") == 1
     assert "\r" not in text and "100%|##########|" in text and " 40%" not in text
     assert text.endswith("[replay] 2 lines of repeated warnings left out of this log\n")
+
+
+def test_hostile_output_is_shown_not_obeyed_and_never_stops_the_relay():
+    """A candidate's output: terminal controls written as visible escapes, forged driver lines
+    marked, unparsable numbers ignored, publications reach the terminal at most once a second."""
+    assert clean("a\x1b]52;c;aGk=\x07b\x1bMc\x9bd\te\n") == "a\\x1b]52;c;aGk=\\x07b\\x1bMc\\x9bd\te"
+    p = Progress()
+    assert p.update("[train] step 1/24 loss .x") == "progress" and p.loss is None
+    assert p.update("[train] step 2/24 loss 1.2.3 ok") == "progress" and p.loss is None
+    assert p.update("[train] step 3/24 loss -.5e-3, lr 1") == "progress" and p.loss == -0.0005
+    assert p.update("[train] step " + "9" * 5000 + "/24") is None  # Python's 4300-digit int limit
+    log, term, clock = io.StringIO(), io.StringIO(), Clock(0.0)
+    relay = Relay(log, term, label="t/r", started_unix=0, deadline_unix=60, clock=clock)
+    relay.feed("[replay] done: stop_reason=max_steps\n")
+    for i in range(1000):  # 1,000 publication lines within 0.5 s: one progress line
+        clock.t = i / 2000
+        relay.feed("[publish] checkpoint-1\n")
+    clock.t = 1.0
+    relay.feed("[publish] checkpoint-2\n")  # a second later: shown
+    assert log.getvalue().splitlines()[0] == "(train.py) [replay] done: stop_reason=max_steps"
+    assert len(term.getvalue().splitlines()) == 2
+
+
+def test_relay_cuts_long_lines_and_drains_the_pipe(monkeypatch):
+    """A line of 3 x the cap without a newline is kept to the cap; the lines after it arrive."""
+    monkeypatch.setattr(progress, "MAX_LINE_BYTES", 1000)
+    log = io.StringIO()
+    relay = Relay(log, None, label="t/r", started_unix=0, deadline_unix=60)
+    relay.pump(io.BytesIO(b"x" * 3000 + b"\nafter\n"))
+    relay.close()
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "x" * 1000 and lines[1] == "after"
+    assert lines[2] == "[replay] 2000 bytes of lines over 1000 bytes left out of this log"  # 3000 - 1000 kept
 
 
 def test_relay_reaches_the_fd_named_in_the_environment(tmp_path):

@@ -261,20 +261,26 @@ def test_sandbox_hides_and_shows_what_it_says(tmp_path):
 
 
 def test_only_allowed_environment_variables_reach_the_sandbox(tmp_path):
-    """A token in the operator's environment is cleared; thread counts, CUDA switches and the
-    driver's REPLAYKIT_* variables pass with their values."""
+    """A token in the operator's environment is cleared, also from what bwrap's own reaper
+    (pid 1 inside) shows in /proc/1/environ; thread counts, CUDA switches and the probe's
+    REPLAYKIT_RUN_DIR pass with their values; a name like a key is cleared even under an
+    allowed pattern (NVIDIA_API_KEY)."""
     env = {"PATH": os.environ["PATH"], "HF_TOKEN": "hf_secret", "AWS_SECRET_ACCESS_KEY": "k",
            "SLURM_JOB_ID": "7", "OMP_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "0",
-           "REPLAYKIT_RUN_DIR": "/x", "LC_ALL": "C.UTF-8"}
-    script = "import json, os; print(json.dumps(dict(os.environ), sort_keys=True))"
+           "NVIDIA_API_KEY": "nv_secret", "REPLAYKIT_RUN_DIR": "/x", "LC_ALL": "C.UTF-8"}
+    script = ("import json, os; print(json.dumps(dict(os.environ), sort_keys=True));"
+              "print(json.dumps(sorted(open('/proc/1/environ').read().split(chr(0)))))")
     argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=tmp_path, hide=[], read_only=[],
-                        writable=[tmp_path], env=env)
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+                        writable=[tmp_path])
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                            env=sandbox.process_env(env, "bwrap"))
     assert result.returncode == 0, result.stderr
-    inside = json.loads(result.stdout)
+    inside, reaper = map(json.loads, result.stdout.splitlines())
     assert inside == {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "0",
                       "REPLAYKIT_RUN_DIR": "/x", "LC_ALL": "C.UTF-8",
                       "PWD": str(tmp_path.absolute())}  # set by bwrap --chdir
+    assert not any("secret" in entry or entry.startswith(("HF_TOKEN", "AWS_", "SLURM_")) for entry in reaper)
+    assert sandbox.process_env(env, "none") == env  # isolation: none changes nothing
 
 
 def test_missing_bubblewrap_is_one_clear_line(tmp_path):

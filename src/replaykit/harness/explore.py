@@ -288,6 +288,7 @@ def _run_until(command: list[str], *, cwd: Path, env: dict, log: Path, ends_unix
                echo: bool) -> tuple[int, str]:
     """Run ``command`` in its own process group (dies with this process), its output to
     ``log`` (and stdout when ``echo``); kill it at ``ends_unix``. Returns (exit status, stop)."""
+    from .progress import escape_controls
     from .replay import set_parent_death_signal
 
     with open(log, "wb") as sink:
@@ -300,9 +301,8 @@ def _run_until(command: list[str], *, cwd: Path, env: dict, log: Path, ends_unix
             for line in iter(proc.stdout.readline, b""):
                 sink.write(line)
                 sink.flush()
-                if echo:
-                    sys.stdout.buffer.write(line)
-                    sys.stdout.flush()
+                if echo:  # the candidate's bytes reach the operator's terminal: controls shown, not run
+                    print(escape_controls(line.decode("utf-8", errors="replace").rstrip("\r\n")), flush=True)
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
@@ -333,7 +333,7 @@ def run_probe(exploration: Exploration, command: list[str] | None = None, *, wai
     Raises:
         InputError: the budget has ended, or the lock is refused (``wait=False``).
     """
-    from .sandbox import python_roots, wrap
+    from .sandbox import process_env, python_roots, wrap
 
     info, ex = exploration.info, exploration
     ex.require_budget("probes")
@@ -366,13 +366,14 @@ def run_probe(exploration: Exploration, command: list[str] | None = None, *, wai
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
                    OMP_NUM_THREADS=str(info["threads"]), REPLAYKIT_RUN_DIR=str(run_dir),
                    REPLAYKIT_REQUEST=str(request_path))
-        argv = wrap(command, info["isolation"], chdir=workspace, env=env,
+        argv = wrap(command, info["isolation"], chdir=workspace,
                     hide=[info["workdir"], ex.dir, info["lock"], info["lock"] + ".holder",
                           *info["hide"]],
                     read_only=[*python_roots(), info["public_dir"], *info["show"], ex.dir / "runs",
                                *([info["fixed_start"]] if info["show_fixed_start"] else [])],
                     writable=[workspace, run_dir])
-        code, stop = _run_until(argv, cwd=workspace, env=env, log=run_dir / "log.txt",
+        code, stop = _run_until(argv, cwd=workspace, env=process_env(env, info["isolation"]),
+                                log=run_dir / "log.txt",
                                 ends_unix=info["ends_unix"], echo=echo)
     finally:
         released = time.time()

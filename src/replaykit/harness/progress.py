@@ -17,7 +17,15 @@ publication::
     [progress] dpo/shipped-seed42: step 8/24 (33%) loss 0.6931 | elapsed 1m35s,
     deadline in 2m25s | next checkpoint-16 (published: 8) | log: logs/dpo/shipped-seed42/replay.log
 
-The relay never stops training: a line it cannot parse is written to the log unchanged.
+The relay never stops training: a line it cannot parse is written to the log unchanged,
+and the pipe is drained to the end whatever the training process writes. It is hardened
+against hostile output: control characters (ANSI sequences other than colours, OSC title or
+clipboard writes, C1 codes) are written as visible escapes (``\x1b``), so they reach neither
+the log nor, through Snakemake's ``show-failed-logs``, the operator's terminal as controls; a
+line that starts with the driver's own tags (``[replay]``, ``[progress]``) is marked
+``(train.py)``; a line is cut at :data:`MAX_LINE_BYTES`, the log at :data:`MAX_LOG_BYTES`,
+and the warnings remembered at :data:`MAX_WARNINGS`; publication lines reach the terminal at
+most once a second.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -34,11 +42,24 @@ PROGRESS_FD_ENV = "REPLAYKIT_PROGRESS_FD"
 EVERY_S = 30.0  # at most one progress line per this many seconds (publications always shown)
 SAVE_KEYS = ("save_steps", "save_freq", "save_every")  # the recipes' publication cadence
 
+MAX_LINE_BYTES = 64 * 1024  # a longer line is cut (the rest dropped, the count noted)
+MAX_LOG_BYTES = 256 * 1024**2  # after this, the log says so and the rest is only counted
+MAX_WARNINGS = 10_000  # distinct warning lines remembered for de-duplication
+PUBLISH_EVERY_S = 1.0  # publication progress lines: at most one per second
+DRIVER_TAGS = ("[replay]", "[progress]")  # lines only the driver writes
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_PROGRESS = re.compile(r"^\[train\] (step|epoch) (\d+)/(\d+)\b")
-_LOSS = re.compile(r"\bloss (-?[0-9.]+(?:e[-+]?\d+)?|nan|inf)\b", re.I)
-_PUBLISH = re.compile(r"^\[publish\] checkpoint-(\d+)\b")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # C0 but tab, DEL, C1
+_PROGRESS = re.compile(r"^\[train\] (step|epoch) (\d{1,9})/(\d{1,9})\b")
+_LOSS = re.compile(r"\bloss (-?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|nan|inf)(?![\w.])", re.I)
+_PUBLISH = re.compile(r"^\[publish\] checkpoint-(\d{1,9})\b")
 _WARNING = re.compile(r"warn", re.I)
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character but tab written as a visible escape
+    (``"\\x1b"``), so it cannot act on a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def clean(raw: str) -> str:
@@ -46,7 +67,7 @@ def clean(raw: str) -> str:
     (tqdm redraws its bar with ``\\r``; a trailing ``\\r`` is ignored), ANSI escape codes
     removed, trailing whitespace stripped."""
     segments = [s for s in raw.rstrip("\r\n").split("\r") if s.strip()]
-    return _ANSI.sub("", segments[-1] if segments else "").rstrip()
+    return escape_controls(_ANSI.sub("", segments[-1] if segments else "")).rstrip()
 
 
 def duration(seconds: float) -> str:
@@ -141,6 +162,9 @@ class Relay:
         self.progress = Progress(every=every)
         self.seen_warnings: set[str] = set()
         self.dropped = 0
+        self.cut = 0  # bytes dropped from over-long lines
+        self.log_bytes = 0
+        self._last_publish_emit: float | None = None
         self._dropping = False
         self._last_emit: float | None = None
 
@@ -160,14 +184,32 @@ class Relay:
                 self.dropped += 1
                 self._dropping = True
                 return
-            self.seen_warnings.add(line)
+            if len(self.seen_warnings) < MAX_WARNINGS:
+                self.seen_warnings.add(line)
+        if line.startswith(DRIVER_TAGS):  # only the driver writes these
+            line = "(train.py) " + line
+        self._write_log(line)
+        try:
+            kind = self.progress.update(line)
+        except (ValueError, OverflowError):  # a line that looks like ours but is not
+            kind = None
+        now = self.clock()
+        if kind == "publish":
+            if self._last_publish_emit is None or now - self._last_publish_emit >= PUBLISH_EVERY_S:
+                self._last_publish_emit = now
+                self.emit(now)
+        elif kind == "progress" and (self._last_emit is None or now - self._last_emit >= self.every_s):
+            self.emit(now)
+
+    def _write_log(self, line: str) -> None:
+        """Append ``line`` to the log unless the log has reached :data:`MAX_LOG_BYTES`."""
+        if self.log_bytes > MAX_LOG_BYTES:
+            return
+        self.log_bytes += len(line) + 1
+        if self.log_bytes > MAX_LOG_BYTES:
+            line = f"[replay] the log reached {MAX_LOG_BYTES} bytes: further training output is not written"
         self.log.write(line + "\n")
         self.log.flush()
-        kind = self.progress.update(line)
-        now = self.clock()
-        if kind == "publish" or (kind == "progress" and (
-                self._last_emit is None or now - self._last_emit >= self.every_s)):
-            self.emit(now)
 
     def emit(self, now: float | None = None) -> str:
         """Write the progress line now (to the terminal, when there is one); return it."""
@@ -189,14 +231,32 @@ class Relay:
             self.emit()
         if self.dropped:
             self.log.write(f"[replay] {self.dropped} lines of repeated warnings left out of this log\n")
+        if self.cut:
+            self.log.write(f"[replay] {self.cut} bytes of lines over {MAX_LINE_BYTES} bytes left out of this log\n")
+        self.log.flush()
+
+    def pump(self, stream: IO[bytes]) -> None:
+        """Feed every line of a binary stream (the training process's pipe), each cut at
+        :data:`MAX_LINE_BYTES`; the stream is read to its end even if feeding fails."""
+        cutting = False
+        try:
+            while raw := stream.readline(MAX_LINE_BYTES):
+                whole = raw.endswith(b"\n")
+                if cutting:  # the rest of an over-long line
+                    self.cut += len(raw) - whole  # the newline is no lost text
+                    cutting = not whole
+                    continue
+                if not whole and len(raw) >= MAX_LINE_BYTES:
+                    cutting = True
+                self.feed(raw.decode("utf-8", errors="replace"))
+        except Exception as exc:  # never leave the training process blocked on a full pipe
+            self.log.write(f"[replay] progress relay stopped ({type(exc).__name__}: {exc}); "
+                           "further training output is not written\n")
             self.log.flush()
+            while stream.read(MAX_LINE_BYTES):
+                pass
 
-    def pump(self, stream: Iterable[bytes]) -> None:
-        """Feed every line of a binary stream (the training process's pipe)."""
-        for raw in stream:
-            self.feed(raw.decode("utf-8", errors="replace"))
-
-    def start(self, stream: Iterable[bytes]) -> threading.Thread:
+    def start(self, stream: IO[bytes]) -> threading.Thread:
         """Pump ``stream`` in a daemon thread (join it after the process has exited)."""
         thread = threading.Thread(target=self.pump, args=(stream,), name="replay-relay", daemon=True)
         thread.start()

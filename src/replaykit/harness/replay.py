@@ -41,7 +41,7 @@ from .frozen import digest as frozen_digest
 from .progress import Relay, save_every, terminal_from_env
 from .provenance import git_commit, library_versions, utc_now
 from .publish import KEEP, published, read_ledger
-from .sandbox import NO_ISOLATION_ADVISORY, python_roots, wrap
+from .sandbox import NO_ISOLATION_ADVISORY, process_env, python_roots, wrap
 from .workspace import special_entries
 
 _PR_SET_PDEATHSIG = 1
@@ -229,7 +229,7 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
           f"outer limit in {outer_unix - started_unix:.0f} s", flush=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), PYTHONDONTWRITEBYTECODE="1")
     command = [sys.executable, "train.py", "--request", str(request_path.resolve())]
-    command = wrap(command, isolation, chdir=workspace.resolve(), env=env,
+    command = wrap(command, isolation, chdir=workspace.resolve(),
                    hide=[Path.cwd(), *hide],
                    read_only=[*python_roots(), workspace, public_dir, *show,
                               *([fixed_start] if show_fixed_start else [])],
@@ -237,7 +237,8 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     print(f"[replay] isolation: {isolation}" + ("" if isolation != "none" else f" ({NO_ISOLATION_ADVISORY})"),
           flush=True)
     frozen_before = frozen_files()
-    proc = subprocess.Popen(command, cwd=workspace, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(command, cwd=workspace, env=process_env(env, isolation), start_new_session=True,
+                            stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))
     # training output -> this log, cleaned; a progress line -> the job's terminal

@@ -19,8 +19,10 @@ Inside the sandbox (:func:`bwrap_argv`):
   devices (``/dev/nvidia*``) so CUDA works;
 * only an allow-list of environment variables passes (:data:`ENV_ALLOWED`: locale, paths,
   thread counts, CUDA/PyTorch/offline switches, the exploration probe's
-  ``REPLAYKIT_RUN_DIR`` and ``REPLAYKIT_REQUEST``); tokens,
-  credentials and cluster variables of the operator's shell never reach candidate code.
+  ``REPLAYKIT_RUN_DIR`` and ``REPLAYKIT_REQUEST``; nothing named like a key, token or
+  secret): callers start ``bwrap`` itself with :func:`process_env`, since its reaper (pid 1
+  inside) shows its environment in ``/proc/1/environ``. Tokens, credentials and cluster
+  variables of the operator's shell never reach candidate code.
 
 bubblewrap's own documentation: https://github.com/containers/bubblewrap (``bwrap(1)``).
 The overhead is a few milliseconds per job (``bench/sandbox_overhead.py``).
@@ -47,20 +49,35 @@ NO_ISOLATION_ADVISORY = ("isolation: none -- the replay ran without the sandbox,
                          "this result is not defensible")
 
 
-# Environment variables a replay may see (fnmatch patterns); everything else is cleared.
+# Environment variables a replay may see (fnmatch patterns); everything else is cleared,
+# and a name matching ENV_DENIED is cleared even when allowed (e.g. NVIDIA_API_KEY).
 ENV_ALLOWED = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "TMPDIR",
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC",
+    "LC_MESSAGES", "TERM", "TZ", "TMPDIR",
     "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONWARNINGS",
     "VIRTUAL_ENV", "OMP_*", "MKL_*", "OPENBLAS_*", "KMP_*", "CUDA_*", "CUBLAS_*", "CUDNN_*",
-    "NVIDIA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*",
-    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
-    "REPLAYKIT_RUN_DIR", "REPLAYKIT_REQUEST",
+    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NCCL_*", "TORCH_*", "PYTORCH_*",
+    "TORCHINDUCTOR_*", "TRITON_*", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM", "REPLAYKIT_RUN_DIR", "REPLAYKIT_REQUEST",
 )
+ENV_DENIED = ("*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "*AUTH*")
 
 
 def allowed_env(env) -> dict[str, str]:
-    """The entries of ``env`` whose names match :data:`ENV_ALLOWED` (case-sensitive)."""
-    return {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, pat) for pat in ENV_ALLOWED)}
+    """The entries of ``env`` whose names match :data:`ENV_ALLOWED` and none of
+    :data:`ENV_DENIED` (case-sensitive for the allow-list, case-insensitive for the deny-list)."""
+    def ok(name: str) -> bool:
+        return (any(fnmatch.fnmatchcase(name, pat) for pat in ENV_ALLOWED)
+                and not any(fnmatch.fnmatchcase(name.upper(), pat) for pat in ENV_DENIED))
+    return {k: v for k, v in env.items() if ok(k)}
+
+
+def process_env(env, mode: str) -> dict[str, str]:
+    """The environment to start a sandboxed command with (``bwrap``: :func:`allowed_env` of
+    ``env``; ``none``: ``env`` as is). bwrap's own processes are visible inside the sandbox
+    (``/proc/1/environ`` is bwrap's reaper), so the filter applies to bwrap itself, not only to
+    the command: pass this to ``Popen(env=...)``."""
+    return allowed_env(env) if mode == "bwrap" else dict(env)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -106,7 +123,7 @@ def python_roots() -> list[Path]:
 
 
 def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writable: list,
-               hide: list, env=None, bwrap: str = "bwrap") -> list[str]:
+               hide: list, bwrap: str = "bwrap") -> list[str]:
     """The ``bwrap`` command line that runs ``command`` in the sandbox described above.
 
     Args:
@@ -115,8 +132,6 @@ def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writab
         read_only: paths shown read-only (re-exposed even when under a hidden path).
         writable: paths shown read-write.
         hide: paths replaced by an empty tmpfs (directories) or ``/dev/null`` (files).
-        env: the environment the process is started with (default ``os.environ``); inside,
-            it is cleared and only :func:`allowed_env` of it is set again.
 
     Paths that do not exist are skipped. bwrap applies mounts in order, a later one over an
     earlier one, so they are sorted by depth (parents first; at equal paths hide, then
@@ -141,9 +156,6 @@ def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writab
     for path, kind in mounts.items():  # last, once the views inside them are mounted
         if kind == "hide" and path.is_dir() and path not in scratch:
             argv += ["--remount-ro", str(path)]
-    argv.append("--clearenv")
-    for key, value in sorted(allowed_env(os.environ if env is None else env).items()):
-        argv += ["--setenv", key, value]
     argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
              "--cap-drop", "ALL", "--chdir", str(Path(chdir).absolute()), "--", *command]
     return argv
