@@ -31,6 +31,19 @@ def _discover() -> tuple[str, ...]:
 KNOWN = _discover()
 
 
+def deferred(package: str, module: str, name: str):
+    """The plug-in member ``name`` of ``module`` (relative to ``package``), imported at its
+    first call, not when the workflow is parsed (every job re-parses it; the soup, digress
+    and ddpo loaders and evaluators import torch, open_clip, diffusers or RDKit)."""
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module, package), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``{module}.{name}`` of ``{package}``, imported when first called."
+    return call
+
+
 def check_data_keys(data: dict, *, embedded: tuple[str, ...], local: tuple[str, ...],
                     counts: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> None:
     """The common part of a plug-in's ``check_data``: the keys its source needs

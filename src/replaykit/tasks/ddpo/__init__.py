@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_json, atomic_write_text
-from .. import check_data_keys, write_splits
+from .. import check_data_keys, deferred, write_splits
 
 METRIC = {"final": "mean_{reward}_final{n}", "proxy": "mean_{reward}_public{n}", "direction": "maximize",
           "uncertainty": "se_of_mean"}
@@ -46,26 +46,9 @@ LOCAL_KEYS = ("prompts_file", "clip_dir", "aesthetic_mlp", "public_seed", "n_pro
 
 # The plug-in interface's heavy parts (torch, diffusers) are imported when called, not when the
 # workflow is parsed (every job re-parses it).
-def validate(checkpoint: str | Path, fixed_start: str | Path, cfg: dict | None = None) -> dict:
-    """The frozen loader's verdict (:func:`.loader.validate`)."""
-    from .loader import validate
-
-    return validate(checkpoint, fixed_start, cfg)
-
-
-def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
-             cfg: dict) -> tuple[dict, list[dict]]:
-    """The frozen evaluator (:func:`.evaluator.evaluate`)."""
-    from .evaluator import evaluate
-
-    return evaluate(checkpoint, fixed_start, items_file, metric, cfg)
-
-
-def plot_diagnostics(fig, summary: dict, docs: list[dict], fixed_start: dict | None) -> str:
-    """The report's diagnostic figure (:func:`.report.plot_diagnostics`)."""
-    from .report import plot_diagnostics
-
-    return plot_diagnostics(fig, summary, docs, fixed_start)
+validate = deferred(__name__, ".loader", "validate")  # the frozen loader's verdict
+evaluate = deferred(__name__, ".evaluator", "evaluate")  # the frozen evaluator
+plot_diagnostics = deferred(__name__, ".report", "plot_diagnostics")  # the report's diagnostic figure
 
 
 def check_data(data: dict) -> None:
