@@ -49,8 +49,6 @@ checkpoint replay:
         publish_dir=replay_dir,
         state_dir=lambda w: f"results/{w.task}/{w.run}/replay-state",
         sandbox=sandbox_args,
-    message:
-        "replay {wildcards.task}/{wildcards.run}: progress below; full log: {log}"
     shell:
         "export REPLAYKIT_PROGRESS_FD=3 REPLAYKIT_LOG={log:q}; exec 3>&2;"
         " exec python -m replaykit replay --task {wildcards.task} --run {wildcards.run}"

@@ -121,6 +121,15 @@ def test_hostile_output_is_shown_not_obeyed_and_never_stops_the_relay():
     assert len(term.getvalue().splitlines()) == 2
 
 
+def test_start_announces_the_replay_and_its_log():
+    term = io.StringIO()
+    relay = Relay(io.StringIO(), term, label="dpo/shipped-seed42", started_unix=0, deadline_unix=60,
+                  log_name="logs/dpo/shipped-seed42/replay.log")
+    relay.start(io.BytesIO(b"")).join(timeout=10)
+    assert term.getvalue() == ("[progress] dpo/shipped-seed42: training started; "
+                               "full log: logs/dpo/shipped-seed42/replay.log\n")
+
+
 def test_relay_cuts_long_lines_and_drains_the_pipe(monkeypatch):
     """A line of 3 x the cap without a newline is kept to the cap; the lines after it arrive."""
     monkeypatch.setattr(progress, "MAX_LINE_BYTES", 1000)

@@ -256,8 +256,22 @@ class Relay:
             while stream.read(MAX_LINE_BYTES):
                 pass
 
+    def announce(self) -> str:
+        """The first line on the terminal: which replay started and where its full log is
+        (Snakemake's own job block, with inputs, outputs and resources, stays as it is)."""
+        text = f"[progress] {self.label}: training started" + (f"; full log: {self.log_name}" if self.log_name else "")
+        if self.terminal is not None:
+            try:
+                self.terminal.write(text + "\n")
+                self.terminal.flush()
+            except OSError:
+                self.terminal = None
+        return text
+
     def start(self, stream: IO[bytes]) -> threading.Thread:
-        """Pump ``stream`` in a daemon thread (join it after the process has exited)."""
+        """Announce the replay, then pump ``stream`` in a daemon thread (join it after the
+        process has exited)."""
+        self.announce()
         thread = threading.Thread(target=self.pump, args=(stream,), name="replay-relay", daemon=True)
         thread.start()
         return thread
