@@ -188,8 +188,8 @@ def _delay_visibility(work, seconds):
     rule = work / "rules/replay.smk"
     text = rule.read_text()
     end = ' --threads {threads} {params.sandbox} > {log} 2>&1"'
-    assert text.count('"exec python -m replaykit replay') == 1 and text.count(end) == 1
-    text = text.replace('"exec python -m replaykit replay', '"python -m replaykit replay').replace(
+    assert text.count(" exec python -m replaykit replay") == 1 and text.count(end) == 1
+    text = text.replace(" exec python -m replaykit replay", " python -m replaykit replay").replace(
         end,
         ' --threads {threads} {params.sandbox} > {log} 2>&1; mv {params.publish_dir}/checkpoint-5 {params.publish_dir}/.not-yet-visible;"'
         f'" (sleep {seconds}; mv {{params.publish_dir}}/.not-yet-visible {{params.publish_dir}}/checkpoint-5)'
