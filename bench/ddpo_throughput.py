@@ -32,23 +32,60 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "recipes" / "ddpo")]
 
-SD15_UNET = dict(sample_size=64, in_channels=4, out_channels=4, center_input_sample=False, flip_sin_to_cos=True,
-                 freq_shift=0, down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
-                                                 "DownBlock2D"),
-                 up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-                 block_out_channels=(320, 640, 1280, 1280), layers_per_block=2, downsample_padding=1,
-                 mid_block_scale_factor=1, act_fn="silu", norm_num_groups=32, norm_eps=1e-5, cross_attention_dim=768,
-                 attention_head_dim=8)
-SD15_VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
-                up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(128, 256, 512, 512), layers_per_block=2,
-                latent_channels=4, norm_num_groups=32, sample_size=512, scaling_factor=0.18215)
-SD15_TEXT = dict(vocab_size=49408, hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                 max_position_embeddings=77, hidden_act="quick_gelu", projection_dim=768)
-TINY_UNET = dict(SD15_UNET, sample_size=8, block_out_channels=(32, 32, 64, 64), layers_per_block=1, norm_num_groups=8,
-                 cross_attention_dim=32, attention_head_dim=4)
+SD15_UNET = dict(
+    sample_size=64,
+    in_channels=4,
+    out_channels=4,
+    center_input_sample=False,
+    flip_sin_to_cos=True,
+    freq_shift=0,
+    down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+    up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+    block_out_channels=(320, 640, 1280, 1280),
+    layers_per_block=2,
+    downsample_padding=1,
+    mid_block_scale_factor=1,
+    act_fn="silu",
+    norm_num_groups=32,
+    norm_eps=1e-5,
+    cross_attention_dim=768,
+    attention_head_dim=8,
+)
+SD15_VAE = dict(
+    in_channels=3,
+    out_channels=3,
+    down_block_types=("DownEncoderBlock2D",) * 4,
+    up_block_types=("UpDecoderBlock2D",) * 4,
+    block_out_channels=(128, 256, 512, 512),
+    layers_per_block=2,
+    latent_channels=4,
+    norm_num_groups=32,
+    sample_size=512,
+    scaling_factor=0.18215,
+)
+SD15_TEXT = dict(
+    vocab_size=49408,
+    hidden_size=768,
+    intermediate_size=3072,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    max_position_embeddings=77,
+    hidden_act="quick_gelu",
+    projection_dim=768,
+)
+TINY_UNET = dict(
+    SD15_UNET,
+    sample_size=8,
+    block_out_channels=(32, 32, 64, 64),
+    layers_per_block=1,
+    norm_num_groups=8,
+    cross_attention_dim=32,
+    attention_head_dim=4,
+)
 TINY_VAE = dict(SD15_VAE, block_out_channels=(8, 8, 16, 16), layers_per_block=1, norm_num_groups=4, sample_size=64)
-TINY_TEXT = dict(SD15_TEXT, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                 projection_dim=32)
+TINY_TEXT = dict(
+    SD15_TEXT, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, projection_dim=32
+)
 
 
 class RandomPipeline:
@@ -73,8 +110,10 @@ class RandomPipeline:
 
     @torch.no_grad()
     def encode_prompts(self, texts):
-        ids = torch.tensor([[49406] + [320 + (hash(t) + i) % 40000 for i in range(5)] + [49407] * 71 for t in texts],
-                           device=self.device)
+        ids = torch.tensor(
+            [[49406] + [320 + (hash(t) + i) % 40000 for i in range(5)] + [49407] * 71 for t in texts],
+            device=self.device,
+        )
         return self.text_encoder(ids)[0]
 
     @torch.no_grad()
@@ -96,8 +135,9 @@ def sd15(args) -> list[dict]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if device == "cuda" else torch.float32
     pipe = RandomPipeline(args.tiny, device, dtype)
-    pipe.unet.add_adapter(LoraConfig(r=4, lora_alpha=4, init_lora_weights="gaussian",
-                                     target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
+    pipe.unet.add_adapter(
+        LoraConfig(r=4, lora_alpha=4, init_lora_weights="gaussian", target_modules=["to_q", "to_k", "to_v", "to_out.0"])
+    )
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
     for p in params:
         p.data = p.data.float()
@@ -106,14 +146,26 @@ def sd15(args) -> list[dict]:
     scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
     scheduler.set_timesteps(steps)
     rows = []
-    configs = [("spec", 8, 4, 4), ("large-batch", 32, 16, 1)] if not args.tiny else [("spec", 2, 1, 4), ("large-batch", 8, 4, 1)]
+    configs = (
+        [("spec", 8, 4, 4), ("large-batch", 32, 16, 1)]
+        if not args.tiny
+        else [("spec", 2, 1, 4), ("large-batch", 8, 4, 1)]
+    )
     for attention, processor in (("fused (SDPA)", AttnProcessor2_0), ("unfused", AttnProcessor)):
         pipe.unet.set_attn_processor(processor())
         for name, sample_bs, train_bs, accum in configs:
             if attention == "unfused" and name == "large-batch" and not args.tiny:
                 continue  # 64 x 4096^2 attention maps per layer: the unfused path is measured at SPEC's batches
-            recipe = {"sample_batch_size": sample_bs, "guidance_scale": 5.0, "eta": 1.0, "train_batch_size": train_bs,
-                      "gradient_accumulation_steps": accum, "clip_range": 1e-4, "adv_clip_max": 5.0, "max_grad_norm": 1.0}
+            recipe = {
+                "sample_batch_size": sample_bs,
+                "guidance_scale": 5.0,
+                "eta": 1.0,
+                "train_batch_size": train_bs,
+                "gradient_accumulation_steps": accum,
+                "clip_range": 1e-4,
+                "adv_clip_max": 5.0,
+                "max_grad_norm": 1.0,
+            }
             generator = torch.Generator().manual_seed(0)
             prompts = [f"prompt {i}" for i in range(sample_bs)]
             warm = DDIMScheduler.from_config(pipe.scheduler.config)
@@ -128,7 +180,7 @@ def sd15(args) -> list[dict]:
                 # training: a slice of the trajectories, `train_iters` (minibatch, step) pairs timed
                 iters = args.train_iters
                 sub = {k: v[:train_bs] for k, v in batch.items()}
-                sub["latents"] = sub["latents"][:, :iters + 1]
+                sub["latents"] = sub["latents"][:, : iters + 1]
                 sub["log_probs"] = sub["log_probs"][:, :iters]
                 short = DDIMScheduler.from_config(pipe.scheduler.config)
                 short.set_timesteps(steps)
@@ -142,15 +194,27 @@ def sd15(args) -> list[dict]:
                 per_iter = (time.time() - t0) / iters
             train_s = per_iter * (per_epoch / train_bs) * steps
             peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
-            row = {"attention": attention, "config": name, "sample_batch": sample_bs, "train_batch": train_bs,
-                   "accum": accum, "sampling_s_per_epoch": sample_s, "training_s_per_epoch": train_s,
-                   "epoch_s": sample_s + train_s, "samples_per_s": per_epoch / sample_s,
-                   "train_iter_s": per_iter, "peak_gib": peak}
+            row = {
+                "attention": attention,
+                "config": name,
+                "sample_batch": sample_bs,
+                "train_batch": train_bs,
+                "accum": accum,
+                "sampling_s_per_epoch": sample_s,
+                "training_s_per_epoch": train_s,
+                "epoch_s": sample_s + train_s,
+                "samples_per_s": per_epoch / sample_s,
+                "train_iter_s": per_iter,
+                "peak_gib": peak,
+            }
             rows.append(row)
-            print(f"{attention:13s} {name:12s} sample bs {sample_bs:3d} train bs {train_bs:3d}x{accum}: sampling "
-                  f"{sample_s:7.1f} s/epoch ({per_epoch / sample_s:6.2f} img/s), training {train_s:7.1f} s/epoch "
-                  f"({per_iter * 1000:7.1f} ms/iter) -> {sample_s + train_s:7.1f} s/epoch"
-                  + (f", peak {peak:.1f} GiB" if peak else ""), flush=True)
+            print(
+                f"{attention:13s} {name:12s} sample bs {sample_bs:3d} train bs {train_bs:3d}x{accum}: sampling "
+                f"{sample_s:7.1f} s/epoch ({per_epoch / sample_s:6.2f} img/s), training {train_s:7.1f} s/epoch "
+                f"({per_iter * 1000:7.1f} ms/iter) -> {sample_s + train_s:7.1f} s/epoch"
+                + (f", peak {peak:.1f} GiB" if peak else ""),
+                flush=True,
+            )
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
     return rows
@@ -177,8 +241,14 @@ def embedded(args) -> list[dict]:
         from diffusers.models.attention_processor import AttnProcessor
 
         pipe.unet.set_attn_processor(AttnProcessor())
-    pipe.unet.add_adapter(LoraConfig(r=recipe["lora"]["r"], lora_alpha=recipe["lora"]["alpha"],
-                                     init_lora_weights="gaussian", target_modules=recipe["lora"]["target_modules"]))
+    pipe.unet.add_adapter(
+        LoraConfig(
+            r=recipe["lora"]["r"],
+            lora_alpha=recipe["lora"]["alpha"],
+            init_lora_weights="gaussian",
+            target_modules=recipe["lora"]["target_modules"],
+        )
+    )
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=recipe["learning_rate"])
     scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
@@ -187,7 +257,9 @@ def embedded(args) -> list[dict]:
     reward, rng, generator = jpeg_compressibility(), random.Random(0), torch.Generator().manual_seed(0)
     rows = []
     for epoch in range(args.epochs):
-        prompts = [rng.choice(digit_prompts()) for _ in range(recipe["sample_batch_size"] * recipe["num_batches_per_epoch"])]
+        prompts = [
+            rng.choice(digit_prompts()) for _ in range(recipe["sample_batch_size"] * recipe["num_batches_per_epoch"])
+        ]
         t0 = time.time()
         batch = train.sample_epoch(pipe, scheduler, prompts, recipe, generator)
         t1 = time.time()
@@ -196,12 +268,22 @@ def embedded(args) -> list[dict]:
         t2 = time.time()
         train.train_epoch(pipe, scheduler, batch, adv, params, optimizer, recipe, generator)
         t3 = time.time()
-        row = {"epoch": epoch + 1, "sampling_s": t1 - t0, "reward_s": t2 - t1, "training_s": t3 - t2, "epoch_s": t3 - t0,
-               "reward_mean": float(np.mean(r))}
+        row = {
+            "epoch": epoch + 1,
+            "sampling_s": t1 - t0,
+            "reward_s": t2 - t1,
+            "training_s": t3 - t2,
+            "epoch_s": t3 - t0,
+            "reward_mean": float(np.mean(r)),
+        }
         rows.append(row)
-        print(f"epoch {epoch + 1}: sampling {row['sampling_s']:.2f} s, reward {row['reward_s']:.2f} s, training "
-              f"{row['training_s']:.2f} s -> {row['epoch_s']:.2f} s ({len(prompts)} samples, {recipe['num_steps']} steps, "
-              f"{args.threads} thread(s), {'unfused' if args.unfused else 'SDPA'} attention)", flush=True)
+        print(
+            f"epoch {epoch + 1}: sampling {row['sampling_s']:.2f} s, reward {row['reward_s']:.2f} s, training "
+            f"{row['training_s']:.2f} s -> {row['epoch_s']:.2f} s ({len(prompts)} samples, "
+            f"{recipe['num_steps']} steps, "
+            f"{args.threads} thread(s), {'unfused' if args.unfused else 'SDPA'} attention)",
+            flush=True,
+        )
     return rows
 
 
@@ -210,7 +292,9 @@ def main() -> None:
     parser.add_argument("--fixed-start", help="the embedded pipeline folder (CPU mode)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--unfused", action="store_true", help="with --fixed-start: diffusers' AttnProcessor instead of SDPA")
+    parser.add_argument(
+        "--unfused", action="store_true", help="with --fixed-start: diffusers' AttnProcessor instead of SDPA"
+    )
     parser.add_argument("--sd15", action="store_true", help="SD v1.5 architecture, random weights")
     parser.add_argument("--tiny", action="store_true", help="with --sd15: toy sizes (a CPU check of the script)")
     parser.add_argument("--train-iters", type=int, default=10)
@@ -224,8 +308,16 @@ def main() -> None:
         parser.error("give --fixed-start DIR or --sd15")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-                                               "torch": torch.__version__, "rows": rows}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+                    "torch": torch.__version__,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Usage: python bench/device_models.py <out dir> <SmolLM2 config dir> [dpo|rm]
 Writes <out>/tiny.yaml (the tests' tiny config) and <out>/smol.yaml (the embedded default's
 sizes on random SmolLM2-135M weights) for the task.
 """
+
 import sys
 from pathlib import Path
 

@@ -27,18 +27,38 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(public: Path, work: Path, overrides: dict, seconds: float) -> dict:
     (work / "state").mkdir(parents=True)
-    request = {"fixed_start": "", "public_dir": str(public), "publish_dir": str(work / "pub"),
-               "state_dir": str(work / "state"), "seed": 42, "deadline_unix": time.time() + seconds,
-               "export_reserve_s": 30, "profile": "full", "overrides": overrides, "threads": 8, "keep": 3,
-               "resume": False}
+    request = {
+        "fixed_start": "",
+        "public_dir": str(public),
+        "publish_dir": str(work / "pub"),
+        "state_dir": str(work / "state"),
+        "seed": 42,
+        "deadline_unix": time.time() + seconds,
+        "export_reserve_s": 30,
+        "profile": "full",
+        "overrides": overrides,
+        "threads": 8,
+        "keep": 3,
+        "resume": False,
+    }
     (work / "state/request.json").write_text(json.dumps(request))
     started = time.time()
-    out = subprocess.run([sys.executable, "train.py", "--request", str(work / "state/request.json")],
-                         cwd=ROOT / "recipes/digress", capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    out = subprocess.run(
+        [sys.executable, "train.py", "--request", str(work / "state/request.json")],
+        cwd=ROOT / "recipes/digress",
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+    )
     result = json.loads((work / "state/train_result.json").read_text())
-    return {"overrides": overrides, "returncode": out.returncode, "wall_s": time.time() - started,
-            "history": result["history"], "stdout_tail": out.stdout[-1500:], "stderr_tail": out.stderr[-1500:]}
+    return {
+        "overrides": overrides,
+        "returncode": out.returncode,
+        "wall_s": time.time() - started,
+        "history": result["history"],
+        "stdout_tail": out.stdout[-1500:],
+        "stderr_tail": out.stderr[-1500:],
+    }
 
 
 def main() -> int:
@@ -63,16 +83,19 @@ def main() -> int:
         atoms, bonds = synthetic_graphs(json.loads(Path(a.stats).read_text()), a.synthetic)
         data.save_npz(public / "train_graphs.npz", atoms, bonds)
         (public / "stats.json").write_text(json.dumps(data.statistics(atoms, bonds)))
-    runs = [run(public, scratch / "plain", {"epochs": a.plain_epochs, "save_every": 1}, 600),
-            run(public, scratch / "graph", {"epochs": a.epochs, "save_every": 1, "cuda_graph": True,
-                                            "compile": True}, 900)]
+    runs = [
+        run(public, scratch / "plain", {"epochs": a.plain_epochs, "save_every": 1}, 600),
+        run(public, scratch / "graph", {"epochs": a.epochs, "save_every": 1, "cuda_graph": True, "compile": True}, 900),
+    ]
     last = sorted((scratch / "graph/pub").glob("checkpoint-*"), key=lambda q: int(q.name.split("-")[1]))[-1]
     model, _, config = ckpt.load(last)
     report = {"runs": runs, "loaded": last.name, "loaded_epoch": config["epoch"]}
     for r in runs:
-        print(f"[smoke] {r['overrides']}: rc {r['returncode']}, wall {r['wall_s']:.0f} s, epochs "
-              + ", ".join(f"{h['progress']}: {h['epoch_s']:.2f} s loss {h['loss']:.4f}" for h in r["history"]),
-              flush=True)
+        print(
+            f"[smoke] {r['overrides']}: rc {r['returncode']}, wall {r['wall_s']:.0f} s, epochs "
+            + ", ".join(f"{h['progress']}: {h['epoch_s']:.2f} s loss {h['loss']:.4f}" for h in r["history"]),
+            flush=True,
+        )
     print(f"[smoke] {last.name} loads strictly with the frozen loader (epoch {config['epoch']})", flush=True)
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)

@@ -45,12 +45,17 @@ def main() -> int:
         atoms, bonds = data.dense(split["train"])
         data.save_npz(out / "train_graphs.npz", atoms, bonds)
         stats = data.statistics(atoms, bonds)
-        stats.update(source={k: config.get(k) for k in ("name", "version", "sha256")}, skipped_rows=skipped,
-                     split_sizes={k: len(v) for k, v in split.items()},
-                     train_graphs_sha256=sha256_file(out / "train_graphs.npz"))
+        stats.update(
+            source={k: config.get(k) for k in ("name", "version", "sha256")},
+            skipped_rows=skipped,
+            split_sizes={k: len(v) for k, v in split.items()},
+            train_graphs_sha256=sha256_file(out / "train_graphs.npz"),
+        )
         (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-        print(f"[tensors] {len(atoms)} training graphs -> {out}/train_graphs.npz "
-              f"({(out / 'train_graphs.npz').stat().st_size / 1e6:.1f} MB)")
+        print(
+            f"[tensors] {len(atoms)} training graphs -> {out}/train_graphs.npz "
+            f"({(out / 'train_graphs.npz').stat().st_size / 1e6:.1f} MB)"
+        )
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -99,23 +99,38 @@ def main() -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="", help="train_graphs.npz (atoms, bonds)")
-    p.add_argument("--synthetic", type=int, default=0,
-                   help="instead of --data: N random molecule-like graphs with the node-count histogram and "
-                        "marginals of --stats (same padded 9-node shapes; for a machine the data cannot reach)")
+    p.add_argument(
+        "--synthetic",
+        type=int,
+        default=0,
+        help="instead of --data: N random molecule-like graphs with the node-count histogram and "
+        "marginals of --stats (same padded 9-node shapes; for a machine the data cannot reach)",
+    )
     p.add_argument("--stats", required=True, help="stats.json of the training split (marginals)")
     p.add_argument("--profile", default="embedded", help="recipes/digress/configs/<profile>.yaml")
     p.add_argument("--device", default="auto")
     p.add_argument("--epochs", type=int, default=2, help="timed epochs per variant (after a warm-up of 3 steps)")
     p.add_argument("--max-graphs", type=int, default=0, help="use only the first N graphs (0: all)")
-    p.add_argument("--workers", type=int, default=0,
-                   help="> 0: also time the straightforward loop with this many DataLoader workers")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="> 0: also time the straightforward loop with this many DataLoader workers",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also time torch.compile of the denoiser (CUDA)")
     p.add_argument("--bf16", action="store_true", help="also time bf16 autocast + TF32 (CUDA)")
-    p.add_argument("--variants", default="", help="comma-separated variants to run instead of the default set, e.g. "
-                   "device+tf32+graph+prefetch,device+bf16+graph+prefetch,device+tf32+compile+graph+prefetch")
-    p.add_argument("--data-only", action="store_true",
-                   help="also time producing the batches alone, and with noise + extra features, per path")
+    p.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated variants to run instead of the default set, e.g. "
+        "device+tf32+graph+prefetch,device+bf16+graph+prefetch,device+tf32+compile+graph+prefetch",
+    )
+    p.add_argument(
+        "--data-only",
+        action="store_true",
+        help="also time producing the batches alone, and with noise + extra features, per path",
+    )
     p.add_argument("--eval", action="store_true", help="also time the evaluator's NLL and sampling")
     p.add_argument("--eval-graphs", type=int, default=4096)
     p.add_argument("--eval-samples", type=int, default=512)
@@ -133,17 +148,30 @@ def main() -> int:
         a.max_graphs, a.epochs = a.max_graphs or 256, 1
         recipe["n_layers"] = min(recipe["n_layers"], 2)
     if a.max_graphs:
-        atoms_np, bonds_np = atoms_np[:a.max_graphs], bonds_np[:a.max_graphs]
+        atoms_np, bonds_np = atoms_np[: a.max_graphs], bonds_np[: a.max_graphs]
     stats = json.loads(Path(a.stats).read_text())
     train = load_recipe_module()
-    model_cfg = {"n_layers": recipe["n_layers"], "hidden_mlp_dims": recipe["hidden_mlp_dims"],
-                 "hidden_dims": recipe["hidden_dims"], "dropout": recipe["dropout"]}
-    diff_cfg = {"T": recipe["T"], "transition": recipe["transition"], "x_marginals": stats["atom_marginals"],
-                "e_marginals": stats["bond_marginals"], "extra_features": recipe["extra_features"]}
+    model_cfg = {
+        "n_layers": recipe["n_layers"],
+        "hidden_mlp_dims": recipe["hidden_mlp_dims"],
+        "hidden_dims": recipe["hidden_dims"],
+        "dropout": recipe["dropout"],
+    }
+    diff_cfg = {
+        "T": recipe["T"],
+        "transition": recipe["transition"],
+        "x_marginals": stats["atom_marginals"],
+        "e_marginals": stats["bond_marginals"],
+        "extra_features": recipe["extra_features"],
+    }
     cuda = device == "cuda"
-    variants = ["straightforward"] + ([f"straightforward+{a.workers}workers"] if a.workers > 0 else []) + ["device"] \
-        + (["device+tf32", "device+tf32+graph", "device+tf32+graph+prefetch"] if cuda else ["device+fused"]) \
+    variants = (
+        ["straightforward"]
+        + ([f"straightforward+{a.workers}workers"] if a.workers > 0 else [])
+        + ["device"]
+        + (["device+tf32", "device+tf32+graph", "device+tf32+graph+prefetch"] if cuda else ["device+fused"])
         + (["device+bf16"] if cuda and a.bf16 else [])
+    )
     if a.compile:
         variants.append("device+bf16+compile" if cuda else "device+compile")
     if a.variants:  # an explicit list, e.g. the graph step with bf16 autocast or a compiled model inside
@@ -159,8 +187,13 @@ def main() -> int:
         if cuda:
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = fast or "tf32" in variant
         model = ckpt.build_model(model_cfg).to(device).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=float(recipe["lr"]), weight_decay=float(recipe["weight_decay"]),
-                                amsgrad=True, capturable=graphed and cuda)
+        opt = torch.optim.AdamW(
+            model.parameters(),
+            lr=float(recipe["lr"]),
+            weight_decay=float(recipe["weight_decay"]),
+            amsgrad=True,
+            capturable=graphed and cuda,
+        )
         if "compile" in variant:
             model = torch.compile(model)
 
@@ -180,6 +213,7 @@ def main() -> int:
 
             def batches():
                 return train.device_batches(atoms, bonds, int(recipe["batch_size"]), gen)
+
         setup_s = time.time() - setup
         use_extra = bool(recipe["extra_features"])
         stepper = train.GraphedStep(model, opt, recipe, autocast, int(recipe["batch_size"])) if graphed else None
@@ -222,9 +256,15 @@ def main() -> int:
             steps += epoch()
             sync(device)
             times.append(time.time() - t0)
-        return {"variant": variant, "s_per_epoch": float(np.mean(times)), "epochs_timed": len(times),
-                "graphs_per_s": len(atoms_np) / float(np.mean(times)), "steps_per_epoch": steps // len(times),
-                "setup_s": setup_s, "warmup_s": warmup_s}
+        return {
+            "variant": variant,
+            "s_per_epoch": float(np.mean(times)),
+            "epochs_timed": len(times),
+            "graphs_per_s": len(atoms_np) / float(np.mean(times)),
+            "steps_per_epoch": steps // len(times),
+            "setup_s": setup_s,
+            "warmup_s": warmup_s,
+        }
 
     def data_only(path: str) -> dict:
         """Seconds per epoch of producing the batches alone (no step), and with noise + features."""
@@ -237,8 +277,10 @@ def main() -> int:
             atoms, bonds = torch.as_tensor(atoms_np, device=device), torch.as_tensor(bonds_np, device=device)
             make = lambda: train.device_batches(atoms, bonds, int(recipe["batch_size"]), gen)  # noqa: E731
         use_extra = bool(recipe["extra_features"])
-        for key, fn in (("batches_s", lambda b: b),
-                        ("batches_noise_features_s", lambda b: train.prepare_batch(noise, *b, use_extra))):
+        for key, fn in (
+            ("batches_s", lambda b: b),
+            ("batches_noise_features_s", lambda b: train.prepare_batch(noise, *b, use_extra)),
+        ):
             sync(device)
             t0 = time.time()
             for b in make():
@@ -282,8 +324,18 @@ def main() -> int:
         model = ckpt.build_model(model_cfg).to(device).eval()
         k = min(a.eval_graphs, len(atoms_np))
         t0 = time.time()
-        terms = nll_rows(model, noise, atoms_np[:k], bonds_np[:k], stats["node_counts"], batch_size=512, repeats=1,
-                         seed=0, device=device, use_extra=bool(recipe["extra_features"]))
+        terms = nll_rows(
+            model,
+            noise,
+            atoms_np[:k],
+            bonds_np[:k],
+            stats["node_counts"],
+            batch_size=512,
+            repeats=1,
+            seed=0,
+            device=device,
+            use_extra=bool(recipe["extra_features"]),
+        )
         sync(device)
         evaluation["nll_s"], evaluation["nll_graphs"] = time.time() - t0, k
         evaluation["nll_mean_untrained"] = float(terms["nll"].mean())
@@ -294,41 +346,66 @@ def main() -> int:
         sync(device)
         evaluation["sampling_s"], evaluation["samples"] = time.time() - t0, a.eval_samples
         evaluation["sampled_atoms_ok"] = bool(((sampled >= 0).sum(1).cpu() == sizes.cpu()).all())
-        print(f"[bench] evaluator: NLL of {k} graphs {evaluation['nll_s']:.1f} s; sampling {a.eval_samples} graphs "
-              f"over T={noise.T} steps {evaluation['sampling_s']:.1f} s", flush=True)
+        print(
+            f"[bench] evaluator: NLL of {k} graphs {evaluation['nll_s']:.1f} s; sampling {a.eval_samples} graphs "
+            f"over T={noise.T} steps {evaluation['sampling_s']:.1f} s",
+            flush=True,
+        )
     base = rows[0].get("s_per_epoch")
     for r in rows:
         if "s_per_epoch" in r and base:
             r["speedup_vs_straightforward"] = base / r["s_per_epoch"]
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or platform.machine()
-    header = (f"digress training throughput: profile {a.profile}, {len(atoms_np)} graphs, batch {recipe['batch_size']}, "
-              f"{recipe['n_layers']} layers ({n_params:,} parameters), T={recipe['T']}, device {device} ({gpu}), "
-              f"torch {torch.__version__}, threads {a.threads}")
+    header = (
+        f"digress training throughput: profile {a.profile}, {len(atoms_np)} graphs, batch {recipe['batch_size']}, "
+        f"{recipe['n_layers']} layers ({n_params:,} parameters), T={recipe['T']}, device {device} ({gpu}), "
+        f"torch {torch.__version__}, threads {a.threads}"
+    )
     lines = [header, "", "| variant | s / epoch | graphs / s | steps / epoch | speed-up |", "|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['variant']} | failed: {r['error'][:80]} | - | - | - |")
             continue
         speed = f"{r['speedup_vs_straightforward']:.2f}x" if "speedup_vs_straightforward" in r else "-"
-        lines.append(f"| {r['variant']} | {r['s_per_epoch']:.2f} | {r['graphs_per_s']:.0f} | {r['steps_per_epoch']} | {speed} |")
+        lines.append(
+            f"| {r['variant']} | {r['s_per_epoch']:.2f} | {r['graphs_per_s']:.0f} | {r['steps_per_epoch']} | {speed} |"
+        )
     if evaluation:
-        lines += ["", f"evaluator (untrained model of this shape): NLL of {evaluation['nll_graphs']} graphs "
-                      f"{evaluation['nll_s']:.1f} s; sampling {evaluation['samples']} graphs over T = {noise.T} steps "
-                      f"{evaluation['sampling_s']:.1f} s"]
+        lines += [
+            "",
+            f"evaluator (untrained model of this shape): NLL of {evaluation['nll_graphs']} graphs "
+            f"{evaluation['nll_s']:.1f} s; sampling {evaluation['samples']} graphs over T = {noise.T} steps "
+            f"{evaluation['sampling_s']:.1f} s",
+        ]
     for d in data_rows:
-        lines.append(f"data path {d['path']}: batches alone {d['batches_s']:.2f} s/epoch; with noise + extra features "
-                     f"{d['batches_noise_features_s']:.2f} s/epoch")
-    lines += ["", f"extra features (cycles + eigh) of one batch: {feat_ms:.1f} ms",
-              "reference system: 26.6 s/epoch tuned, 100.6 s/epoch before tuning (full scale, 100k graphs)"]
+        lines.append(
+            f"data path {d['path']}: batches alone {d['batches_s']:.2f} s/epoch; with noise + extra features "
+            f"{d['batches_noise_features_s']:.2f} s/epoch"
+        )
+    lines += [
+        "",
+        f"extra features (cycles + eigh) of one batch: {feat_ms:.1f} ms",
+        "reference system: 26.6 s/epoch tuned, 100.6 s/epoch before tuning (full scale, 100k graphs)",
+    ]
     table = "\n".join(lines)
     print(table, flush=True)
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "digress_throughput.md").write_text(table + "\n")
-        (out / "digress_throughput.json").write_text(json.dumps({"header": header, "rows": rows, "extra_features_ms": feat_ms,
-                                                                 "data_only": data_rows, "evaluation": evaluation,
-                                                                 "args": vars(a)}, indent=2))
+        (out / "digress_throughput.json").write_text(
+            json.dumps(
+                {
+                    "header": header,
+                    "rows": rows,
+                    "extra_features_ms": feat_ms,
+                    "data_only": data_rows,
+                    "evaluation": evaluation,
+                    "args": vars(a),
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -13,8 +13,9 @@ through activations only, the same again; LoRA's own weights are negligible) and
 by the GPU's dense bf16 peak (H200: 989 TFLOP/s datasheet).
 
 Usage:
-    python bench/rm_throughput.py --arch smollm2 --config-dir results/models/smollm2-135m-instruct  # CPU, embedded sizes
-    python bench/rm_throughput.py --arch mistral-7b                                                 # GPU, full-scale sizes
+    python bench/rm_throughput.py --arch smollm2 --config-dir results/models/smollm2-135m-instruct
+        # CPU, embedded sizes
+    python bench/rm_throughput.py --arch mistral-7b   # GPU, full-scale sizes
 Prints a Markdown table; ``--json`` also writes the numbers.
 """
 
@@ -26,9 +27,21 @@ import time
 
 import torch
 
-MISTRAL_7B = dict(model_type="mistral", vocab_size=32000, hidden_size=4096, intermediate_size=14336,
-                  num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
-                  rms_norm_eps=1e-5, rope_theta=1e6, sliding_window=None, tie_word_embeddings=False, pad_token_id=0)
+MISTRAL_7B = dict(
+    model_type="mistral",
+    vocab_size=32000,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    max_position_embeddings=32768,
+    rms_norm_eps=1e-5,
+    rope_theta=1e6,
+    sliding_window=None,
+    tie_word_embeddings=False,
+    pad_token_id=0,
+)
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 H200_BF16_PEAK = 989e12
 
@@ -50,8 +63,9 @@ def build(arch: str, config_dir: str | None, device: str, dtype, gradient_checkp
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, modules_to_save=["score"],
-                                             task_type="SEQ_CLS"))
+    model = get_peft_model(
+        model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, modules_to_save=["score"], task_type="SEQ_CLS")
+    )
     return model, config, n_params
 
 
@@ -116,7 +130,7 @@ def main() -> None:
     train_cases = [tuple(map(int, c.split("x"))) for c in (a.train or ("1x1024,1x4096" if gpu else "4x128")).split(",")]
     score_cases = [tuple(map(int, c.split("x"))) for c in (a.score or ("16x1024" if gpu else "16x128")).split(",")]
     results = []
-    for checkpointing in ((False, True) if gpu else (False,)):
+    for checkpointing in (False, True) if gpu else (False,):
         model, config, n = build(a.arch, a.config_dir, device, dtype, checkpointing)
         per_token_attn = 4 * config.num_hidden_layers * config.hidden_size
         for pairs, length in train_cases:
@@ -125,15 +139,25 @@ def main() -> None:
             try:
                 seconds = train_steps(model, config, device, pairs, length, a.steps, warmup=1)
             except torch.OutOfMemoryError:
-                results.append({"phase": "train", "gc": checkpointing, "shape": f"{pairs} pairs x {length}", "error": "OOM"})
+                results.append(
+                    {"phase": "train", "gc": checkpointing, "shape": f"{pairs} pairs x {length}", "error": "OOM"}
+                )
                 torch.cuda.empty_cache()
                 continue
             tokens = 2 * pairs * length
             flops = tokens * (4 * n + 2 * per_token_attn * length)
-            results.append({"phase": "train", "gc": checkpointing, "shape": f"{pairs} pairs x {length}", "seconds": seconds,
-                            "tokens_per_s": tokens / seconds, "tflops": flops / seconds / 1e12,
-                            "mfu": flops / seconds / H200_BF16_PEAK if gpu else None,
-                            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if gpu else None})
+            results.append(
+                {
+                    "phase": "train",
+                    "gc": checkpointing,
+                    "shape": f"{pairs} pairs x {length}",
+                    "seconds": seconds,
+                    "tokens_per_s": tokens / seconds,
+                    "tflops": flops / seconds / 1e12,
+                    "mfu": flops / seconds / H200_BF16_PEAK if gpu else None,
+                    "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if gpu else None,
+                }
+            )
         if not checkpointing:
             for batch, length in score_cases:
                 if gpu:
@@ -141,10 +165,18 @@ def main() -> None:
                 seconds = score_batches(model, config, device, batch, length, a.steps)
                 tokens = batch * length
                 flops = tokens * (2 * n + per_token_attn * length)
-                results.append({"phase": "score", "gc": False, "shape": f"{batch} seqs x {length}", "seconds": seconds,
-                                "tokens_per_s": tokens / seconds, "tflops": flops / seconds / 1e12,
-                                "mfu": flops / seconds / H200_BF16_PEAK if gpu else None,
-                                "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if gpu else None})
+                results.append(
+                    {
+                        "phase": "score",
+                        "gc": False,
+                        "shape": f"{batch} seqs x {length}",
+                        "seconds": seconds,
+                        "tokens_per_s": tokens / seconds,
+                        "tflops": flops / seconds / 1e12,
+                        "mfu": flops / seconds / H200_BF16_PEAK if gpu else None,
+                        "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if gpu else None,
+                    }
+                )
         del model
         if gpu:
             torch.cuda.empty_cache()
@@ -158,8 +190,10 @@ def main() -> None:
             continue
         mfu = "-" if r["mfu"] is None else f"{r['mfu']:.1%}"
         peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"
-        print(f"| {r['phase']} | {r['gc']} | {r['shape']} | {r['seconds']:.3f} | {r['tokens_per_s']:.0f} | "
-              f"{r['tflops']:.2f} | {mfu} | {peak} |")
+        print(
+            f"| {r['phase']} | {r['gc']} | {r['shape']} | {r['seconds']:.3f} | {r['tokens_per_s']:.0f} | "
+            f"{r['tflops']:.2f} | {mfu} | {peak} |"
+        )
     if a.json:
         with open(a.json, "w") as handle:
             json.dump({"arch": a.arch, "device": name, "non_embedding_params": n, "results": results}, handle, indent=1)

@@ -50,8 +50,15 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="sandbox-overhead-"))
     try:
         workdir = root / "workdir"  # stands in for the Snakemake working directory
-        for sub in ("results/t/assets/public", "results/t/assets/hidden", "results/t/run/workspace",
-                    "results/t/run/replay", "results/t/run/state", "logs", ".snakemake"):
+        for sub in (
+            "results/t/assets/public",
+            "results/t/assets/hidden",
+            "results/t/run/workspace",
+            "results/t/run/replay",
+            "results/t/run/state",
+            "logs",
+            ".snakemake",
+        ):
             (workdir / sub).mkdir(parents=True)
         (workdir / "config.yaml").write_text("isolation: bwrap\n")
         (workdir / "results/t/assets/hidden/final.jsonl").write_text("{}\n")
@@ -61,8 +68,9 @@ def main() -> int:
         publish, state = workdir / "results/t/run/replay", workdir / "results/t/run/state"
 
         command = [sys.executable, "-c", "pass"]
-        kwargs = dict(chdir=workspace, hide=[workdir], read_only=[*python_roots(), workspace, public],
-                      writable=[publish, state])
+        kwargs = dict(
+            chdir=workspace, hide=[workdir], read_only=[*python_roots(), workspace, public], writable=[publish, state]
+        )
         bwrap = shutil.which("bwrap")
         prebuilt = wrap(command, "bwrap", **kwargs)
 
@@ -79,13 +87,25 @@ def main() -> int:
             subprocess.run([bwrap, "--version"], check=True, capture_output=True)
 
         # the sandbox must really hide the working directory: the hidden file is not there
-        probe = wrap([sys.executable, "-c", f"import os; print(os.path.exists({str(workdir / 'results/t/assets/hidden/final.jsonl')!r}), "
-                      f"os.path.exists({str(public / 'train.jsonl')!r}))"], "bwrap", **kwargs)
+        probe = wrap(
+            [
+                sys.executable,
+                "-c",
+                f"import os; print(os.path.exists({str(workdir / 'results/t/assets/hidden/final.jsonl')!r}), "
+                f"os.path.exists({str(public / 'train.jsonl')!r}))",
+            ],
+            "bwrap",
+            **kwargs,
+        )
         seen = subprocess.run(probe, check=True, capture_output=True, text=True, cwd=workspace).stdout.split()
         assert seen == ["False", "True"], f"sandbox view unexpected: hidden visible / public visible = {seen}"
 
-        cases = {"direct": direct, "wrap+bwrap": sandboxed, "bwrap (prebuilt argv)": sandboxed_prebuilt,
-                 "bwrap --version": version}
+        cases = {
+            "direct": direct,
+            "wrap+bwrap": sandboxed,
+            "bwrap (prebuilt argv)": sandboxed_prebuilt,
+            "bwrap --version": version,
+        }
         for fn in cases.values():  # warm the page cache once
             fn()
         times = {name: [] for name in cases}
@@ -96,15 +116,32 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
 
     version_line = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
-    stats = {name: {"median_s": statistics.median(xs), "p90_s": quantile(xs, 0.90), "min_s": min(xs),
-                    "max_s": max(xs), "n": len(xs)} for name, xs in times.items()}
+    stats = {
+        name: {
+            "median_s": statistics.median(xs),
+            "p90_s": quantile(xs, 0.90),
+            "min_s": min(xs),
+            "max_s": max(xs),
+            "n": len(xs),
+        }
+        for name, xs in times.items()
+    }
     overhead = {
         "wrap+bwrap - direct": {k: stats["wrap+bwrap"][k] - stats["direct"][k] for k in ("median_s", "p90_s")},
         "prebuilt - direct": {k: stats["bwrap (prebuilt argv)"][k] - stats["direct"][k] for k in ("median_s", "p90_s")},
     }
-    doc = {"n": a.n, "bwrap": version_line, "bwrap_path": bwrap, "python": platform.python_version(),
-           "python_executable": sys.executable, "machine": platform.machine(), "kernel": platform.release(),
-           "argv_example": prebuilt, "stats": stats, "overhead": overhead}
+    doc = {
+        "n": a.n,
+        "bwrap": version_line,
+        "bwrap_path": bwrap,
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "machine": platform.machine(),
+        "kernel": platform.release(),
+        "argv_example": prebuilt,
+        "stats": stats,
+        "overhead": overhead,
+    }
     print(f"{version_line}; Python {platform.python_version()}; N={a.n} each, interleaved")
     print(f"{'case':24s} {'median s':>9s} {'p90 s':>9s} {'min s':>9s} {'max s':>9s}")
     for name, s in stats.items():

@@ -9,7 +9,8 @@ and preprocess the proxy images again from PIL. Full scoring: the frozen evaluat
 (``--workers N``) with N decoding processes, checked to give the same tensors.
 
 Usage:
-    python bench/soup_throughput.py --fixed-start results/models/soup-digits --proxy results/soup/assets/public/proxy.jsonl
+    python bench/soup_throughput.py --fixed-start results/models/soup-digits \
+        --proxy results/soup/assets/public/proxy.jsonl
     python bench/soup_throughput.py --arch ViT-B-32 --n-ingredients 72 --n-proxy 2000 --n-final 10000   # GPU
     ... --workers 14 --flat --big-batch 2000 --skip-naive   # 2026-12-01: decoding workers, flat candidate
 """
@@ -43,7 +44,9 @@ def random_start(root: Path, arch: str, n: int, n_classes: int) -> Path:
     base = ImageClassifier(clip.visual, clip.visual.output_dim, n_classes).state_dict()
     names = []
     for i in range(n):
-        state = {k: (v + 0.001 * torch.randn_like(v) if v.is_floating_point() else v).contiguous() for k, v in base.items()}
+        state = {
+            k: (v + 0.001 * torch.randn_like(v) if v.is_floating_point() else v).contiguous() for k, v in base.items()
+        }
         names.append(f"ingredients/model_{i}.pt")
         torch.save(state, root / names[-1])
     (root / "config.json").write_text(json.dumps({"model_name": arch, "n_classes": n_classes, "ingredients": names}))
@@ -92,11 +95,20 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default=None)
-    p.add_argument("--workers", type=int, default=0,
-                   help="> 0: also score the final split with this many decoding workers (evaluator's workers)")
-    p.add_argument("--flat", action="store_true",
-                   help="also time a candidate as one matrix-vector product over all ingredients flattened into one buffer")
-    p.add_argument("--big-batch", type=int, default=0, help="> 0: also time the flat candidate's forward at this batch size")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="> 0: also score the final split with this many decoding workers (evaluator's workers)",
+    )
+    p.add_argument(
+        "--flat",
+        action="store_true",
+        help="also time a candidate as one matrix-vector product over all ingredients flattened into one buffer",
+    )
+    p.add_argument(
+        "--big-batch", type=int, default=0, help="> 0: also time the flat candidate's forward at this batch size"
+    )
     p.add_argument("--skip-naive", action="store_true", help="skip the naive per-candidate path (measured before)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -104,7 +116,9 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     scratch = Path(tempfile.mkdtemp(prefix="soup-bench-"))
     t0 = time.time()
-    fixed = Path(a.fixed_start) if a.fixed_start else random_start(scratch / "start", a.arch, a.n_ingredients, a.n_classes)
+    fixed = (
+        Path(a.fixed_start) if a.fixed_start else random_start(scratch / "start", a.arch, a.n_ingredients, a.n_classes)
+    )
     proxy = Path(a.proxy) if a.proxy else random_images(scratch / "proxy", a.n_proxy, a.n_classes, processes=a.threads)
     print(f"[setup] {time.time() - t0:.0f} s", flush=True)
     model, preprocess = create_classifier(fixed)
@@ -113,8 +127,11 @@ def main() -> None:
     n = len(paths)
     items = evaluator.read_items(proxy)
     labels = torch.tensor([it["label"] for it in items], device=device)
-    results = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU, {a.threads} thread(s)",
-               "n_ingredients": n, "n_proxy": len(items)}
+    results = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else f"CPU, {a.threads} thread(s)",
+        "n_ingredients": n,
+        "n_proxy": len(items),
+    }
 
     # fast path: stack + cache once, then tensordot + forward per candidate
     sync(device)
@@ -134,8 +151,8 @@ def main() -> None:
         with torch.no_grad():
             hits = 0
             for s in range(0, len(images), a.batch_size):
-                logits = torch.func.functional_call(model, params, (images[s:s + a.batch_size],))
-                hits += int((logits.argmax(1) == labels[s:s + a.batch_size]).sum())
+                logits = torch.func.functional_call(model, params, (images[s : s + a.batch_size],))
+                hits += int((logits.argmax(1) == labels[s : s + a.batch_size]).sum())
         sync(device)
         if c:
             times.append(time.time() - t)
@@ -159,8 +176,8 @@ def main() -> None:
                 with torch.no_grad():
                     hits = 0
                     for s in range(0, len(images), batch_size):
-                        logits = torch.func.functional_call(model, params, (images[s:s + batch_size],))
-                        hits += int((logits.argmax(1) == labels[s:s + batch_size]).sum())
+                        logits = torch.func.functional_call(model, params, (images[s : s + batch_size],))
+                        hits += int((logits.argmax(1) == labels[s : s + batch_size]).sum())
                 sync(device)
                 if c:
                     times.append(time.time() - t)
@@ -181,7 +198,11 @@ def main() -> None:
         total = None
         for w, q in zip(coefficients.tolist(), paths):
             state = load_state(q)
-            total = {k: w * v.float() for k, v in state.items()} if total is None else {k: total[k] + w * v.float() for k, v in state.items()}
+            total = (
+                {k: w * v.float() for k, v in state.items()}
+                if total is None
+                else {k: total[k] + w * v.float() for k, v in state.items()}
+            )
         model.load_state_dict(total)
         batch = evaluator.load_images(proxy, items, preprocess)
         with torch.no_grad():

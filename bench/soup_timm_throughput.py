@@ -41,8 +41,15 @@ def sync() -> None:
 def clip_transform():
     from torchvision import transforms as T
 
-    return T.Compose([T.Resize(224, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(224),
-                      T.Lambda(lambda im: im.convert("RGB")), T.ToTensor(), T.Normalize(MEAN, STD)])
+    return T.Compose(
+        [
+            T.Resize(224, interpolation=T.InterpolationMode.BICUBIC),
+            T.CenterCrop(224),
+            T.Lambda(lambda im: im.convert("RGB")),
+            T.ToTensor(),
+            T.Normalize(MEAN, STD),
+        ]
+    )
 
 
 def median(xs: list[float]) -> float:
@@ -88,24 +95,28 @@ def main() -> None:
             reference = images
         else:
             out["same_tensors"] = bool(torch.equal(reference, images))
-        print(f"[soup] {workers} workers: {out[f'full_scoring_{workers}workers_s']:.1f} s "
-              f"(decode + preprocess {t_pre:.1f} s)", flush=True)
+        print(
+            f"[soup] {workers} workers: {out[f'full_scoring_{workers}workers_s']:.1f} s "
+            f"(decode + preprocess {t_pre:.1f} s)",
+            flush=True,
+        )
     assert len(predictions) == a.n_final
     # candidates: n ingredients on the GPU, proxy images cached there
-    proxy = reference[:a.n_proxy].to(device)
+    proxy = reference[: a.n_proxy].to(device)
     labels = torch.randint(0, 1000, (len(proxy),), device=device)
     base = {k: v.detach().float() for k, v in model.state_dict().items()}
     n = a.n_ingredients
     gen = torch.Generator(device=device).manual_seed(0)
-    stacked = {k: v.unsqueeze(0) + 1e-3 * torch.randn((n,) + v.shape, device=device, generator=gen)
-               for k, v in base.items()}
+    stacked = {
+        k: v.unsqueeze(0) + 1e-3 * torch.randn((n,) + v.shape, device=device, generator=gen) for k, v in base.items()
+    }
 
     def score(params: dict, batch_size: int) -> int:
         hits = 0
         with torch.no_grad():
             for s in range(0, len(proxy), batch_size):
-                logits = torch.func.functional_call(model, params, (proxy[s:s + batch_size],))
-                hits += int((logits.argmax(1) == labels[s:s + batch_size]).sum())
+                logits = torch.func.functional_call(model, params, (proxy[s : s + batch_size],))
+                hits += int((logits.argmax(1) == labels[s : s + batch_size]).sum())
         return hits
 
     def timed(make_params, batch_size: int) -> tuple[float, float]:
@@ -138,8 +149,15 @@ def main() -> None:
         out[f"flat_b{bs}_s_per_candidate"], out["flat_weighted_sum_s"] = timed(flat_params, bs)
     with torch.autocast(device, dtype=torch.bfloat16):  # measured only: changes proxy accuracies slightly
         out[f"flat_b{a.big_batch}_bf16_s_per_candidate"], _ = timed(flat_params, a.big_batch)
-    out.update(n_ingredients=n, n_proxy=len(proxy), n_final=a.n_final, workers=a.workers,
-               ingredient_stack_gb=flat.numel() * 4 / 1e9, torch=torch.__version__, timm=timm.__version__)
+    out.update(
+        n_ingredients=n,
+        n_proxy=len(proxy),
+        n_final=a.n_final,
+        workers=a.workers,
+        ingredient_stack_gb=flat.numel() * 4 / 1e9,
+        torch=torch.__version__,
+        timm=timm.__version__,
+    )
     print(json.dumps(out, indent=1), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

@@ -36,8 +36,10 @@ the full-scale settings; `config/examples/` holds examples. Give another file wi
 
 
 # blocks each task defines for itself, without a description in the schema
-FALLBACK = {"evaluation": "the frozen evaluator's settings (proxy and final scores)",
-            "validation": "the frozen loader's settings (one validation marker per checkpoint)"}
+FALLBACK = {
+    "evaluation": "the frozen evaluator's settings (proxy and final scores)",
+    "validation": "the frozen loader's settings (one validation marker per checkpoint)",
+}
 
 
 def resolve(node: dict, schema: dict) -> dict:
@@ -68,15 +70,18 @@ def rows(props: dict, schema: dict, prefix: str) -> list[str]:
     for key, raw in props.items():
         node = resolve(raw, schema)
         default = f"`{json.dumps(node['default'])}`" if "default" in node else ""
-        out.append(f"| `{prefix}{key}` | {kind(node)} | {default} | {text(node.get('description', FALLBACK.get(key, '')))} |")
+        out.append(
+            f"| `{prefix}{key}` | {kind(node)} | {default} | {text(node.get('description', FALLBACK.get(key, '')))} |"
+        )
         if node.get("type") == "object" and "properties" in node:
             out += rows(node["properties"], schema, f"{prefix}{key}.")
     return out
 
 
 def table(props: dict, schema: dict, prefix: str = "") -> str:
-    return "\n".join(["| key | type | default | description |", "|---|---|---|---|",
-                      *rows(props, schema, prefix)]) + "\n"
+    return (
+        "\n".join(["| key | type | default | description |", "|---|---|---|---|", *rows(props, schema, prefix)]) + "\n"
+    )
 
 
 def models_section(schema: dict) -> str:
@@ -84,7 +89,7 @@ def models_section(schema: dict) -> str:
     parts = [f"## `models`\n\n{text(models['description'])} Each entry has one of these forms:\n"]
     for form in models["additionalProperties"]["oneOf"]:
         builder = form["properties"].get("builder", {})
-        title = (f"builder `{builder['enum'][0]}`" if "enum" in builder else "a PyPI wheel")
+        title = f"builder `{builder['enum'][0]}`" if "enum" in builder else "a PyPI wheel"
         parts.append(f"### {title}\n\n" + table(form["properties"], schema))
     return "\n".join(parts)
 
@@ -92,14 +97,18 @@ def models_section(schema: dict) -> str:
 def generate() -> str:
     schema = yaml.safe_load(SCHEMA.read_text())
     top = {k: v for k, v in schema["properties"].items() if k not in ("models", "tasks")}
-    parts = [HEADER, f"{text(schema['description'])}\n\n## Top-level keys\n\n" + table(top, schema),
-             models_section(schema),
-             f"## `tasks`\n\n{text(schema['properties']['tasks']['description'])}.\n"]
+    parts = [
+        HEADER,
+        f"{text(schema['description'])}\n\n## Top-level keys\n\n" + table(top, schema),
+        models_section(schema),
+        f"## `tasks`\n\n{text(schema['properties']['tasks']['description'])}.\n",
+    ]
     for task in schema["properties"]["tasks"]["properties"]:
         block = resolve(schema["properties"]["tasks"]["properties"][task], schema)
         required = ", ".join(f"`{k}`" for k in block.get("required", []))
-        parts.append(f"### `tasks.{task}`\n\nRequired: {required}.\n\n"
-                     + table(block["properties"], schema, f"tasks.{task}."))
+        parts.append(
+            f"### `tasks.{task}`\n\nRequired: {required}.\n\n" + table(block["properties"], schema, f"tasks.{task}.")
+        )
     return "\n".join(parts)
 
 
@@ -110,8 +119,9 @@ def main(argv=None) -> int:
     new = generate()
     if args.check:
         if OUT.read_text() != new:
-            print(f"error: {OUT}: differs from config/schema.yaml; run python scripts/config_readme.py",
-                  file=sys.stderr)
+            print(
+                f"error: {OUT}: differs from config/schema.yaml; run python scripts/config_readme.py", file=sys.stderr
+            )
             return 1
         return 0
     OUT.write_text(new)

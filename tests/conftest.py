@@ -60,10 +60,16 @@ def ultrafeedback_rows(n: int) -> list[dict]:
     rows = []
     for i in range(n):
         question = f"Name a colour, please ({i})."
-        rows.append({"prompt": question, "prompt_id": str(i),
-                     "chosen": [{"role": "user", "content": question}, {"role": "assistant", "content": "Blue."}],
-                     "rejected": [{"role": "user", "content": question}, {"role": "assistant", "content": f"No ({i})."}],
-                     "score_chosen": 8.0, "score_rejected": 2.0})
+        rows.append(
+            {
+                "prompt": question,
+                "prompt_id": str(i),
+                "chosen": [{"role": "user", "content": question}, {"role": "assistant", "content": "Blue."}],
+                "rejected": [{"role": "user", "content": question}, {"role": "assistant", "content": f"No ({i})."}],
+                "score_chosen": 8.0,
+                "score_rejected": 2.0,
+            }
+        )
     return rows
 
 
@@ -86,15 +92,18 @@ def write_config(workdir: Path, config: dict) -> Path:
     return path
 
 
-def snakemake(workdir: Path, *args: str, timeout: float = 600, check: bool = False,
-              env: dict | None = None) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, timeout: float = 600, check: bool = False, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the venv's snakemake in ``workdir`` (no default profile) and capture its output;
     ``env`` adds or replaces environment variables."""
     cmd = [str(VENV_BIN / "snakemake"), "--workflow-profile", "none", *args]
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {}))
     result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:
-        raise AssertionError(f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise AssertionError(
+            f"snakemake failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return result
 
 
@@ -105,7 +114,9 @@ def config_patch(workdir, name, key, value):
     original = (workdir / "recipes/dpo/configs/embedded.yaml").read_text().splitlines(keepends=True)
     changed = [f"{key}: {value}\n" if line.startswith(f"{key}:") else line for line in original]
     patch = workdir / f"{name}.diff"
-    patch.write_text("".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    patch.write_text(
+        "".join(difflib.unified_diff(original, changed, "a/configs/embedded.yaml", "b/configs/embedded.yaml"))
+    )
     return patch
 
 

@@ -58,9 +58,7 @@ def test_hierarchical_bootstrap_weights_strata_and_clusters():
     with pytest.raises(ValueError, match="spans two strata"):
         hierarchical_bootstrap([[1.0, 0.0]], [[0.0, 0.0]], strata=["x", "y"], clusters=["c", "c"])
     # clusters of unequal size: the statistic is still the mean over rows (4 + 0 + 0) / 3
-    out = hierarchical_bootstrap(
-        [[4.0, 0.0, 0.0]], [[0.0, 0.0, 0.0]], n_boot=200, clusters=["p", "q", "q"]
-    )
+    out = hierarchical_bootstrap([[4.0, 0.0, 0.0]], [[0.0, 0.0, 0.0]], n_boot=200, clusters=["p", "q", "q"])
     assert out["difference"] == pytest.approx(4 / 3) and out["clusters"] == 2
 
 
@@ -80,9 +78,7 @@ def _coverage(k, n, sd_seed, sd_row, sd_noise, reps, clusters=None, mu=0.1):
         out = hierarchical_bootstrap(d, np.zeros_like(d), n_boot=1000, seed=rep, clusters=clusters)
         hits += out["ci_low"] <= mu <= out["ci_high"]
         ses.append(out["se"])
-        flat = paired_bootstrap(
-            d.mean(0), np.zeros(n), n_boot=1000, seed=rep
-        )  # rows only, seeds ignored
+        flat = paired_bootstrap(d.mean(0), np.zeros(n), n_boot=1000, seed=rep)  # rows only, seeds ignored
         hits_rows_only += flat["ci_low"] <= mu <= flat["ci_high"]
     return hits / reps, hits_rows_only / reps, float(np.mean(ses))
 
@@ -128,9 +124,7 @@ def _coverage_unclustered(labels, reps=200):
 def test_t_interval_and_power_by_hand():
     # [1, 2, 3]: mean 2, sd 1, t_{2, 0.975} = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138
     t = t_interval([1.0, 2.0, 3.0])
-    assert t["ci_low"] == pytest.approx(-0.484138, abs=1e-6) and t["ci_high"] == pytest.approx(
-        4.484138, abs=1e-6
-    )
+    assert t["ci_low"] == pytest.approx(-0.484138, abs=1e-6) and t["ci_high"] == pytest.approx(4.484138, abs=1e-6)
     assert t_interval([0.5]) is None
     # z = 1.959964 + 0.841621 = 2.801585; sqrt(0.01 / 4 + 0.0004) = sqrt(0.0029) = 0.0538516;
     # 2.801585 * 0.0538516 = 0.150869
@@ -185,9 +179,7 @@ def fake_run(
             for i, s in enumerate(scores)
         ]
         (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        value = (
-            scale * sum(r["weight"] * r["score"] for r in rows) if extra else float(np.mean(scores))
-        )
+        value = scale * sum(r["weight"] * r["score"] for r in rows) if extra else float(np.mean(scores))
         write_summary(
             out,
             {
@@ -274,18 +266,13 @@ def test_verdict_flips_as_the_difference_grows(tmp_path, delta, verdict):
         out_dir=tmp_path / "out",
     )
     assert s["verdict"] == verdict
-    assert (tmp_path / "out" / ".complete").exists() and verdict in (
-        tmp_path / "out" / "report.md"
-    ).read_text()
+    assert (tmp_path / "out" / ".complete").exists() and verdict in (tmp_path / "out" / "report.md").read_text()
     assert s["sentence"].endswith(f": {verdict}.")
     # per-seed differences are the official.json values' differences
     for p, cp, sp in zip(s["comparisons"]["official"]["per_seed"], cand, ship):
         c, sh = json.loads(cp.read_text())["official"], json.loads(sp.read_text())["official"]
         assert p["difference"] == c["value"] - sh["value"]
-        assert (
-            p["candidate"]["progress"] == c["progress"]
-            and p["shipped"]["progress"] == sh["progress"]
-        )
+        assert p["candidate"]["progress"] == c["progress"] and p["shipped"]["progress"] == sh["progress"]
     # the last retained checkpoint (progress 2) of each run, not the official one
     for p, cp, sp in zip(s["comparisons"]["last"]["per_seed"], cand, ship):
         c, sh = (
@@ -361,9 +348,7 @@ def test_normalised_score_selection_bias_and_power(tmp_path):
     for p in off["per_seed"]:  # fixed start 0, this seed's shipped run 1
         expected = (p["candidate"]["value"] - 0.2) / (p["shipped"]["value"] - 0.2)
         assert p["normalised"] == pytest.approx(expected)
-    assert off["normalised"]["mean"] == pytest.approx(
-        np.mean([p["normalised"] for p in off["per_seed"]])
-    )
+    assert off["normalised"]["mean"] == pytest.approx(np.mean([p["normalised"] for p in off["per_seed"]]))
     # official - last: candidate's last is 0.02 below its official, shipped's last is its official
     assert s["selection_bias"]["candidate"] == pytest.approx(0.02)
     assert s["selection_bias"]["shipped"] == pytest.approx(0.0)
@@ -380,9 +365,7 @@ def test_clustered_rows_and_refusals(tmp_path):
     # rewrite rows with a label field: only the resampling changes, not the values
     for path in cand + ship:
         for score_dir in (path.parent / "final-scores").iterdir():
-            rows = [
-                json.loads(line) for line in (score_dir / "rows.jsonl").read_text().splitlines()
-            ]
+            rows = [json.loads(line) for line in (score_dir / "rows.jsonl").read_text().splitlines()]
             (score_dir / "rows.jsonl").write_text(
                 "".join(json.dumps({**r, "label": labels[i]}) + "\n" for i, r in enumerate(rows))
             )
@@ -397,10 +380,7 @@ def test_clustered_rows_and_refusals(tmp_path):
         row_cluster="label",
         out_dir=tmp_path / "c",
     )
-    assert (
-        s["comparisons"]["official"]["hierarchical"]["clusters"] == 5
-        and "clusters" in s["resampling"]
-    )
+    assert s["comparisons"]["official"]["hierarchical"]["clusters"] == 5 and "clusters" in s["resampling"]
     # seeds not matched
     with pytest.raises(InputError, match="seed"):
         ablation_result(
@@ -506,10 +486,7 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
     assert sorted(run for rule, run in jobs if rule == "replay") == sorted(
         f"{c}-seed{s}" for c in ("best", "greedy", "shipped") for s in (42, 43)
     )
-    assert (
-        jobs.count(("replay", "shipped-seed42")) == 1
-        and jobs.count(("official", "shipped-seed43")) == 1
-    )
+    assert jobs.count(("replay", "shipped-seed42")) == 1 and jobs.count(("official", "shipped-seed43")) == 1
     one = job_counts(
         snakemake(
             work,
@@ -526,21 +503,13 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
     snakemake(work, "results/soup/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
     s = json.loads((work / "results/soup/ablation/greedy/summary.json").read_text())
     assert (work / "results/soup/ablation/greedy/.complete").exists()
-    assert s["seeds"] == [42, 43] and s["resampling"].startswith(
-        "whole clusters by row field `label`"
-    )
+    assert s["seeds"] == [42, 43] and s["resampling"].startswith("whole clusters by row field `label`")
     for p, seed in zip(s["comparisons"]["official"]["per_seed"], (42, 43)):
-        cand = json.loads((work / f"results/soup/greedy-seed{seed}/official.json").read_text())[
-            "official"
-        ]
-        ship = json.loads((work / f"results/soup/shipped-seed{seed}/official.json").read_text())[
-            "official"
-        ]
+        cand = json.loads((work / f"results/soup/greedy-seed{seed}/official.json").read_text())["official"]
+        ship = json.loads((work / f"results/soup/shipped-seed{seed}/official.json").read_text())["official"]
         assert p["candidate"]["official"] == f"results/soup/greedy-seed{seed}/official.json"
         assert p["difference"] == cand["value"] - ship["value"]
-    fixed = json.loads(
-        (work / "results/soup/reference/fixed-start/final-scores/summary.json").read_text()
-    )["value"]
+    fixed = json.loads((work / "results/soup/reference/fixed-start/final-scores/summary.json").read_text())["value"]
     norm = s["comparisons"]["official"]["per_seed"][0]
     if norm["shipped"]["value"] != fixed:
         assert norm["normalised"] == pytest.approx(
@@ -560,16 +529,8 @@ def test_rm_style_weighted_rows_in_percent(tmp_path):
     for seed in (1, 2, 3):
         base = (rng.random(60) < 0.6).astype(float)
         better = np.maximum(base, rng.random(60) < 0.3)
-        ship.append(
-            fake_run(
-                tmp_path, f"shipped-seed{seed}", seed, {5: list(base)}, extra=extra, scale=100.0
-            )
-        )
-        cand.append(
-            fake_run(
-                tmp_path, f"cand-seed{seed}", seed, {5: list(better)}, extra=extra, scale=100.0
-            )
-        )
+        ship.append(fake_run(tmp_path, f"shipped-seed{seed}", seed, {5: list(base)}, extra=extra, scale=100.0))
+        cand.append(fake_run(tmp_path, f"cand-seed{seed}", seed, {5: list(better)}, extra=extra, scale=100.0))
     s = ablation_result(
         task="rm",
         candidate="cand",
@@ -584,14 +545,10 @@ def test_rm_style_weighted_rows_in_percent(tmp_path):
     off = s["comparisons"]["official"]
     for p, cp, sp in zip(off["per_seed"], cand, ship):
         assert p["difference"] == pytest.approx(
-            json.loads(cp.read_text())["official"]["value"]
-            - json.loads(sp.read_text())["official"]["value"]
+            json.loads(cp.read_text())["official"]["value"] - json.loads(sp.read_text())["official"]["value"]
         )
         assert p["normalised"] is None
-    assert (
-        off["hierarchical"]["method"].endswith("stratified")
-        and off["hierarchical"]["clusters"] == 60
-    )
+    assert off["hierarchical"]["method"].endswith("stratified") and off["hierarchical"]["clusters"] == 60
     # in percent: the CI is around the mean difference, with points of a percent as units
     assert off["hierarchical"]["ci_low"] <= off["mean_difference"] <= off["hierarchical"]["ci_high"]
     assert off["mean_difference"] > 1.0 and "no normalised score" in " ".join(s["advisories"])
@@ -629,9 +586,16 @@ def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
     work = copy_workflow(tmp_path)
     profile = (ROOT / "recipes/rm/configs/embedded.yaml").read_text()
     patch = tmp_path / "margin.diff"
-    patch.write_text("".join(difflib.unified_diff(
-        profile.splitlines(True), profile.replace("margin: 0.0 ", "margin: 1.0 ").splitlines(True),
-        "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    patch.write_text(
+        "".join(
+            difflib.unified_diff(
+                profile.splitlines(True),
+                profile.replace("margin: 0.0 ", "margin: 1.0 ").splitlines(True),
+                "a/configs/embedded.yaml",
+                "b/configs/embedded.yaml",
+            )
+        )
+    )
     write_config(work, rm_config(tiny_llama, seeds=[42, 43], candidates={"margin": str(patch)}))
     snakemake(work, "results/rm/ablation/margin", "--cores", "2", "--resources", "gpu=1", check=True)
     s = json.loads((work / "results/rm/ablation/margin/summary.json").read_text())
@@ -648,9 +612,17 @@ def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
 
 def test_one_seed_draws_no_verdict(tmp_path):
     cand, ship = make_ablation(tmp_path, 0.3, seeds=(1,))
-    s = ablation_result(task="toy", candidate="cand", candidate_officials=cand, shipped_officials=ship,
-                        fixed_start_scores=None, n_boot=500, scale=1.0, row_cluster=None,
-                        out_dir=tmp_path / "o")
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=500,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "o",
+    )
     off = s["comparisons"]["official"]
     assert s["verdict"] == "not established (one seed: seed-to-seed variance unknown)"
     assert off["t_interval"] is None and off["detectable_difference"] is None

@@ -20,16 +20,22 @@ def default_config():
     return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
-@pytest.mark.parametrize("change, field, message", [
-    (lambda t: t["data"].pop("train_seed"), "tasks.dpo.data.train_seed", "required key missing"),
-    (lambda t: t["data"].update(n_final=0), "tasks.dpo.data.n_final", "less than the minimum of 1"),
-    (lambda t: t["data"].update(source="local", train_prefs="/nope.jsonl", ifeval_prompts="/nope2.jsonl"),
-     "tasks.dpo.data.train_prefs", "not found"),
-    (lambda t: t["evaluation"].update(dtype="float17"), "tasks.dpo.evaluation.dtype", "is not one of"),
-    (lambda t: t.update(candidate="other"), "tasks.dpo.candidate", "not a key of candidates"),
-    (lambda t: t.update(candidates={"c1": "/no/such.diff"}), "tasks.dpo.candidates.c1", "not found"),
-    (lambda t: t.update(seeds=[]), "tasks.dpo.seeds", "should be non-empty"),
-])
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        (lambda t: t["data"].pop("train_seed"), "tasks.dpo.data.train_seed", "required key missing"),
+        (lambda t: t["data"].update(n_final=0), "tasks.dpo.data.n_final", "less than the minimum of 1"),
+        (
+            lambda t: t["data"].update(source="local", train_prefs="/nope.jsonl", ifeval_prompts="/nope2.jsonl"),
+            "tasks.dpo.data.train_prefs",
+            "not found",
+        ),
+        (lambda t: t["evaluation"].update(dtype="float17"), "tasks.dpo.evaluation.dtype", "is not one of"),
+        (lambda t: t.update(candidate="other"), "tasks.dpo.candidate", "not a key of candidates"),
+        (lambda t: t.update(candidates={"c1": "/no/such.diff"}), "tasks.dpo.candidates.c1", "not found"),
+        (lambda t: t.update(seeds=[]), "tasks.dpo.seeds", "should be non-empty"),
+    ],
+)
 def test_config_errors_name_the_field(change, field, message):
     config = default_config()
     change(config["tasks"]["dpo"])
@@ -66,9 +72,15 @@ def test_marker_valid_must_be_a_boolean(tmp_path):
     (tmp_path / "record.json").write_text(json.dumps({"retained": [5], "seed": 42}))
     (tmp_path / "checkpoint-5.json").write_text(json.dumps({"valid": "false", "reason": "bad"}))
     with pytest.raises(InputError, match="valid: must be true or false"):
-        official_result(task="dpo", run="r", record_path=tmp_path / "record.json",
-                        markers={5: tmp_path / "checkpoint-5.json"}, scores={5: tmp_path / "scores"},
-                        direction="maximize", out=tmp_path / "official.json")
+        official_result(
+            task="dpo",
+            run="r",
+            record_path=tmp_path / "record.json",
+            markers={5: tmp_path / "checkpoint-5.json"},
+            scores={5: tmp_path / "scores"},
+            direction="maximize",
+            out=tmp_path / "official.json",
+        )
     assert not (tmp_path / "official.json").exists()
 
 
@@ -94,15 +106,31 @@ def test_git_quoted_paths_are_decoded_before_the_check(tmp_path):
     assert patch_paths(patch) == ["sub dir/x.py"]
 
 
-@pytest.mark.parametrize("row, field, message", [
-    ({"prompt": "Q?", "chosen": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A."}],
-      "rejected": "B."}, "line 1.rejected", "both be lists"),
-    ({"prompt": "Q?", "chosen": None, "rejected": "B."}, "line 1.chosen", "non-empty string"),
-    ({"prompt": "", "chosen": "A.", "rejected": "B."}, "line 1.prompt", "non-empty string"),
-    ({"prompt": "Q?", "chosen": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A."}],
-      "rejected": [{"role": "user", "content": "Other?"}, {"role": "assistant", "content": "B."}]},
-     "line 1.rejected", "differs from chosen's"),
-])
+@pytest.mark.parametrize(
+    "row, field, message",
+    [
+        (
+            {
+                "prompt": "Q?",
+                "chosen": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A."}],
+                "rejected": "B.",
+            },
+            "line 1.rejected",
+            "both be lists",
+        ),
+        ({"prompt": "Q?", "chosen": None, "rejected": "B."}, "line 1.chosen", "non-empty string"),
+        ({"prompt": "", "chosen": "A.", "rejected": "B."}, "line 1.prompt", "non-empty string"),
+        (
+            {
+                "prompt": "Q?",
+                "chosen": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A."}],
+                "rejected": [{"role": "user", "content": "Other?"}, {"role": "assistant", "content": "B."}],
+            },
+            "line 1.rejected",
+            "differs from chosen's",
+        ),
+    ],
+)
 def test_malformed_preference_rows_name_line_and_field(tmp_path, row, field, message):
     from replaykit.tasks.dpo import read_pairs
 

@@ -19,14 +19,16 @@ def walk(p: argparse.ArgumentParser, path: str):
 
 
 def test_every_argument_has_help():
-    missing = [f"{path}: {'/'.join(a.option_strings) or a.dest}" for path, a in walk(parser(), "replaykit")
-               if not a.help]
+    missing = [
+        f"{path}: {'/'.join(a.option_strings) or a.dest}" for path, a in walk(parser(), "replaykit") if not a.help
+    ]
     assert not missing, missing
 
 
 def test_help_runs():
     out = subprocess.run([sys.executable, "-m", "replaykit", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "status" in out.stdout and "explore" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "replaykit", "explore", "proxy", "--help"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "replaykit", "explore", "proxy", "--help"], capture_output=True, text=True
+    )
     assert out.returncode == 0 and "checkpoint" in out.stdout

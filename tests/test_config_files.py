@@ -13,16 +13,22 @@ from conftest import ROOT, TEST_CONFIG, copy_workflow, snakemake
 
 
 def test_config_readme_equals_the_generated_one():
-    result = subprocess.run([sys.executable, "scripts/config_readme.py", "--check"], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "scripts/config_readme.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
 
 
 def test_every_schema_key_with_a_description_is_in_config_readme():
     readme = (ROOT / "config/README.md").read_text()
     schema = yaml.safe_load((ROOT / "config/schema.yaml").read_text())
-    for key in ("isolation", "final_salt", "tasks.dpo.budget.outer_limit_s", "tasks.digress.data.split_seed",
-                "tasks.soup.recipe.overrides"):
+    for key in (
+        "isolation",
+        "final_salt",
+        "tasks.dpo.budget.outer_limit_s",
+        "tasks.digress.data.split_seed",
+        "tasks.soup.recipe.overrides",
+    ):
         assert f"| `{key}` |" in readme
     assert schema["description"].split()[0] in readme
 

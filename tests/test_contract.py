@@ -85,8 +85,12 @@ def test_a_member_of_the_wrong_kind_is_named():
 
 def test_fixed_start_builders_come_from_the_plugins_and_match_the_schema():
     found = builders()
-    assert found == {"soup-digits": "replaykit.tasks.soup.ingredients", "qm9pack": "replaykit.tasks.digress.qm9",
-                     "ddpo-digits": "replaykit.tasks.ddpo.pipeline", "tiny-llama": "replaykit.tiny_model"}
+    assert found == {
+        "soup-digits": "replaykit.tasks.soup.ingredients",
+        "qm9pack": "replaykit.tasks.digress.qm9",
+        "ddpo-digits": "replaykit.tasks.ddpo.pipeline",
+        "tiny-llama": "replaykit.tiny_model",
+    }
     schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
     enums = set()
 
@@ -108,8 +112,12 @@ def test_readers_use_the_contract_not_getattr_defaults():
     """No ``getattr(plugin, ...)`` / ``getattr(get_task(...), ...)`` left in the package or rules."""
     files = [*(ROOT / "src" / "replaykit").rglob("*.py"), *(ROOT / "rules").glob("*.smk")]
     pattern = re.compile(r"getattr\((plugin|task|get_task\()")
-    offenders = [f"{p.relative_to(ROOT)}:{n}" for p in files for n, line in enumerate(p.read_text().splitlines(), 1)
-                 if pattern.search(line)]
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in files
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert offenders == []
 
 
@@ -139,8 +147,9 @@ def _imported_tasks(path: Path) -> set[str]:
 
 
 def test_no_task_imports_another_task():
-    imports = {str(p.relative_to(TASKS_DIR)): _imported_tasks(p)
-               for name in KNOWN for p in (TASKS_DIR / name).rglob("*.py")}
+    imports = {
+        str(p.relative_to(TASKS_DIR)): _imported_tasks(p) for name in KNOWN for p in (TASKS_DIR / name).rglob("*.py")
+    }
     assert {k: v for k, v in imports.items() if v} == {}
 
 
@@ -149,6 +158,11 @@ def test_the_shared_modules_are_frozen_code():
     from replaykit.harness.frozen import frozen_files
 
     files = frozen_files()
-    for rel in ("tasks/common/ifeval.py", "tasks/common/ifeval_text.py", "tasks/common/preference_pairs.py",
-                "tasks/common/clip.py", "tasks/contract.py"):
+    for rel in (
+        "tasks/common/ifeval.py",
+        "tasks/common/ifeval_text.py",
+        "tasks/common/preference_pairs.py",
+        "tasks/common/clip.py",
+        "tasks/contract.py",
+    ):
         assert rel in files, rel

@@ -122,16 +122,23 @@ def test_tokenizer_matches_open_clip(tmp_path):
 @pytest.fixture(scope="module")
 def fixed_start(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddpo") / "pipeline"
-    pipeline.build({"seed": 0, "vae_epochs": 1, "unet_steps": 3, "clip_epochs": 1, "check_samples": 1,
-                    "max_images": 200}, out, log=lambda m: None)
+    pipeline.build(
+        {"seed": 0, "vae_epochs": 1, "unet_steps": 3, "clip_epochs": 1, "check_samples": 1, "max_images": 200},
+        out,
+        log=lambda m: None,
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def assets(fixed_start, tmp_path_factory):
     root = tmp_path_factory.mktemp("ddpo-assets")
-    info = ddpo.build_assets({"source": "embedded", "public_seed": 1, "n_proxy": 6, "hidden_seed": 2, "n_final": 8},
-                             fixed_start, root / "public", root / "hidden")
+    info = ddpo.build_assets(
+        {"source": "embedded", "public_seed": 1, "n_proxy": 6, "hidden_seed": 2, "n_final": 8},
+        fixed_start,
+        root / "public",
+        root / "hidden",
+    )
     return root, info
 
 
@@ -201,8 +208,9 @@ def test_validator_names_wrong_targets_and_shapes(fixed_start, tmp_path):
 
 def test_evaluator_mean_and_se_against_rows(fixed_start, assets):
     root, _ = assets
-    summary, rows = evaluator.evaluate(None, fixed_start, root / "hidden/final.jsonl", ddpo.METRIC["final"],
-                                       {"batch_size": 4})
+    summary, rows = evaluator.evaluate(
+        None, fixed_start, root / "hidden/final.jsonl", ddpo.METRIC["final"], {"batch_size": 4}
+    )
     scores = np.array([r["score"] for r in rows])
     assert summary["metric"] == "mean_jpeg_compressibility_final8" and summary["n"] == 8
     assert summary["value"] == pytest.approx(scores.mean())
@@ -211,8 +219,13 @@ def test_evaluator_mean_and_se_against_rows(fixed_start, assets):
     # the image a row is scored on is the deterministic DDIM sample of its prompt and latent seed
     items = evaluator.read_items(root / "hidden/final.jsonl")
     pipe = pipeline.Pipeline(fixed_start)
-    image = pipeline.sample(pipe, [items[0]["prompt"]], pipeline.initial_latents(items[0]["latent_seed"], (4, 8, 8))[None],
-                            steps=20, guidance=5.0)
+    image = pipeline.sample(
+        pipe,
+        [items[0]["prompt"]],
+        pipeline.initial_latents(items[0]["latent_seed"], (4, 8, 8))[None],
+        steps=20,
+        guidance=5.0,
+    )
     assert rows[0]["score"] == pytest.approx(float(rewards.jpeg_compressibility()(image, [""])[0]))
 
 
@@ -230,11 +243,25 @@ def tiny_clip_and_mlp(tmp_path: Path) -> tuple[Path, Path]:
     from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
 
     torch.manual_seed(0)
-    config = CLIPConfig(text_config={"vocab_size": 49408, "hidden_size": 16, "intermediate_size": 32,
-                                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 77},
-                        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-                                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
-                        projection_dim=12)
+    config = CLIPConfig(
+        text_config={
+            "vocab_size": 49408,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 77,
+        },
+        vision_config={
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        projection_dim=12,
+    )
     clip_dir = tmp_path / "clip"
     CLIPModel(config).save_pretrained(clip_dir)
     write_clip_tokenizer(clip_dir, 77)
@@ -246,8 +273,16 @@ def test_full_scale_assets_and_evaluator_on_tiny_models(fixed_start, tmp_path):
     clip_dir, mlp = tiny_clip_and_mlp(tmp_path)
     prompts = tmp_path / "animals.txt"
     prompts.write_text("cat\ndog\n\nhorse\n")
-    cfg = {"source": "local", "prompts_file": str(prompts), "clip_dir": str(clip_dir), "aesthetic_mlp": str(mlp),
-           "public_seed": 1, "n_proxy": 2, "hidden_seed": 2, "n_final": 3}
+    cfg = {
+        "source": "local",
+        "prompts_file": str(prompts),
+        "clip_dir": str(clip_dir),
+        "aesthetic_mlp": str(mlp),
+        "public_seed": 1,
+        "n_proxy": 2,
+        "hidden_seed": 2,
+        "n_final": 3,
+    }
     ddpo.check_data(cfg)
     # SD v1.5's folder layout: model_index.json and the component folders, no config.json
     import shutil
@@ -259,9 +294,26 @@ def test_full_scale_assets_and_evaluator_on_tiny_models(fixed_start, tmp_path):
     (sd / "config.json").unlink()
     shutil.rmtree(sd / "clip")
     assert (sd / "unet/config.json").is_file() and not (sd / "config.json").exists()
-    assert cli(["assets", "--task", "ddpo", "--cfg", json.dumps({"data": cfg}), "--fixed-start", str(sd),
-                "--public", str(tmp_path / "public"), "--hidden", str(tmp_path / "hidden"),
-                "--manifest", str(tmp_path / "manifest.json")]) == 0
+    assert (
+        cli(
+            [
+                "assets",
+                "--task",
+                "ddpo",
+                "--cfg",
+                json.dumps({"data": cfg}),
+                "--fixed-start",
+                str(sd),
+                "--public",
+                str(tmp_path / "public"),
+                "--hidden",
+                str(tmp_path / "hidden"),
+                "--manifest",
+                str(tmp_path / "manifest.json"),
+            ]
+        )
+        == 0
+    )
     info = json.loads((tmp_path / "manifest.json").read_text())["data"]
     assert info["reward"] == "aesthetic" and info["n_prompts"] == 3
     scoring = json.loads((tmp_path / "hidden/scoring.json").read_text())
@@ -279,11 +331,25 @@ def test_aesthetic_reward_code_path_with_tiny_models(tmp_path):
     from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
 
     torch.manual_seed(0)
-    config = CLIPConfig(text_config={"vocab_size": 49408, "hidden_size": 16, "intermediate_size": 32,
-                                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 77},
-                        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-                                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
-                        projection_dim=12)
+    config = CLIPConfig(
+        text_config={
+            "vocab_size": 49408,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 77,
+        },
+        vision_config={
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        projection_dim=12,
+    )
     clip_dir = tmp_path / "clip"
     CLIPModel(config).save_pretrained(clip_dir)
     write_clip_tokenizer(clip_dir, 77)
@@ -306,9 +372,18 @@ def test_aesthetic_reward_code_path_with_tiny_models(tmp_path):
     assert isinstance(CLIPTokenizer.from_pretrained(clip_dir), CLIPTokenizer)
 
 
-TINY_RECIPE = {"num_epochs": 3, "sample_batch_size": 2, "num_batches_per_epoch": 2, "num_steps": 3,
-               "train_batch_size": 2, "gradient_accumulation_steps": 1, "save_freq": 1, "stat_min_count": 2,
-               "learning_rate": 3e-3, "clip_range": 1e-2}
+TINY_RECIPE = {
+    "num_epochs": 3,
+    "sample_batch_size": 2,
+    "num_batches_per_epoch": 2,
+    "num_steps": 3,
+    "train_batch_size": 2,
+    "gradient_accumulation_steps": 1,
+    "save_freq": 1,
+    "stat_min_count": 2,
+    "learning_rate": 3e-3,
+    "clip_range": 1e-2,
+}
 
 
 def run_recipe(fixed_start, assets, state: Path, overrides: dict, resume: bool = False, reward=None) -> int:
@@ -317,9 +392,20 @@ def run_recipe(fixed_start, assets, state: Path, overrides: dict, resume: bool =
 
     train = recipe_module("train")
     root, _ = assets
-    request = {"fixed_start": str(fixed_start), "public_dir": str(root / "public"), "publish_dir": str(state / "publish"),
-               "state_dir": str(state / "state"), "seed": 42, "deadline_unix": time.time() + 600, "export_reserve_s": 60,
-               "profile": "embedded", "overrides": {**TINY_RECIPE, **overrides}, "threads": 1, "keep": 3, "resume": resume}
+    request = {
+        "fixed_start": str(fixed_start),
+        "public_dir": str(root / "public"),
+        "publish_dir": str(state / "publish"),
+        "state_dir": str(state / "state"),
+        "seed": 42,
+        "deadline_unix": time.time() + 600,
+        "export_reserve_s": 60,
+        "profile": "embedded",
+        "overrides": {**TINY_RECIPE, **overrides},
+        "threads": 1,
+        "keep": 3,
+        "resume": resume,
+    }
     (state / "state").mkdir(parents=True, exist_ok=True)
     (state / "request.json").write_text(json.dumps(request))
     argv, original = sys.argv, train.reward_fn
@@ -368,13 +454,26 @@ def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
     import difflib
 
     work = copy_workflow(tmp_path)
-    spec = {"builder": "ddpo-digits", "seed": 0, "vae_epochs": 1, "unet_steps": 3, "clip_epochs": 1,
-            "check_samples": 1, "max_images": 200}
-    task = {"fixed_start": "ddpo-tiny",
-            "data": {"source": "embedded", "public_seed": 1, "n_proxy": 4, "hidden_seed": 2, "n_final": 6},
-            "recipe": {"profile": "embedded", "overrides": {**TINY_RECIPE, "num_epochs": 2}}, "seeds": [42],
-            "threads": 1, "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-            "validation": {"runtime": 5}, "evaluation": {"batch_size": 8, "runtime": 5}, "final": {"n_boot": 500}}
+    spec = {
+        "builder": "ddpo-digits",
+        "seed": 0,
+        "vae_epochs": 1,
+        "unet_steps": 3,
+        "clip_epochs": 1,
+        "check_samples": 1,
+        "max_images": 200,
+    }
+    task = {
+        "fixed_start": "ddpo-tiny",
+        "data": {"source": "embedded", "public_seed": 1, "n_proxy": 4, "hidden_seed": 2, "n_final": 6},
+        "recipe": {"profile": "embedded", "overrides": {**TINY_RECIPE, "num_epochs": 2}},
+        "seeds": [42],
+        "threads": 1,
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 8, "runtime": 5},
+        "final": {"n_boot": 500},
+    }
     write_config(work, {"models": {"ddpo-tiny": spec}, "tasks": {"ddpo": task}})
     snakemake(work, "results/ddpo/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
     summary = json.loads((work / "results/ddpo/final/summary.json").read_text())
@@ -393,11 +492,18 @@ def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
     assert "unet/diffusion_pytorch_model.safetensors" in manifest["files"]
     # a candidate that puts LoRA on the UNet's proj_in too: an invalid marker naming it
     config = (work / "recipes/ddpo/configs/embedded.yaml").read_text()
-    patched = config.replace("target_modules: [to_q, to_k, to_v, to_out.0]", "target_modules: [to_q, to_k, to_v, to_out.0, proj_in]")
+    patched = config.replace(
+        "target_modules: [to_q, to_k, to_v, to_out.0]", "target_modules: [to_q, to_k, to_v, to_out.0, proj_in]"
+    )
     assert patched != config
     patch = tmp_path / "proj_in.diff"
-    patch.write_text("".join(difflib.unified_diff(config.splitlines(True), patched.splitlines(True),
-                                                  "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    patch.write_text(
+        "".join(
+            difflib.unified_diff(
+                config.splitlines(True), patched.splitlines(True), "a/configs/embedded.yaml", "b/configs/embedded.yaml"
+            )
+        )
+    )
     task.update(candidates={"projin": str(patch)})
     write_config(work, {"models": {"ddpo-tiny": spec}, "tasks": {"ddpo": task}})
     snakemake(work, "results/ddpo/projin-seed42/official.json", "--cores", "2", "--resources", "gpu=1", check=True)
@@ -449,11 +555,20 @@ def run_recipe_process(fixed_start, assets, state: Path, env: dict | None = None
     import time
 
     root, _ = assets
-    request = {"fixed_start": str(fixed_start), "public_dir": str(root / "public"),
-               "publish_dir": str(state / "publish"), "state_dir": str(state / "state"), "seed": 42,
-               "deadline_unix": time.time() + 600, "export_reserve_s": 60, "profile": "embedded",
-               "overrides": TINY_RECIPE, "threads": 1, "keep": 3,
-               "resume": (state / "state").exists()}
+    request = {
+        "fixed_start": str(fixed_start),
+        "public_dir": str(root / "public"),
+        "publish_dir": str(state / "publish"),
+        "state_dir": str(state / "state"),
+        "seed": 42,
+        "deadline_unix": time.time() + 600,
+        "export_reserve_s": 60,
+        "profile": "embedded",
+        "overrides": TINY_RECIPE,
+        "threads": 1,
+        "keep": 3,
+        "resume": (state / "state").exists(),
+    }
     (state / "state").mkdir(parents=True, exist_ok=True)
     (state / "request.json").write_text(json.dumps(request))
     full = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", **(env or {}))
@@ -495,5 +610,6 @@ def test_resume_never_trains_past_the_last_epoch(fixed_start, assets, tmp_path):
     assert out.returncode == 0 and "[train] epoch" not in out.stdout
     assert "[publish] checkpoint-3" in out.stdout
     assert _ledger(last / "publish") == [1, 2, 3]
-    assert (last / "publish/checkpoint-3/adapter_model.safetensors").read_bytes() == \
-        (last / "state/state/lora/adapter_model.safetensors").read_bytes()
+    assert (last / "publish/checkpoint-3/adapter_model.safetensors").read_bytes() == (
+        last / "state/state/lora/adapter_model.safetensors"
+    ).read_bytes()

@@ -27,11 +27,52 @@ from replaykit.tasks.digress.noise import DiscreteNoise, cosine_betas
 
 RECIPE = ROOT / "recipes" / "digress" / "train.py"
 # QM9-style molecules (C, N, O, F; at most 9 heavy atoms), aromatic ones included
-SMILES = ["C", "N", "O", "CC", "CO", "C#N", "C=O", "CCC", "CC#C", "CC#N", "CC=O", "NC=O", "CCO", "COC", "C1CC1",
-          "C1CO1", "CC(C)C", "CC(C)O", "CC(N)=O", "c1ccccc1", "c1cc[nH]c1", "c1ccoc1", "OCC(O)CO", "Cc1ccco1",
-          "N#CC#N", "FC(F)F", "O=C1CC(O)CO1", "CN(C)C=O", "CC(C)(C)O", "C1CCC1", "C1CCCC1", "O=C1CCCC1", "CC1CC1O",
-          "NC(=O)C(N)=O", "COC(C)=O", "CCCC#N", "OCC#CCO", "CC12CC1C2", "c1c[nH]cn1", "Cn1cccc1", "OC1=CC=CC1",
-          "CC(=O)C(C)=O", "N=C1OC=CO1", "CC1(O)CC1"]
+SMILES = [
+    "C",
+    "N",
+    "O",
+    "CC",
+    "CO",
+    "C#N",
+    "C=O",
+    "CCC",
+    "CC#C",
+    "CC#N",
+    "CC=O",
+    "NC=O",
+    "CCO",
+    "COC",
+    "C1CC1",
+    "C1CO1",
+    "CC(C)C",
+    "CC(C)O",
+    "CC(N)=O",
+    "c1ccccc1",
+    "c1cc[nH]c1",
+    "c1ccoc1",
+    "OCC(O)CO",
+    "Cc1ccco1",
+    "N#CC#N",
+    "FC(F)F",
+    "O=C1CC(O)CO1",
+    "CN(C)C=O",
+    "CC(C)(C)O",
+    "C1CCC1",
+    "C1CCCC1",
+    "O=C1CCCC1",
+    "CC1CC1O",
+    "NC(=O)C(N)=O",
+    "COC(C)=O",
+    "CCCC#N",
+    "OCC#CCO",
+    "CC12CC1C2",
+    "c1c[nH]cn1",
+    "Cn1cccc1",
+    "OC1=CC=CC1",
+    "CC(=O)C(C)=O",
+    "N=C1OC=CO1",
+    "CC1(O)CC1",
+]
 
 
 def write_fixed_start(root: Path, rows: list[str]) -> Path:
@@ -39,8 +80,9 @@ def write_fixed_start(root: Path, rows: list[str]) -> Path:
     (root / "data").mkdir(parents=True)
     lines = ["Index,SMILES,N_atoms"] + [f'{i + 1},"{s}",0' for i, s in enumerate(rows)]
     (root / "data" / "qm9_part1.csv").write_text("\n".join(lines) + "\n")
-    (root / "config.json").write_text(json.dumps({"kind": "qm9pack", "name": "qm9pack", "version": "test",
-                                                  "files": ["data/qm9_part1.csv"]}))
+    (root / "config.json").write_text(
+        json.dumps({"kind": "qm9pack", "name": "qm9pack", "version": "test", "files": ["data/qm9_part1.csv"]})
+    )
     return root
 
 
@@ -56,8 +98,12 @@ def test_cosine_schedule_formula():
 
 def test_marginals_and_transition_rows():
     # two graphs: C-O (2 atoms), N=C-C (3 atoms, one double, one single bond)
-    atoms, bonds = data.pad([(np.array([0, 2]), np.array([[0, 1], [1, 0]])),
-                             (np.array([1, 0, 0]), np.array([[0, 2, 0], [2, 0, 1], [0, 1, 0]]))])
+    atoms, bonds = data.pad(
+        [
+            (np.array([0, 2]), np.array([[0, 1], [1, 0]])),
+            (np.array([1, 0, 0]), np.array([[0, 2, 0], [2, 0, 1], [0, 1, 0]])),
+        ]
+    )
     stats = data.statistics(atoms, bonds)
     # atoms: C C C O N -> C 3/5, N 1/5, O 1/5, F 0
     assert stats["atom_marginals"] == pytest.approx([0.6, 0.2, 0.2, 0.0])
@@ -74,7 +120,9 @@ def test_marginals_and_transition_rows():
     assert torch.allclose(Qe_T[0], noise.e_marginals.expand(5, 5), atol=1e-3)
     beta = float(noise.betas[25])
     m = np.array(stats["atom_marginals"])
-    assert noise.Qt(torch.tensor([25]))[0][0].numpy() == pytest.approx((1 - beta) * np.eye(4) + beta * np.tile(m, (4, 1)), abs=1e-6)
+    assert noise.Qt(torch.tensor([25]))[0][0].numpy() == pytest.approx(
+        (1 - beta) * np.eye(4) + beta * np.tile(m, (4, 1)), abs=1e-6
+    )
 
 
 def test_posterior_is_bayes_rule():
@@ -143,12 +191,16 @@ def test_nll_terms_equal_direct_computation(monkeypatch):
         return [a / sum(v) for a in v]
 
     def pred_post(p, zt, m):
-        v = [sum(p[i] * q_step(j, zt, m) * q_bar(i, j, abar_s, m) / q_bar(i, zt, abar_t, m) for i in range(len(m)))
-             for j in range(len(m))]
+        v = [
+            sum(p[i] * q_step(j, zt, m) * q_bar(i, j, abar_s, m) / q_bar(i, zt, abar_t, m) for i in range(len(m)))
+            for j in range(len(m))
+        ]
         return [a / sum(v) for a in v]
 
     kl_t = sum(kl(post(x, z, xm), pred_post(px[node].tolist(), z, xm)) for node, (x, z) in enumerate([(0, 1), (2, 2)]))
-    kl_t += kl(post(2, 1, em), pred_post(pe[0, 1].tolist(), 1, em)) + kl(post(2, 1, em), pred_post(pe[1, 0].tolist(), 1, em))
+    kl_t += kl(post(2, 1, em), pred_post(pe[0, 1].tolist(), 1, em)) + kl(
+        post(2, 1, em), pred_post(pe[1, 0].tolist(), 1, em)
+    )
     assert float(out["diffusion_kl"]) == pytest.approx(20 * kl_t, rel=1e-4)
     recon = math.log(px[0, 0]) + math.log(px[1, 2]) + math.log(pe[0, 1, 2]) + math.log(pe[1, 0, 2])
     assert float(out["reconstruction_logp"]) == pytest.approx(recon, rel=1e-5)
@@ -212,8 +264,12 @@ def test_molecule_metrics_known_verdicts():
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("digress")
     fixed = write_fixed_start(root / "fixed", SMILES[:20] + ["C1CC(", "CCl"] + SMILES[20:])
-    info = digress.build_assets({"split_seed": 42, "split_train": 30, "n_train": None, "n_val": None, "n_test": None},
-                                fixed, root / "public", root / "hidden")
+    info = digress.build_assets(
+        {"split_seed": 42, "split_train": 30, "n_train": None, "n_val": None, "n_test": None},
+        fixed,
+        root / "public",
+        root / "hidden",
+    )
     return root, fixed, info
 
 
@@ -222,8 +278,10 @@ def test_assets_split_and_bad_rows(assets):
     n = len(SMILES)
     assert info["skipped_rows"] == {"unparsable SMILES": 1, "atom Cl outside C/N/O/F": 1}
     assert info["full_split_sizes"] == {"train": 30, "test": int(0.1 * n), "val": n - 30 - int(0.1 * n)}
-    ids = {s: [json.loads(l)["id"] for l in (root / f).read_text().splitlines()]
-           for s, f in (("train", "public/train.jsonl"), ("val", "public/val.jsonl"), ("test", "hidden/test.jsonl"))}
+    ids = {
+        s: [json.loads(l)["id"] for l in (root / f).read_text().splitlines()]
+        for s, f in (("train", "public/train.jsonl"), ("val", "public/val.jsonl"), ("test", "hidden/test.jsonl"))
+    }
     assert not set(ids["train"]) & set(ids["test"]) and not set(ids["val"]) & set(ids["test"])
     assert len(set().union(*ids.values())) == n
     assert not list((root / "public").glob("test*"))  # the test split is not in the public folder
@@ -234,10 +292,21 @@ def test_assets_split_and_bad_rows(assets):
 
 def tiny_checkpoint(dest: Path, stats: dict, T: int = 5) -> Path:
     torch.manual_seed(0)
-    cfg = {"model": {"n_layers": 1, "hidden_mlp_dims": {"X": 8, "E": 8, "y": 8}, "dropout": 0.0,
-                     "hidden_dims": {"dx": 8, "de": 4, "dy": 4, "n_head": 2, "dim_ffX": 8, "dim_ffE": 8, "dim_ffy": 8}},
-           "diffusion": {"T": T, "transition": "marginal", "x_marginals": stats["atom_marginals"],
-                         "e_marginals": stats["bond_marginals"], "extra_features": True}}
+    cfg = {
+        "model": {
+            "n_layers": 1,
+            "hidden_mlp_dims": {"X": 8, "E": 8, "y": 8},
+            "dropout": 0.0,
+            "hidden_dims": {"dx": 8, "de": 4, "dy": 4, "n_head": 2, "dim_ffX": 8, "dim_ffE": 8, "dim_ffy": 8},
+        },
+        "diffusion": {
+            "T": T,
+            "transition": "marginal",
+            "x_marginals": stats["atom_marginals"],
+            "e_marginals": stats["bond_marginals"],
+            "extra_features": True,
+        },
+    }
     ckpt.save(dest, cfg, ckpt.build_model(cfg["model"]))
     return dest
 
@@ -248,8 +317,9 @@ def test_loader_and_evaluator(assets, tmp_path):
     good = tiny_checkpoint(tmp_path / "checkpoint-1", stats)
     verdict = digress.validate(good, fixed, {})
     assert verdict["valid"], verdict
-    summary, rows = digress.evaluate(good, fixed, root / "hidden/test.jsonl", digress.METRIC["final"],
-                                     {"batch_size": 4, "n_samples_final": 6})
+    summary, rows = digress.evaluate(
+        good, fixed, root / "hidden/test.jsonl", digress.METRIC["final"], {"batch_size": 4, "n_samples_final": 6}
+    )
     assert summary["direction"] == "minimize" and summary["n"] == len(rows) == int(0.1 * len(SMILES))
     assert summary["value"] == pytest.approx(np.mean([r["score"] for r in rows]))
     assert summary["diagnostics"]["molecules"]["n_samples"] == 6
@@ -274,22 +344,46 @@ def test_loader_and_evaluator(assets, tmp_path):
 # ---------------------------------------------------------------- recipe
 
 
-def run_recipe(root: Path, run: Path, overrides: dict, resume: bool, deadline_s: float = 300) -> subprocess.CompletedProcess:
+def run_recipe(
+    root: Path, run: Path, overrides: dict, resume: bool, deadline_s: float = 300
+) -> subprocess.CompletedProcess:
     import time
 
     (run / "state").mkdir(parents=True, exist_ok=True)
-    request = {"fixed_start": str(root / "fixed"), "public_dir": str(root / "public"), "publish_dir": str(run / "pub"),
-               "state_dir": str(run / "state"), "seed": 42, "deadline_unix": time.time() + deadline_s, "export_reserve_s": 30,
-               "profile": "embedded", "overrides": overrides, "threads": 1, "keep": 3, "resume": resume}
+    request = {
+        "fixed_start": str(root / "fixed"),
+        "public_dir": str(root / "public"),
+        "publish_dir": str(run / "pub"),
+        "state_dir": str(run / "state"),
+        "seed": 42,
+        "deadline_unix": time.time() + deadline_s,
+        "export_reserve_s": 30,
+        "profile": "embedded",
+        "overrides": overrides,
+        "threads": 1,
+        "keep": 3,
+        "resume": resume,
+    }
     (run / "state/request.json").write_text(json.dumps(request))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "train.py", "--request", str(run / "state/request.json")],
-                          cwd=RECIPE.parent, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "train.py", "--request", str(run / "state/request.json")],
+        cwd=RECIPE.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-TINY = {"T": 5, "n_layers": 1, "batch_size": 8, "save_every": 1,
-        "hidden_mlp_dims": {"X": 8, "E": 8, "y": 8},
-        "hidden_dims": {"dx": 8, "de": 4, "dy": 4, "n_head": 2, "dim_ffX": 8, "dim_ffE": 8, "dim_ffy": 8}}
+TINY = {
+    "T": 5,
+    "n_layers": 1,
+    "batch_size": 8,
+    "save_every": 1,
+    "hidden_mlp_dims": {"X": 8, "E": 8, "y": 8},
+    "hidden_dims": {"dx": 8, "de": 4, "dy": 4, "n_head": 2, "dim_ffX": 8, "dim_ffE": 8, "dim_ffy": 8},
+}
 
 
 @pytest.mark.slow
@@ -339,8 +433,11 @@ def test_dataloader_path_matches_device_path(assets):
     atoms, bonds = data.load_npz(assets[0] / "public/train_graphs.npz")
     a, b = torch.as_tensor(atoms), torch.as_tensor(bonds)
     X1, E1, m1 = next(train.device_batches(a, b, len(a), torch.Generator().manual_seed(0)))
-    X2, E2, m2 = next(train.dataloader_batches([data.to_pyg(x, y) for x, y in zip(atoms, bonds)], len(a),
-                                               torch.Generator().manual_seed(0), "cpu"))
+    X2, E2, m2 = next(
+        train.dataloader_batches(
+            [data.to_pyg(x, y) for x, y in zip(atoms, bonds)], len(a), torch.Generator().manual_seed(0), "cpu"
+        )
+    )
     # same multiset of graphs (order differs): atoms and number of one-hot pair entries per graph
     assert sorted(X1.sum((1, 2)).tolist()) == sorted(X2.sum((1, 2)).tolist())
     assert sorted(E1.sum((1, 2, 3)).tolist()) == sorted(E2.sum((1, 2, 3)).tolist())
@@ -359,8 +456,9 @@ def _random_graphs(k: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Te
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 
 
-@pytest.mark.parametrize("device,compiled", [("cpu", False), pytest.param("cuda", False, marks=GPU),
-                                             pytest.param("cuda", True, marks=GPU)])
+@pytest.mark.parametrize(
+    "device,compiled", [("cpu", False), pytest.param("cuda", False, marks=GPU), pytest.param("cuda", True, marks=GPU)]
+)
 def test_graphed_step_matches_the_plain_step(device, compiled):
     """The optimised step (masked loss without host syncs, capturable AdamW; on CUDA 3 eager
     warm-up batches, then a captured graph replayed, then an eager partial batch; optionally
@@ -372,19 +470,23 @@ def test_graphed_step_matches_the_plain_step(device, compiled):
     spec.loader.exec_module(train)
     recipe = {**yaml.safe_load((RECIPE.parent / "configs/embedded.yaml").read_text()), **TINY, "dropout": 0.0}
     model_cfg = {k: recipe[k] for k in ("n_layers", "hidden_mlp_dims", "hidden_dims", "dropout")}
-    noise = ckpt.build_noise({"T": recipe["T"], "x_marginals": [0.7, 0.1, 0.15, 0.05],
-                              "e_marginals": [0.8, 0.12, 0.04, 0.01, 0.03]}).to(device)
+    noise = ckpt.build_noise(
+        {"T": recipe["T"], "x_marginals": [0.7, 0.1, 0.15, 0.05], "e_marginals": [0.8, 0.12, 0.04, 0.01, 0.03]}
+    ).to(device)
     torch.manual_seed(0)
     plain = ckpt.build_model(model_cfg).to(device).train()
     fast = ckpt.build_model(model_cfg).to(device).train()
     fast.load_state_dict(plain.state_dict())
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=1e-12, amsgrad=True, capturable=c)
-            for m, c in ((plain, False), (fast, device == "cuda"))]
-    stepper = train.GraphedStep(torch.compile(fast) if compiled else fast, opts[1], recipe, contextlib.nullcontext,
-                                batch_size=8)
+    opts = [
+        torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=1e-12, amsgrad=True, capturable=c)
+        for m, c in ((plain, False), (fast, device == "cuda"))
+    ]
+    stepper = train.GraphedStep(
+        torch.compile(fast) if compiled else fast, opts[1], recipe, contextlib.nullcontext, batch_size=8
+    )
     atoms, bonds = _random_graphs(6 * 8 + 5, torch.Generator().manual_seed(1))
     for k, start in enumerate(range(0, len(atoms), 8)):
-        X, E, m = diffusion.dense_batch(atoms[start:start + 8].to(device), bonds[start:start + 8].to(device))
+        X, E, m = diffusion.dense_batch(atoms[start : start + 8].to(device), bonds[start : start + 8].to(device))
         torch.manual_seed(100 + k)
         loss, parts = train.train_step(plain, noise, opts[0], X, E, m, recipe, contextlib.nullcontext)
         torch.manual_seed(100 + k)
@@ -405,15 +507,26 @@ def test_digress_workflow_tiny(tmp_path):
     (tmp_path / "wf").mkdir()
     work = copy_workflow(tmp_path / "wf")
     task = yaml.safe_load((ROOT / "config/config.yaml").read_text())["tasks"]["digress"]
-    task.update(fixed_start=str(fixed),
-                data={"split_seed": 42, "split_train": 30, "n_train": None, "n_val": None, "n_test": None},
-                recipe={"profile": "embedded", "overrides": {**TINY, "epochs": 4, "save_every": 1}},
-                budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-                evaluation={**task["evaluation"], "n_samples_final": 8, "n_samples_proxy": 4, "batch_size": 8},
-                final={"n_boot": 200})
+    task.update(
+        fixed_start=str(fixed),
+        data={"split_seed": 42, "split_train": 30, "n_train": None, "n_val": None, "n_test": None},
+        recipe={"profile": "embedded", "overrides": {**TINY, "epochs": 4, "save_every": 1}},
+        budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        evaluation={**task["evaluation"], "n_samples_final": 8, "n_samples_proxy": 4, "batch_size": 8},
+        final={"n_boot": 200},
+    )
     write_config(work, {"models": {}, "tasks": {"digress": task}})
-    snakemake(work, "results/digress/report.html", "results/digress/shipped-seed42/proxy.json", "--cores", "1",
-              "--resources", "gpu=1", timeout=400, check=True)
+    snakemake(
+        work,
+        "results/digress/report.html",
+        "results/digress/shipped-seed42/proxy.json",
+        "--cores",
+        "1",
+        "--resources",
+        "gpu=1",
+        timeout=400,
+        check=True,
+    )
     summary = json.loads((work / "results/digress/final/summary.json").read_text())
     assert (work / "results/digress/final/.complete").exists()
     assert summary["direction"] == "minimize" and summary["metric"] == f"qm9_test_nll_{int(0.1 * (len(SMILES)))}"

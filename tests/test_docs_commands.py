@@ -42,9 +42,9 @@ def blocks() -> list[tuple[str, str, str]]:
     for path in DOCS:
         text = path.read_text()
         for m in _BLOCK.finditer(text):
-            before = text[:m.start()].rstrip().splitlines()
+            before = text[: m.start()].rstrip().splitlines()
             last = before[-1].strip() if before else ""
-            line = text[:m.start()].count("\n") + 1
+            line = text[: m.start()].count("\n") + 1
             where = f"{path.relative_to(ROOT)}:{line}"
             if last in ("<!-- main-command -->", "<!-- test-command -->"):
                 found.append((where, "setup", m.group(2)))
@@ -57,8 +57,7 @@ def blocks() -> list[tuple[str, str, str]]:
 def commands(text: str) -> list[list[str]]:
     """The block's commands as argument lists: continuation lines joined, comments dropped."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    return [shlex.split(line, comments=True) for line in joined.splitlines()
-            if shlex.split(line, comments=True)]
+    return [shlex.split(line, comments=True) for line in joined.splitlines() if shlex.split(line, comments=True)]
 
 
 def is_snakemake(argv: list[str]) -> bool:
@@ -90,7 +89,8 @@ def test_every_bash_block_is_marked():
 
 def test_commands_split_as_a_shell_would():
     assert commands("snakemake a \\\n    --config 'x={\"a\": 1}'   # note\n\n") == [
-        ["snakemake", "a", "--config", 'x={"a": 1}']]
+        ["snakemake", "a", "--config", 'x={"a": 1}']
+    ]
     assert adapt(["snakemake", "--cores", "1", "--", "t"], "dry-run") == ["snakemake", "-n", "--cores", "1", "--", "t"]
     assert adapt(["sed", "-i", "s/a/b/", "f"], "dry-run") is None
 
@@ -111,8 +111,9 @@ def user_copy(tmp_path_factory) -> Path:
     import shutil
 
     work = tmp_path_factory.mktemp("docs")
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                            capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, text=True
+    )
     if listed.returncode == 0:
         for name in filter(None, listed.stdout.split("\0")):
             src, dest = ROOT / name, work / name
@@ -142,8 +143,9 @@ def test_documented_commands_run(user_copy, where, mode, text):
             check = subprocess.run(["bash", "-n", "-c", shlex.join(argv)], capture_output=True, text=True)
             assert check.returncode == 0, f"{where}: {shlex.join(argv)}: {check.stderr}"
             continue
-        result = subprocess.run(["bash", "-c", shlex.join(run)], cwd=user_copy, env=env,
-                                capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            ["bash", "-c", shlex.join(run)], cwd=user_copy, env=env, capture_output=True, text=True, timeout=600
+        )
         shown = f"{where}: {shlex.join(run)}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
         if mode == "fails":
             assert result.returncode != 0, shown

@@ -29,13 +29,20 @@ pytestmark = pytest.mark.slow
 
 
 def soup_task(fixed_start: Path, **extra) -> dict:
-    return {"fixed_start": str(fixed_start),
-            "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-            "recipe": {"profile": "embedded", "overrides": {}}, "seeds": [42], "threads": 1,
-            "candidate": "shipped", "candidates": {},
-            "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-            "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5},
-            "final": {"n_boot": 200}, **extra}
+    return {
+        "fixed_start": str(fixed_start),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "recipe": {"profile": "embedded", "overrides": {}},
+        "seeds": [42],
+        "threads": 1,
+        "candidate": "shipped",
+        "candidates": {},
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 200},
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +60,21 @@ def work(tmp_path_factory):
     return work
 
 
-def rk(work: Path, *args: str, check: bool = True, cwd: Path | None = None,
-       timeout: float = 300) -> subprocess.CompletedProcess:
+def rk(
+    work: Path, *args: str, check: bool = True, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """``python -m replaykit ARGS`` in ``work`` (or ``cwd``), with this checkout's package."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    result = subprocess.run([sys.executable, "-m", "replaykit", *args], cwd=cwd or work, env=env,
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "replaykit", *args],
+        cwd=cwd or work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
-                             f"{result.stderr[-3000:]}")
+        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
 
 
@@ -100,8 +113,13 @@ def test_explore_greedy_submit_and_formal_replay_are_linked(work):
 
     soup = get_task("soup")
     fixed = yaml.safe_load((work / "config/config.yaml").read_text())["tasks"]["soup"]["fixed_start"]
-    summary, _ = soup.evaluate(checkpoint, fixed, work / "results/soup/assets/public/proxy.jsonl",
-                               soup.METRIC["proxy"], {"batch_size": 64, "runtime": 5})
+    summary, _ = soup.evaluate(
+        checkpoint,
+        fixed,
+        work / "results/soup/assets/public/proxy.jsonl",
+        soup.METRIC["proxy"],
+        {"batch_size": 64, "runtime": 5},
+    )
     assert receipt["kind"] == "proxy" and receipt["valid"] is True
     assert receipt["value"] == summary["value"] and receipt["se"] == summary["uncertainty"]["value"]
     assert receipt["n"] == summary["n"] == 20 and receipt["checkpoint_sha256"] == digest
@@ -123,8 +141,15 @@ def test_explore_greedy_submit_and_formal_replay_are_linked(work):
     assert "already submitted" in one_error_line(rk(work, "explore", "submit", "-e", str(ex), check=False))
 
     # the formal replay of the submitted patch, and the final result with its report
-    write_config(work, {"models": {}, "tasks": {"soup": soup_task(
-        Path(fixed), candidate="greedy", candidates={"greedy": "patches/soup-greedy.diff"})}})
+    write_config(
+        work,
+        {
+            "models": {},
+            "tasks": {
+                "soup": soup_task(Path(fixed), candidate="greedy", candidates={"greedy": "patches/soup-greedy.diff"})
+            },
+        },
+    )
     snakemake(work, "results/soup/final", "--cores", "1", "--resources", "gpu=1", check=True)
     run = work / "results/soup/greedy-seed42"
     ws_record = json.loads((run / "workspace.json").read_text())
@@ -154,11 +179,12 @@ def test_a_second_probe_waits_for_the_gpu_lock(work):
     rk(work, "explore", "soup", "--name", "lock")
     ex = work / "explore/soup/lock"
     # each probe records its own clock inside the sandbox
-    script = ("import os, time, pathlib; t0 = time.time(); time.sleep(3); "
-              "pathlib.Path(os.environ['REPLAYKIT_RUN_DIR'], 'times').write_text(f'{t0} {time.time()}')")
+    script = (
+        "import os, time, pathlib; t0 = time.time(); time.sleep(3); "
+        "pathlib.Path(os.environ['REPLAYKIT_RUN_DIR'], 'times').write_text(f'{t0} {time.time()}')"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    cmd = [sys.executable, "-m", "replaykit", "explore", "run", "-e", str(ex), "--",
-           sys.executable, "-c", script]
+    cmd = [sys.executable, "-m", "replaykit", "explore", "run", "-e", str(ex), "--", sys.executable, "-c", script]
     first = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(1.5)
     second = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -166,8 +192,7 @@ def test_a_second_probe_waits_for_the_gpu_lock(work):
     refused = rk(work, "explore", "run", "--no-wait", "-e", str(ex), "--", "true", check=False)
     assert "GPU lock held by" in one_error_line(refused)
     assert first.wait(60) == 0 and second.wait(60) == 0
-    probes = sorted((r for r in receipts(ex) if r["kind"] == "probe"),
-                    key=lambda r: r["lock_acquired_unix"])
+    probes = sorted((r for r in receipts(ex) if r["kind"] == "probe"), key=lambda r: r["lock_acquired_unix"])
     assert len(probes) == 2
     a, b = probes
     assert a["released_unix"] <= b["lock_acquired_unix"]  # the lock's intervals do not overlap
@@ -182,8 +207,9 @@ def test_the_budget_stops_probes_and_only_submit_works_after_it(work):
     config = ex / "workspace/configs/embedded.yaml"
     config.write_text(config.read_text().replace("batch_size: 256", "batch_size: 128"))
     t0 = time.time()
-    result = rk(work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c",
-                "import time; time.sleep(60)", check=False)
+    result = rk(
+        work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c", "import time; time.sleep(60)", check=False
+    )
     assert result.returncode == 1 and time.time() - t0 < 30
     probe = receipts(ex)[-1]
     assert probe["stop"] == "budget" and probe["budget_left_s"] == 0
@@ -196,7 +222,7 @@ def test_the_budget_stops_probes_and_only_submit_works_after_it(work):
     assert json.loads((ex / "submission.json").read_text())["budget_used_s"] == 6
 
 
-PROBE = r'''
+PROBE = r"""
 import json, os, socket, sys
 from pathlib import Path
 
@@ -225,7 +251,7 @@ request = json.loads(Path(os.environ["REPLAYKIT_REQUEST"]).read_text())
 attempt("read_public", lambda: len((Path(request["public_dir"]) / "proxy.jsonl").read_text()))
 attempt("write_workspace", lambda: Path("note.txt").write_text("ok"))
 Path(os.environ["REPLAYKIT_RUN_DIR"], "probe.json").write_text(json.dumps(results))
-'''
+"""
 
 
 def test_a_probe_finds_no_final_split_and_no_network(work):
@@ -250,8 +276,18 @@ def test_a_probe_finds_no_final_split_and_no_network(work):
         rk(work, "explore", "soup", "--name", "hostile")
         ex = work / "explore/soup/hostile"
         (ex / "workspace/probe.py").write_text(PROBE)
-        rk(work, "explore", "run", "-e", str(ex), "--", sys.executable, "probe.py", str(work),
-           str(server.getsockname()[1]))
+        rk(
+            work,
+            "explore",
+            "run",
+            "-e",
+            str(ex),
+            "--",
+            sys.executable,
+            "probe.py",
+            str(work),
+            str(server.getsockname()[1]),
+        )
     finally:
         stop.set()
         thread.join(timeout=2)

@@ -23,12 +23,39 @@ def test_validation_and_scoring_refuse_a_changed_package_naming_the_file(tmp_pat
     doc["files"]["tasks/soup/evaluator.py"] = "0" * 64  # as if the evaluator had been edited since
     record = tmp_path / "frozen-code.json"
     record.write_text(json.dumps(doc))
-    for step in (["validate", "--task", "soup", "--checkpoint", str(tmp_path), "--fixed-start", str(tmp_path),
-                  "--out", str(tmp_path / "marker.json")],
-                 ["score", "--task", "soup", "--split", "final", "--fixed-start", str(tmp_path), "--items",
-                  str(tmp_path / "x"), "--manifest", str(tmp_path / "m"), "--out-dir", str(tmp_path)]):
-        result = subprocess.run([str(VENV_BIN / "python"), "-m", "replaykit", *step, "--frozen", str(record)],
-                                capture_output=True, text=True)
+    for step in (
+        [
+            "validate",
+            "--task",
+            "soup",
+            "--checkpoint",
+            str(tmp_path),
+            "--fixed-start",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "marker.json"),
+        ],
+        [
+            "score",
+            "--task",
+            "soup",
+            "--split",
+            "final",
+            "--fixed-start",
+            str(tmp_path),
+            "--items",
+            str(tmp_path / "x"),
+            "--manifest",
+            str(tmp_path / "m"),
+            "--out-dir",
+            str(tmp_path),
+        ],
+    ):
+        result = subprocess.run(
+            [str(VENV_BIN / "python"), "-m", "replaykit", *step, "--frozen", str(record)],
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 2
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and "tasks/soup/evaluator.py" in lines[0]

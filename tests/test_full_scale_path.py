@@ -16,8 +16,15 @@ pytestmark = pytest.mark.slow
 
 
 def ifeval_rows(n):
-    return [{"key": 1000 + i, "prompt": f"Write about item {i} in lowercase letters only.",
-             "instruction_id_list": ["change_case:english_lowercase"], "kwargs": [{}]} for i in range(n)]
+    return [
+        {
+            "key": 1000 + i,
+            "prompt": f"Write about item {i} in lowercase letters only.",
+            "instruction_id_list": ["change_case:english_lowercase"],
+            "kwargs": [{}],
+        }
+        for i in range(n)
+    ]
 
 
 def test_full_scale_config_on_tiny_mistral(workdir, tmp_path):
@@ -29,16 +36,29 @@ def test_full_scale_config_on_tiny_mistral(workdir, tmp_path):
     default = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     full = yaml.safe_load((ROOT / "config/full-scale/dpo.yaml").read_text())["tasks"]["dpo"]
     task = {**default["tasks"]["dpo"], **full}
-    task.update(fixed_start=str(model), threads=1,
-                budget={"outer_limit_s": 600, "internal_deadline_s": 400, "export_reserve_s": 60},
-                validation={"dtype": "float32", "runtime": 5},
-                evaluation={"max_new_tokens": 4, "batch_size": 8, "dtype": "float32", "runtime": 5},
-                final={"n_boot": 500})
+    task.update(
+        fixed_start=str(model),
+        threads=1,
+        budget={"outer_limit_s": 600, "internal_deadline_s": 400, "export_reserve_s": 60},
+        validation={"dtype": "float32", "runtime": 5},
+        evaluation={"max_new_tokens": 4, "batch_size": 8, "dtype": "float32", "runtime": 5},
+        final={"n_boot": 500},
+    )
     task["data"] = {**full["data"], "train_prefs": str(prefs), "ifeval_prompts": str(prompts), "n_proxy": 3}
-    task["recipe"] = {"profile": "full", "overrides": {
-        "quantization": None, "optim": "adamw_torch", "dtype": "float32", "max_steps": 2, "save_steps": 1,
-        "max_length": 64, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2,
-        "lora": {"r": 4, "alpha": 4}}}
+    task["recipe"] = {
+        "profile": "full",
+        "overrides": {
+            "quantization": None,
+            "optim": "adamw_torch",
+            "dtype": "float32",
+            "max_steps": 2,
+            "save_steps": 1,
+            "max_length": 64,
+            "per_device_train_batch_size": 2,
+            "gradient_accumulation_steps": 2,
+            "lora": {"r": 4, "alpha": 4},
+        },
+    }
     write_config(workdir, {"models": {}, "tasks": {"dpo": task}})
     snakemake(workdir, "results/dpo/final", "--cores", "1", "--resources", "gpu=1", check=True)
 

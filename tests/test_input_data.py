@@ -40,12 +40,8 @@ def test_digress_training_set_is_not_novel_against_itself(tmp_path):
         tmp_path / "hidden",
     )
     train_smiles = set((tmp_path / "public/train_smiles.txt").read_text().split())
-    train_rows = [
-        json.loads(l)["smiles"] for l in (tmp_path / "public/train.jsonl").read_text().splitlines()
-    ]
-    assert train_smiles == {
-        CHARGED_STEREO[s] for s in train_rows
-    }  # the graphs' SMILES, written by hand
+    train_rows = [json.loads(l)["smiles"] for l in (tmp_path / "public/train.jsonl").read_text().splitlines()]
+    assert train_smiles == {CHARGED_STEREO[s] for s in train_rows}  # the graphs' SMILES, written by hand
     assert not any(c in s for s in train_smiles for c in "+-@")
     atoms, bonds = data.load_npz(tmp_path / "public/train_graphs.npz")
     scored, _ = metrics.graph_metrics(atoms, bonds, train_smiles)
@@ -59,9 +55,7 @@ def test_dpo_plain_text_pairs_are_trained_as_chat_turns(tmp_path):
     from replaykit.tasks.dpo import read_pairs
 
     path = tmp_path / "prefs.jsonl"
-    path.write_text(
-        json.dumps({"prompt": "Name a colour.", "chosen": "Blue.", "rejected": "No."}) + "\n"
-    )
+    path.write_text(json.dumps({"prompt": "Name a colour.", "chosen": "Blue.", "rejected": "No."}) + "\n")
     assert read_pairs(path) == [
         {
             "prompt": [{"role": "user", "content": "Name a colour."}],
@@ -98,10 +92,7 @@ def test_dpo_summary_names_template_and_system_prompt(tiny_llama):
     }
     tokenizer.chat_template = SMOLLM2_TEMPLATE
     smol = prompt_format(tokenizer)
-    assert (
-        smol["system_prompt"]
-        == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-    )
+    assert smol["system_prompt"] == "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
     assert smol["prompt_format"].startswith("<|im_start|>system\nYou are a helpful")
 
 
@@ -109,9 +100,7 @@ def test_ddpo_jpeg_caveat_states_the_measured_overhead():
     from replaykit.tasks.ddpo.evaluator import jpeg_caveat
 
     buffer = io.BytesIO()  # a uniform grey 32 x 32 image, saved by PIL directly
-    Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(
-        buffer, format="JPEG", quality=95
-    )
+    Image.fromarray(np.full((32, 32, 3), 128, dtype=np.uint8)).save(buffer, format="JPEG", quality=95)
     caveat = jpeg_caveat((32, 32), 95)
     assert caveat["fixed_overhead_kb"] == pytest.approx(len(buffer.getvalue()) / 1000, abs=0.002)
     assert "not comparable with the DDPO paper" in caveat["advisory"]
@@ -185,10 +174,19 @@ def test_stable_diffusion_v1_5_scheduler_config_passes_the_audit(tmp_path):
     builds its DDIMScheduler from it, and the effective values are the supported ones."""
     from replaykit.tasks.ddpo.pipeline import check_scheduler
 
-    sd15 = {"_class_name": "PNDMScheduler", "_diffusers_version": "0.6.0", "beta_end": 0.012,
-            "beta_schedule": "scaled_linear", "beta_start": 0.00085, "num_train_timesteps": 1000,
-            "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1,
-            "trained_betas": None, "clip_sample": False}
+    sd15 = {
+        "_class_name": "PNDMScheduler",
+        "_diffusers_version": "0.6.0",
+        "beta_end": 0.012,
+        "beta_schedule": "scaled_linear",
+        "beta_start": 0.00085,
+        "num_train_timesteps": 1000,
+        "set_alpha_to_one": False,
+        "skip_prk_steps": True,
+        "steps_offset": 1,
+        "trained_betas": None,
+        "clip_sample": False,
+    }
     (tmp_path / "scheduler_config.json").write_text(json.dumps(sd15))
     effective = check_scheduler(tmp_path, 20)
     assert (effective["timestep_spacing"], effective["prediction_type"]) == ("leading", "epsilon")
@@ -217,8 +215,12 @@ def test_cli_strings_are_read_back_only_where_the_schema_wants_another_type():
     from replaykit.config import coerce_cli_values
 
     schema = yaml.safe_load((ROOT / "config/schema.yaml").read_text())
-    cli = {"tasks": {"digress": {"seeds": ["42", "43"], "threads": "a: b: c", "candidate": "007"},
-                     "ddpo": {"evaluation": {"diversity_reference": "false"}}}}
+    cli = {
+        "tasks": {
+            "digress": {"seeds": ["42", "43"], "threads": "a: b: c", "candidate": "007"},
+            "ddpo": {"evaluation": {"diversity_reference": "false"}},
+        }
+    }
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     for task, block in cli["tasks"].items():
         for key, value in block.items():

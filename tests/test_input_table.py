@@ -35,9 +35,7 @@ def _ifeval_row(kwargs, iid="length_constraints:number_words", key="b"):
     }
 
 
-GOOD_IFEVAL = [
-    _ifeval_row({"num_words": 50, "relation": "less than"}, key=str(i)) for i in range(4)
-]
+GOOD_IFEVAL = [_ifeval_row({"num_words": 50, "relation": "less than"}, key=str(i)) for i in range(4)]
 GOOD_PAIR = {"prompt": "Name a colour.", "chosen": "Blue.", "rejected": "No."}
 
 
@@ -61,9 +59,7 @@ def _soup_start(root: Path, shifted: int = 0) -> Path:
         if i < shifted:
             head = torch.roll(head, 1, dims=0)
         names.append(f"ingredients/ingredient_{i:02d}.safetensors")
-        save_file(
-            {"head.weight": head.contiguous(), "head.bias": torch.zeros(10)}, str(root / names[-1])
-        )
+        save_file({"head.weight": head.contiguous(), "head.bias": torch.zeros(10)}, str(root / names[-1]))
     save_file(
         {"head.weight": zeroshot.contiguous(), "head.bias": torch.zeros(10)},
         str(root / "zeroshot.safetensors"),
@@ -151,14 +147,8 @@ def task(name, block):
 
 def local_dpo(wf, ifeval=None, prefs=None):
     user = wf / "user"
-    ifeval_path = (
-        _jsonl(user / "bad-ifeval.jsonl", ifeval)
-        if ifeval is not None
-        else str(user / "ifeval.jsonl")
-    )
-    prefs_path = (
-        _jsonl(user / "bad-prefs.jsonl", prefs) if prefs is not None else str(user / "prefs.jsonl")
-    )
+    ifeval_path = _jsonl(user / "bad-ifeval.jsonl", ifeval) if ifeval is not None else str(user / "ifeval.jsonl")
+    prefs_path = _jsonl(user / "bad-prefs.jsonl", prefs) if prefs is not None else str(user / "prefs.jsonl")
     return task(
         "dpo",
         {
@@ -497,9 +487,7 @@ ROWS = [
     (
         "ifeval-kwargs-count",
         "dpo",
-        lambda wf: local_dpo(
-            wf, ifeval=[_ifeval_row({}, "punctuation:no_comma") | {"kwargs": [{}, {}]}]
-        ),
+        lambda wf: local_dpo(wf, ifeval=[_ifeval_row({}, "punctuation:no_comma") | {"kwargs": [{}, {}]}]),
         (),
         "bad-ifeval.jsonl",
         "line 1.kwargs",
@@ -536,9 +524,7 @@ ROWS = [
     (
         "soup-imagenetv2-missing",
         "soup",
-        lambda wf: task(
-            "soup", {"data": {"source": "local", "imagenetv2_dir": str(wf / "user/none")}}
-        ),
+        lambda wf: task("soup", {"data": {"source": "local", "imagenetv2_dir": str(wf / "user/none")}}),
         (),
         "bad.yaml",
         "tasks.soup.data.imagenetv2_dir",
@@ -596,9 +582,7 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name, target, config, args, source, key, message", ROWS, ids=[r[0] for r in ROWS]
-)
+@pytest.mark.parametrize("name, target, config, args, source, key, message", ROWS, ids=[r[0] for r in ROWS])
 def test_bad_input_is_refused_in_one_line(wf, name, target, config, args, source, key, message):
     target = target if "/" in target else f"results/{target}/final"
     config = config(wf) if callable(config) else config
@@ -652,8 +636,7 @@ def test_config_lists_and_readme_forms_from_the_command_line(wf):
         # the candidate's patch changes the profile: its overrides are checked at replay start
         (
             "results/dpo/final",
-            'tasks={"dpo": {"candidate": "beta02", '
-            '"candidates": {"beta02": "patches/beta02.diff"}}}',
+            'tasks={"dpo": {"candidate": "beta02", "candidates": {"beta02": "patches/beta02.diff"}}}',
             ["dpo/beta02-seed42/"],
         ),
     ]
@@ -668,9 +651,7 @@ def test_unconfigured_task_target_names_the_configured_tasks(wf):
     (wf / "only-dpo.yaml").write_text(
         yaml.safe_dump(
             {
-                "tasks": {
-                    "dpo": yaml.safe_load((wf / "config/config.yaml").read_text())["tasks"]["dpo"]
-                },
+                "tasks": {"dpo": yaml.safe_load((wf / "config/config.yaml").read_text())["tasks"]["dpo"]},
                 "models": yaml.safe_load((wf / "config/config.yaml").read_text())["models"],
             }
         )
@@ -687,9 +668,7 @@ def test_unconfigured_task_target_names_the_configured_tasks(wf):
     )
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert (
-        len(errors) == 1 and ": tasks.rm: " in errors[0] and "(configured: dpo)" in errors[0]
-    ), errors
+    assert len(errors) == 1 and ": tasks.rm: " in errors[0] and "(configured: dpo)" in errors[0], errors
 
 
 def test_unwritable_home_scores_ifeval_without_a_traceback(tmp_path):

@@ -13,8 +13,12 @@ def test_pairs_are_reproducible_and_verified():
     assert rows == again and rows != other
     assert dropped <= 2
     for row in rows:
-        item = {"id": row["id"], "prompt": row["prompt"][0]["content"],
-                "instruction_id_list": row["instruction_id_list"], "kwargs": row["kwargs"]}
+        item = {
+            "id": row["id"],
+            "prompt": row["prompt"][0]["content"],
+            "instruction_id_list": row["instruction_id_list"],
+            "kwargs": row["kwargs"],
+        }
         assert ifeval.check(item, row["chosen"][0]["content"])["prompt_level_strict_acc"] is True
         assert ifeval.check(item, row["rejected"][0]["content"])["prompt_level_strict_acc"] is False
         assert row["prompt"][0]["role"] == "user" and row["chosen"][0]["role"] == "assistant"
@@ -38,9 +42,18 @@ def test_public_and_hidden_topics_are_disjoint():
 
 
 def test_build_assets_writes_disjoint_splits(tmp_path):
-    cfg = {"source": "embedded", "train_seed": 1, "n_train_pairs": 6, "topic_split_seed": 11,
-           "public_seed": 2, "n_proxy": 5, "hidden_seed": 3, "n_final": 7}
+    cfg = {
+        "source": "embedded",
+        "train_seed": 1,
+        "n_train_pairs": 6,
+        "topic_split_seed": 11,
+        "public_seed": 2,
+        "n_proxy": 5,
+        "hidden_seed": 3,
+        "n_final": 7,
+    }
     info = dpo.build_assets(cfg, tmp_path / "model", tmp_path / "public", tmp_path / "hidden")
+
     def read(path):
         return [json.loads(line) for line in path.read_text().splitlines()]
 

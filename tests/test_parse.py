@@ -16,9 +16,11 @@ HEAVY = ("torch", "transformers", "diffusers", "open_clip", "trl", "peft", "rdki
 
 
 def test_importing_every_plugin_imports_no_model_library():
-    code = ("import sys; import replaykit.config; from replaykit.tasks import KNOWN, get_task, builders; "
-            "[get_task(n) for n in KNOWN]; builders(); "
-            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    code = (
+        "import sys; import replaykit.config; from replaykit.tasks import KNOWN, get_task, builders; "
+        "[get_task(n) for n in KNOWN]; builders(); "
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
@@ -29,10 +31,12 @@ def test_dry_run_of_all_five_tasks_imports_no_torch(tmp_path):
     model libraries (before: the soup plug-in imported torch, ~4 s of every parse)."""
     targets = [f"results/{t}/final" for t in ("dpo", "rm", "soup", "digress", "ddpo")]
     work = copy_workflow(tmp_path)
-    code = ("import atexit, sys; from snakemake.cli import main; "
-            "atexit.register(lambda: print('MODULES', ' '.join(sorted(m for m in sys.modules "
-            f"if m.split('.')[0] in {HEAVY!r} or m.startswith('replaykit.tasks.'))), file=sys.stderr)); "
-            f"sys.argv = ['snakemake', *{targets!r}, '-n', '--cores', '1', '--workflow-profile', 'none']; main()")
+    code = (
+        "import atexit, sys; from snakemake.cli import main; "
+        "atexit.register(lambda: print('MODULES', ' '.join(sorted(m for m in sys.modules "
+        f"if m.split('.')[0] in {HEAVY!r} or m.startswith('replaykit.tasks.'))), file=sys.stderr)); "
+        f"sys.argv = ['snakemake', *{targets!r}, '-n', '--cores', '1', '--workflow-profile', 'none']; main()"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     modules = [line for line in out.stderr.splitlines() if line.startswith("MODULES")][-1].split()[1:]

@@ -43,8 +43,10 @@ def test_progress_parses_steps_epochs_and_publications():
     assert Progress(unit="step", done=8, total=24, every=8).next_publication() == 8
     # ddpo's line: the loss after "loss", not reward_mean; the cadence capped at the total
     q = Progress(every=5)
-    q.update("[train] epoch 37/40 reward_mean -1.0500 reward_std 0.0100 loss -0.00123 approx_kl 1e-05 "
-             "clipfrac 0.000 epoch 3.0 s elapsed 111 s")
+    q.update(
+        "[train] epoch 37/40 reward_mean -1.0500 reward_std 0.0100 loss -0.00123 approx_kl 1e-05 "
+        "clipfrac 0.000 epoch 3.0 s elapsed 111 s"
+    )
     assert (q.unit, q.done, q.total, q.loss) == ("epoch", 37, 40, -0.00123)
     assert q.next_publication() == 40  # 40 < 37 // 5 * 5 + 5 = 40
     assert Progress().update("[data] 256 pairs") is None
@@ -54,12 +56,15 @@ def test_progress_parses_steps_epochs_and_publications():
 def test_format_line_by_hand():
     p = Progress(unit="step", done=8, total=24, loss=0.6931, published=[8], every=8)
     line = format_line("dpo/shipped-seed42", p, elapsed_s=95, deadline_left_s=145, log="logs/x.log")
-    assert line == ("[progress] dpo/shipped-seed42: step 8/24 (33%) loss 0.6931 | elapsed 1m35s, "
-                    "deadline in 2m25s | next checkpoint-16 (published: 8) | log: logs/x.log")
+    assert line == (
+        "[progress] dpo/shipped-seed42: step 8/24 (33%) loss 0.6931 | elapsed 1m35s, "
+        "deadline in 2m25s | next checkpoint-16 (published: 8) | log: logs/x.log"
+    )
     # a recipe that prints no step or epoch lines (soup): its publications only
     soup = Progress(published=[12])
     assert format_line("soup/shipped-seed42", soup, elapsed_s=3, deadline_left_s=197) == (
-        "[progress] soup/shipped-seed42: running | elapsed 3s, deadline in 3m17s | published: 12")
+        "[progress] soup/shipped-seed42: running | elapsed 3s, deadline in 3m17s | published: 12"
+    )
 
 
 class Clock:
@@ -72,16 +77,29 @@ class Clock:
 
 def test_relay_rate_limits_dedupes_and_counts():
     log, term, clock = io.StringIO(), io.StringIO(), Clock(1000.0)
-    relay = Relay(log, term, label="rm/shipped-seed42", started_unix=1000.0, deadline_unix=1200.0,
-                  spent_s=10.0, every=16, every_s=30, clock=clock)
+    relay = Relay(
+        log,
+        term,
+        label="rm/shipped-seed42",
+        started_unix=1000.0,
+        deadline_unix=1200.0,
+        spent_s=10.0,
+        every=16,
+        every_s=30,
+        clock=clock,
+    )
     warning = "/x/trainer.py:12: UserWarning: something is deprecated"
-    for t, raw in [(1001, warning + "\n"), (1001, "  warnings.warn(\n"),
-                   (1002, "[train] step 1/32 loss 0.7 elapsed 2 s\n"),        # first: shown
-                   (1003, warning + "\n"), (1003, "  warnings.warn(\n"),       # repeat: dropped
-                   (1020, "[train] step 2/32 loss 0.6 elapsed 20 s\n"),       # 18 s later: not shown
-                   (1032, "[train] step 3/32 loss 0.5 elapsed 32 s\n"),       # 30 s later: shown
-                   (1033, " 40%|####\r100%|##########|\n"),
-                   (1040, "[publish] checkpoint-16 (publication 1, retained [16])\n")]:  # always shown
+    for t, raw in [
+        (1001, warning + "\n"),
+        (1001, "  warnings.warn(\n"),
+        (1002, "[train] step 1/32 loss 0.7 elapsed 2 s\n"),  # first: shown
+        (1003, warning + "\n"),
+        (1003, "  warnings.warn(\n"),  # repeat: dropped
+        (1020, "[train] step 2/32 loss 0.6 elapsed 20 s\n"),  # 18 s later: not shown
+        (1032, "[train] step 3/32 loss 0.5 elapsed 32 s\n"),  # 30 s later: shown
+        (1033, " 40%|####\r100%|##########|\n"),
+        (1040, "[publish] checkpoint-16 (publication 1, retained [16])\n"),
+    ]:  # always shown
         clock.t = t
         relay.feed(raw)
     clock.t = 1050
@@ -89,8 +107,10 @@ def test_relay_rate_limits_dedupes_and_counts():
     lines = term.getvalue().splitlines()
     assert len(lines) == 4  # step 1, step 3, the publication, close
     # step 1: elapsed 10 + (1002 - 1000) = 12 s; deadline in 1200 - 1002 = 198 s
-    assert lines[0] == ("[progress] rm/shipped-seed42: step 1/32 (3%) loss 0.7 | elapsed 12s, "
-                        "deadline in 3m18s | next checkpoint-16 (published: none)")
+    assert lines[0] == (
+        "[progress] rm/shipped-seed42: step 1/32 (3%) loss 0.7 | elapsed 12s, "
+        "deadline in 3m18s | next checkpoint-16 (published: none)"
+    )
     assert "step 3/32 (9%) loss 0.5 | elapsed 42s, deadline in 2m48s" in lines[1]
     assert "next checkpoint-32 (published: 16)" in lines[2]
     assert "elapsed 1m00s, deadline in 2m30s" in lines[3]  # 10 + 50; 1200 - 1050
@@ -123,11 +143,18 @@ def test_hostile_output_is_shown_not_obeyed_and_never_stops_the_relay():
 
 def test_start_announces_the_replay_and_its_log():
     term = io.StringIO()
-    relay = Relay(io.StringIO(), term, label="dpo/shipped-seed42", started_unix=0, deadline_unix=60,
-                  log_name="logs/dpo/shipped-seed42/replay.log")
+    relay = Relay(
+        io.StringIO(),
+        term,
+        label="dpo/shipped-seed42",
+        started_unix=0,
+        deadline_unix=60,
+        log_name="logs/dpo/shipped-seed42/replay.log",
+    )
     relay.start(io.BytesIO(b"")).join(timeout=10)
-    assert term.getvalue() == ("[progress] dpo/shipped-seed42: training started; "
-                               "full log: logs/dpo/shipped-seed42/replay.log\n")
+    assert term.getvalue() == (
+        "[progress] dpo/shipped-seed42: training started; full log: logs/dpo/shipped-seed42/replay.log\n"
+    )
 
 
 def test_relay_cuts_long_lines_and_drains_the_pipe(monkeypatch):
@@ -144,12 +171,18 @@ def test_relay_cuts_long_lines_and_drains_the_pipe(monkeypatch):
 
 def test_relay_reaches_the_fd_named_in_the_environment(tmp_path):
     """As the replay rule runs it: fd 3 = the job's stderr, stdout = the log."""
-    code = ("import sys; from replaykit.harness.progress import Relay, terminal_from_env;"
-            "r = Relay(sys.stdout, terminal_from_env(), label='t/r', started_unix=0, deadline_unix=60,"
-            " clock=lambda: 0); r.feed('[train] step 1/2 loss 1.0'); r.close()")
-    out = subprocess.run(["bash", "-c", f"exec 3>&2; exec {sys.executable} -c \"{code}\" > log 2>&1"],
-                         cwd=tmp_path, capture_output=True, text=True,
-                         env=dict(os.environ, REPLAYKIT_PROGRESS_FD="3"))
+    code = (
+        "import sys; from replaykit.harness.progress import Relay, terminal_from_env;"
+        "r = Relay(sys.stdout, terminal_from_env(), label='t/r', started_unix=0, deadline_unix=60,"
+        " clock=lambda: 0); r.feed('[train] step 1/2 loss 1.0'); r.close()"
+    )
+    out = subprocess.run(
+        ["bash", "-c", f'exec 3>&2; exec {sys.executable} -c "{code}" > log 2>&1'],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, REPLAYKIT_PROGRESS_FD="3"),
+    )
     assert out.returncode == 0, (tmp_path / "log").read_text()
     assert out.stderr.count("[progress] t/r: step 1/2 (50%) loss 1") == 2
     assert (tmp_path / "log").read_text() == "[train] step 1/2 loss 1.0\n"

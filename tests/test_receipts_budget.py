@@ -6,8 +6,15 @@ from replaykit.harness.budget import Budget
 from replaykit.harness.errors import InputError
 from replaykit.harness.receipts import read_complete_summary, status, write_summary
 
-SUMMARY = {"metric": "m", "direction": "maximize", "value": 0.5, "uncertainty": {"value": 0.1, "kind": "binomial_se"},
-           "n": 10, "diagnostics": {}, "advisories": []}
+SUMMARY = {
+    "metric": "m",
+    "direction": "maximize",
+    "value": 0.5,
+    "uncertainty": {"value": 0.1, "kind": "binomial_se"},
+    "n": 10,
+    "diagnostics": {},
+    "advisories": [],
+}
 
 
 def test_status_is_derived_from_the_receipt(tmp_path):
@@ -17,7 +24,7 @@ def test_status_is_derived_from_the_receipt(tmp_path):
     write_summary(tmp_path, SUMMARY)
     assert status(tmp_path) == "complete"
     assert read_complete_summary(tmp_path)["value"] == 0.5
-    (tmp_path / "summary.json").write_text("{\"metric\": ")  # truncated after the receipt
+    (tmp_path / "summary.json").write_text('{"metric": ')  # truncated after the receipt
     assert status(tmp_path) == "incomplete"
     assert "running" not in json.dumps(SUMMARY)
 

@@ -49,9 +49,7 @@ def tree_sha(root) -> str:
     path order, of every file under ``root``."""
     root = Path(root)
     lines = "".join(
-        f"{p.relative_to(root).as_posix()}\0{file_sha(p)}\n"
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
+        f"{p.relative_to(root).as_posix()}\0{file_sha(p)}\n" for p in sorted(root.rglob("*")) if p.is_file()
     )
     return hashlib.sha256(lines.encode()).hexdigest()
 
@@ -99,9 +97,7 @@ def assert_receipts_agree(work: Path, task: str, run: Path, tampered: tuple[int,
         scores = work / run / f"final-scores/checkpoint-{p}"
         assert (scores / ".complete").exists()
         summary = read(scores / "summary.json")
-        assert summary["checkpoint_sha256"] == actual and summary["marker_sha256"] == file_sha(
-            marker_path
-        )
+        assert summary["checkpoint_sha256"] == actual and summary["marker_sha256"] == file_sha(marker_path)
         assert entry["marker_sha256"] == file_sha(marker_path)
         assert entry["summary_sha256"] == file_sha(scores / "summary.json")
         assert entry["valid"] == marker["valid"]
@@ -110,13 +106,9 @@ def assert_receipts_agree(work: Path, task: str, run: Path, tampered: tuple[int,
         summary = read(final / "summary.json")
         assert (final / ".complete").exists()
         assert summary["lineage"]["record_sha256"] == file_sha(work / run / "replay/record.json")
-        assert summary["officials_sha256"][str(run / "official.json")] == file_sha(
-            work / run / "official.json"
-        )
+        assert summary["officials_sha256"][str(run / "official.json")] == file_sha(work / run / "official.json")
         best = official["official"]
-        assert (
-            summary["official"]["progress"] == best["progress"] and best["progress"] not in tampered
-        )
+        assert summary["official"]["progress"] == best["progress"] and best["progress"] not in tampered
         assert summary["value"] == best["value"]
     return record
 
@@ -233,9 +225,7 @@ def test_soup_deleted_record_reruns_the_replay_without_recomputing(soup_finished
     record = assert_receipts_agree(work, "soup", SOUP_RUN)
     assert record["retained"] == [3] and record["steps"] == 3 and record["publication_count"] == 1
     assert record["resumed"] is True
-    assert (
-        work / SOUP_RUN / "validation/checkpoint-3.json"
-    ).stat().st_mtime_ns == marker_mtime  # not re-validated
+    assert (work / SOUP_RUN / "validation/checkpoint-3.json").stat().st_mtime_ns == marker_mtime  # not re-validated
 
 
 @pytest.mark.slow
@@ -285,9 +275,7 @@ def test_soup_resume_at_its_last_publication_and_before_it(soup_finished, tmp_pa
     (work / SOUP_RUN / "replay/publications.jsonl").unlink()
     build(work, target)
     record = read(work / target)
-    assert (
-        record["retained"] == [3] and record["publication_count"] == 1 and record["resumed"] is True
-    )
+    assert record["retained"] == [3] and record["publication_count"] == 1 and record["resumed"] is True
     assert "already published" not in (work / "logs/soup/shipped-seed42/replay.log").read_text()
     build(work, SOUP)
     assert_receipts_agree(work, "soup", SOUP_RUN)
@@ -338,14 +326,8 @@ def test_dpo_deleted_record_marker_and_score_are_rebuilt(dpo_finished, tmp_path)
     log = (work / "logs/dpo/shipped-seed42/replay.log").read_text()
     assert "[train] resumed at step 5 of 5: no training (max_steps)" in log and "step 6" not in log
     record = assert_receipts_agree(work, "dpo", DPO_RUN)
-    assert (
-        record["steps"] == 5
-        and record["retained"] == [3, 4, 5]
-        and record["publication_count"] == 5
-    )
-    assert {
-        p: p.stat().st_mtime_ns for p in mtimes
-    } == mtimes  # the same checkpoints: not re-validated
+    assert record["steps"] == 5 and record["retained"] == [3, 4, 5] and record["publication_count"] == 5
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # the same checkpoints: not re-validated
     (work / DPO_RUN / "validation/checkpoint-4.json").unlink()
     (work / DPO_RUN / "final-scores/checkpoint-5/.complete").unlink()
     out = build(work, DPO)
@@ -394,11 +376,7 @@ def test_dpo_kill_after_the_last_publication_resumes_without_training(tiny_llama
     log = log.read_text()
     assert "[train] resumed at step 5 of 5: no training (max_steps)" in log and "step 6" not in log
     record = assert_receipts_agree(work, "dpo", DPO_RUN)
-    assert (
-        record["steps"] == 5
-        and record["retained"] == [3, 4, 5]
-        and record["publication_count"] == 5
-    )
+    assert record["steps"] == 5 and record["retained"] == [3, 4, 5] and record["publication_count"] == 5
     assert record["resumed"] is True and [h["progress"] for h in record["train_history"]] == [
         1,
         2,
@@ -418,24 +396,13 @@ def test_dpo_kill_one_step_before_the_end_trains_only_the_last_step(tiny_llama, 
     assert not (work / DPO_RUN / "replay/checkpoint-5").exists()
     build(work, target)
     log = (work / "logs/dpo/shipped-seed42/replay.log").read_text()
-    assert (
-        "resuming from" in log
-        and "[train] step 5/5" in log
-        and "step 4/5" not in log
-        and "step 6" not in log
-    )
+    assert "resuming from" in log and "[train] step 5/5" in log and "step 4/5" not in log and "step 6" not in log
     record = read(work / target)
-    assert (
-        record["steps"] == 5
-        and record["retained"] == [3, 4, 5]
-        and record["publication_count"] == 5
-    )
+    assert record["steps"] == 5 and record["retained"] == [3, 4, 5] and record["publication_count"] == 5
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "killed_after", [4, 3]
-)  # rm's tiny max_steps is 4: its last step, one before
+@pytest.mark.parametrize("killed_after", [4, 3])  # rm's tiny max_steps is 4: its last step, one before
 def test_rm_resume_never_trains_past_max_steps(tiny_llama, tmp_path, killed_after):
     from conftest import rm_config
 
@@ -448,18 +415,11 @@ def test_rm_resume_never_trains_past_max_steps(tiny_llama, tmp_path, killed_afte
     log = (work / "logs/rm/shipped-seed42/replay.log").read_text()
     assert "step 5" not in log
     if killed_after == 4:
-        assert (
-            "[train] resumed at step 4 of 4: no training (max_steps)" in log
-            and "[train] step" not in log
-        )
+        assert "[train] resumed at step 4 of 4: no training (max_steps)" in log and "[train] step" not in log
     else:
         assert "[train] step 4/4" in log and "[train] step 3/4" not in log
     record = read(work / target)
-    assert (
-        record["steps"] == 4
-        and record["retained"] == [2, 3, 4]
-        and record["publication_count"] == 4
-    )
+    assert record["steps"] == 4 and record["retained"] == [2, 3, 4] and record["publication_count"] == 4
     for p in record["retained"]:
         assert record["checkpoints"][str(p)]["sha256"] == tree_sha(
             work / f"results/rm/shipped-seed42/replay/checkpoint-{p}"
@@ -480,9 +440,7 @@ def fake_run(root: Path) -> Path:
     record.write_text(json.dumps({"retained": [2], "checkpoints": {"2": {"sha256": tree}}}))
     marker = run / "validation/checkpoint-2.json"
     marker.parent.mkdir()
-    marker.write_text(
-        json.dumps({"valid": True, "checkpoint_sha256": tree, "recorded_sha256": tree})
-    )
+    marker.write_text(json.dumps({"valid": True, "checkpoint_sha256": tree, "recorded_sha256": tree}))
     scores = run / "final-scores/checkpoint-2"
     scores.mkdir(parents=True)
     summary = {
@@ -546,9 +504,7 @@ def test_check_run_by_hand(tmp_path, monkeypatch):
     flip_middle_byte(run / "replay/checkpoint-2/w.bin")
     findings = check_run(rel)
     stale = [f for f in findings if f.state != "verified"]
-    assert [(f.path, f.state) for f in stale] == [
-        (str(rel / "validation/checkpoint-2.json"), "stale")
-    ]
+    assert [(f.path, f.state) for f in stale] == [(str(rel / "validation/checkpoint-2.json"), "stale")]
     assert "changed after publication" in stale[0].reason
     scores = rel / "final-scores/checkpoint-2"
     assert stale[0].invalidates == [

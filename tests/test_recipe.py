@@ -28,8 +28,9 @@ def test_resume_with_no_time_left_reports_the_saved_state(tmp_path):
 
     from transformers import TrainerState
 
-    saved = TrainerState(global_step=30, log_history=[{"step": 10, "loss": 0.7}, {"step": 20, "loss": 0.5},
-                                                      {"step": 30, "loss": 0.4}])
+    saved = TrainerState(
+        global_step=30, log_history=[{"step": 10, "loss": 0.7}, {"step": 20, "loss": 0.5}, {"step": 30, "loss": 0.4}]
+    )
     (tmp_path / "state/trainer/checkpoint-30").mkdir(parents=True)
     saved.save_to_json(str(tmp_path / "state/trainer/checkpoint-30/trainer_state.json"))
 
@@ -42,8 +43,13 @@ def test_resume_with_no_time_left_reports_the_saved_state(tmp_path):
         def train(self, **_):
             raise AssertionError("trained after the deadline")
 
-    request = {"deadline_unix": time.time() - 1, "publish_dir": str(tmp_path / "publish"),
-               "state_dir": str(tmp_path / "state"), "keep": 3, "resume": True}
+    request = {
+        "deadline_unix": time.time() - 1,
+        "publish_dir": str(tmp_path / "publish"),
+        "state_dir": str(tmp_path / "state"),
+        "keep": 3,
+        "resume": True,
+    }
     callback = train.ReplayCallback(request, max_steps=100, files=())
     assert train.run_training(NoTimeTrainer(), callback, request) == 0
     result = json.loads((tmp_path / "state/train_result.json").read_text())
@@ -60,7 +66,15 @@ def test_recipe_profiles_and_overrides():
     assert full["per_device_train_batch_size"] * full["gradient_accumulation_steps"] == 16
     assert (full["max_steps"], full["learning_rate"], full["max_length"]) == (772, 5e-6, 1024)
     assert (full["quantization"], full["optim"], full["loss_type"]) == ("nf4", "paged_adamw_32bit", "sigmoid")
-    assert set(full["lora"]["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert set(full["lora"]["target_modules"]) == {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
     assert embedded["max_steps"] // embedded["save_steps"] == 3  # three publications
     merged = train.load_recipe(DPO_CONFIGS, "embedded", {"lora": {"r": 4}, "beta": 0.3})
     assert merged["lora"]["r"] == 4 and merged["lora"]["alpha"] == embedded["lora"]["alpha"] and merged["beta"] == 0.3

@@ -85,7 +85,8 @@ def test_candidate_patch_over_two_seeds(two_seeds):
 
     cand, ship = rows(officials[0]["official"]["scores"]), rows(shipped["official"]["scores"])
     assert final["comparisons"]["vs_shipped"]["difference"] == pytest.approx(
-        sum(cand[i] - ship[i] for i in cand) / len(cand))
+        sum(cand[i] - ship[i] for i in cand) / len(cand)
+    )
 
 
 def test_report_lists_every_checkpoint_with_the_summaries_numbers(two_seeds):
@@ -101,13 +102,22 @@ def test_report_lists_every_checkpoint_with_the_summaries_numbers(two_seeds):
         assert float(score["data-value"]) == c["value"] and float(score["data-se"]) == c["se"]
         # each checkpoint's own score summary holds the same number
         assert read(work / c["scores"] / "summary.json")["value"] == c["value"]
-    official = next(r for r in page.rows if (r["run"], r["progress"]) == ("beta05-seed42", final["official"]["progress"]))
+    official = next(
+        r for r in page.rows if (r["run"], r["progress"]) == ("beta05-seed42", final["official"]["progress"])
+    )
     vs = final["comparisons"]["vs_shipped"]
     diff = official["cells"]["diff"]
     assert (float(diff["data-value"]), float(diff["data-ci-low"]), float(diff["data-ci-high"])) == (
-        vs["difference"], vs["ci_low"], vs["ci_high"])
-    shipped_best = next(r for r in page.rows if r["run"] == "shipped-seed42"
-                        and r["progress"] == read(work / "results/dpo/shipped-seed42/official.json")["official"]["progress"])
+        vs["difference"],
+        vs["ci_low"],
+        vs["ci_high"],
+    )
+    shipped_best = next(
+        r
+        for r in page.rows
+        if r["run"] == "shipped-seed42"
+        and r["progress"] == read(work / "results/dpo/shipped-seed42/official.json")["official"]["progress"]
+    )
     assert float(shipped_best["cells"]["diff"]["data-value"]) == 0.0  # the reference against itself
 
 
@@ -116,7 +126,9 @@ def test_report_embeds_every_figure_and_links_resolve(two_seeds):
 
     work, _ = two_seeds
     page = Page((work / REPORT).read_text())
-    pngs = [work / f"results/dpo/{run}/figures/{kind}.png" for run in RUNS for kind in ("training", "checkpoints", "budget")]
+    pngs = [
+        work / f"results/dpo/{run}/figures/{kind}.png" for run in RUNS for kind in ("training", "checkpoints", "budget")
+    ]
     pngs += [work / "results/dpo/report/seeds.png", work / "results/dpo/report/diagnostics.png"]
     assert len(page.images) == len(pngs)
     import base64
@@ -144,15 +156,18 @@ def test_snakemake_report_collects_the_annotated_outputs(two_seeds):
         assert run in text
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (README: apt-get install chromium)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs Debian's chromium (README: apt-get install chromium)"
+)
 def test_report_renders_in_headless_chromium(two_seeds, tmp_path):
     from PIL import Image
 
     work, _ = two_seeds
     url = (work / REPORT).resolve().as_uri()
     flags = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,6000"]
-    dom = subprocess.run([*flags, "--virtual-time-budget=5000", "--dump-dom", url], capture_output=True, text=True,
-                         timeout=120)
+    dom = subprocess.run(
+        [*flags, "--virtual-time-budget=5000", "--dump-dom", url], capture_output=True, text=True, timeout=120
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     body = Page(dom.stdout).body
     assert body.get("data-images") == "11" and body.get("data-broken-images") == "0", body

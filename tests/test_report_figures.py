@@ -30,10 +30,21 @@ def test_benchmark_seconds_sum_the_s_column(tmp_path):
 def test_budget_figure_is_written_atomically_and_readable(tmp_path):
     from PIL import Image
 
-    record = {"task": "dpo", "run": "shipped-seed42", "wall_s": 100.0, "stop_reason": "deadline",
-              "budget": {"outer_limit_s": 900, "internal_deadline_s": 600, "export_reserve_s": 120},
-              "utilisation": {"wall_s_all_attempts": 150.0, "setup_s": 10, "train_s": 85, "publish_s": 5,
-                              "idle_s": 5, "budget_fraction": 150 / 900}}
+    record = {
+        "task": "dpo",
+        "run": "shipped-seed42",
+        "wall_s": 100.0,
+        "stop_reason": "deadline",
+        "budget": {"outer_limit_s": 900, "internal_deadline_s": 600, "export_reserve_s": 120},
+        "utilisation": {
+            "wall_s_all_attempts": 150.0,
+            "setup_s": 10,
+            "train_s": 85,
+            "publish_s": 5,
+            "idle_s": 5,
+            "budget_fraction": 150 / 900,
+        },
+    }
     out = figures.budget_use({"task": "dpo", "run": "shipped-seed42"}, record, tmp_path / "budget.png")
     assert [p.name for p in tmp_path.iterdir()] == ["budget.png"]  # no temporary file left
     assert oct(out.stat().st_mode & 0o777) == "0o644"
@@ -46,6 +57,14 @@ def test_report_refuses_a_final_summary_without_its_receipt(tmp_path):
     final.mkdir()
     (final / "summary.json").write_text("{}")
     with pytest.raises(InputError, match="complete"):
-        write_report(task="dpo", final_dir=final, officials=[], figures={}, n_boot=10, scale=1.0,
-                     out_html=tmp_path / "r.html", out_table=tmp_path / "t.html")
+        write_report(
+            task="dpo",
+            final_dir=final,
+            officials=[],
+            figures={},
+            n_boot=10,
+            scale=1.0,
+            out_html=tmp_path / "r.html",
+            out_table=tmp_path / "t.html",
+        )
     assert not (tmp_path / "r.html").exists()

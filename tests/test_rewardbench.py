@@ -26,9 +26,15 @@ def rows(subset, n, correct):
 #   Var(Reasoning) = (984/1148)^2 * .75*.25/4 + (164/1148)^2 * .25/2  = 0.0369897959
 #   Var(Chat Hard) = Var(Safety) = 0 (p = 1 or 0 in every subset)
 #   SE = 100 * sqrt(0.0345916748 + 0.0369897959) / 4                  = 6.6886784 %
-HAND = (rows("alpacaeval-easy", 4, 3) + rows("mt-bench-easy", 2, 1) + rows("llmbar-natural", 2, 2)
-        + rows("math-prm", 4, 1) + rows("hep-python", 2, 1) + rows("xstest-should-respond", 1, 1)
-        + rows("donotanswer", 1, 0))
+HAND = (
+    rows("alpacaeval-easy", 4, 3)
+    + rows("mt-bench-easy", 2, 1)
+    + rows("llmbar-natural", 2, 2)
+    + rows("math-prm", 4, 1)
+    + rows("hep-python", 2, 1)
+    + rows("xstest-should-respond", 1, 1)
+    + rows("donotanswer", 1, 0)
+)
 
 
 def test_score_matches_the_hand_table():

@@ -61,11 +61,26 @@ def _function(code: str):
 
 def test_code_rows_chosen_correct_rejected_buggy(built):
     _, rows, _ = built
-    cases = {"sum of a list": ([3, 4, 5],), "largest element": ([3, 9, 5],), "are even": ([1, 2, 4, 6, 7],),
-             "reverses a string": ("abc",), "average": ([2, 4, 9],), "factorial": (5,),
-             "vowels": ("Education",), "palindrome": ("level",)}
-    truth = {"sum of a list": 12, "largest element": 9, "are even": 3, "reverses a string": "cba",
-             "average": 5.0, "factorial": 120, "vowels": 5, "palindrome": True}
+    cases = {
+        "sum of a list": ([3, 4, 5],),
+        "largest element": ([3, 9, 5],),
+        "are even": ([1, 2, 4, 6, 7],),
+        "reverses a string": ("abc",),
+        "average": ([2, 4, 9],),
+        "factorial": (5,),
+        "vowels": ("Education",),
+        "palindrome": ("level",),
+    }
+    truth = {
+        "sum of a list": 12,
+        "largest element": 9,
+        "are even": 3,
+        "reverses a string": "cba",
+        "average": 5.0,
+        "factorial": 120,
+        "vowels": 5,
+        "palindrome": True,
+    }
     code_rows = [r for r in rows if r["subset"] == "hep-python"]
     assert code_rows
     for r in code_rows:
@@ -79,7 +94,12 @@ def test_instruction_rows_verified_by_ifeval(built):
     instruction_rows = [r for r in rows if r["subset"] in ("mt-bench-easy", "llmbar-natural", "llmbar-adver-neighbor")]
     assert {r["subset"] for r in instruction_rows} == {"mt-bench-easy", "llmbar-natural", "llmbar-adver-neighbor"}
     for r in instruction_rows:
-        item = {"id": r["id"], "prompt": r["prompt"], "instruction_id_list": r["instruction_id_list"], "kwargs": r["kwargs"]}
+        item = {
+            "id": r["id"],
+            "prompt": r["prompt"],
+            "instruction_id_list": r["instruction_id_list"],
+            "kwargs": r["kwargs"],
+        }
         assert ifeval.check(item, r["chosen"])["prompt_level_strict_acc"]
         assert not ifeval.check(item, r["rejected"])["prompt_level_strict_acc"]
 

@@ -18,8 +18,12 @@ def checkpoint(tiny_llama, tmp_path_factory):
 
     torch.manual_seed(1)
     base = AutoModelForSequenceClassification.from_pretrained(tiny_llama, num_labels=1)
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                            modules_to_save=["score"], task_type="SEQ_CLS"))
+    model = get_peft_model(
+        base,
+        LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], modules_to_save=["score"], task_type="SEQ_CLS"
+        ),
+    )
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name or "score" in name:
@@ -55,15 +59,22 @@ def test_valid_checkpoint_and_padding_invariance(checkpoint, tiny_llama):
 def test_encode_keeps_the_last_tokens(tiny_llama):
     tok = loader.load_tokenizer(tiny_llama)
     full = loader.encode(tok, "Describe a tree.", "A tree is tall.", 10_000)
-    assert full == list(tok.apply_chat_template([{"role": "user", "content": "Describe a tree."},
-                                                 {"role": "assistant", "content": "A tree is tall."}],
-                                                tokenize=True, return_dict=True)["input_ids"])
+    assert full == list(
+        tok.apply_chat_template(
+            [{"role": "user", "content": "Describe a tree."}, {"role": "assistant", "content": "A tree is tall."}],
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"]
+    )
     assert loader.encode(tok, "Describe a tree.", "A tree is tall.", 7) == full[-7:]
 
 
 def test_checkpoint_without_head_is_invalid(checkpoint, tiny_llama, tmp_path):
-    no_head = copy_with(checkpoint, tmp_path / "no-head",
-                        tensors=lambda w: {k: v for k, v in w.items() if not k.endswith("score.weight")})
+    no_head = copy_with(
+        checkpoint,
+        tmp_path / "no-head",
+        tensors=lambda w: {k: v for k, v in w.items() if not k.endswith("score.weight")},
+    )
     verdict = loader.validate(no_head, tiny_llama, {"dtype": "float32"})
     assert not verdict["valid"] and "no reward head" in verdict["reason"]
     not_saved = copy_with(checkpoint, tmp_path / "not-saved", config=lambda c: {**c, "modules_to_save": None})
@@ -75,20 +86,26 @@ def test_wrong_head_or_lora_shape_is_invalid(checkpoint, tiny_llama, tmp_path):
     def wide_head(w):
         return {k: (torch.zeros(2, 32) if k.endswith("score.weight") else v) for k, v in w.items()}
 
-    verdict = loader.validate(copy_with(checkpoint, tmp_path / "head", tensors=wide_head), tiny_llama, {"dtype": "float32"})
+    verdict = loader.validate(
+        copy_with(checkpoint, tmp_path / "head", tensors=wide_head), tiny_llama, {"dtype": "float32"}
+    )
     assert not verdict["valid"] and "(2, 32), expected (1, 32)" in verdict["reason"]
 
     def bad_lora(w):
         key = next(k for k in w if k.endswith("q_proj.lora_A.weight"))
         return {**w, key: torch.zeros(3, 32)}
 
-    verdict = loader.validate(copy_with(checkpoint, tmp_path / "lora", tensors=bad_lora), tiny_llama, {"dtype": "float32"})
+    verdict = loader.validate(
+        copy_with(checkpoint, tmp_path / "lora", tensors=bad_lora), tiny_llama, {"dtype": "float32"}
+    )
     assert not verdict["valid"] and "q_proj.lora_A.weight" in verdict["reason"]
 
     def nan_head(w):
         return {k: (torch.full((1, 32), float("nan")) if k.endswith("score.weight") else v) for k, v in w.items()}
 
-    verdict = loader.validate(copy_with(checkpoint, tmp_path / "nan", tensors=nan_head), tiny_llama, {"dtype": "float32"})
+    verdict = loader.validate(
+        copy_with(checkpoint, tmp_path / "nan", tensors=nan_head), tiny_llama, {"dtype": "float32"}
+    )
     assert not verdict["valid"] and "non-finite" in verdict["reason"]
 
 
@@ -101,12 +118,35 @@ def write_assets(root, rows, train):
     return items
 
 
-ROWS = [{"id": str(i), "subset": s, "prompt": f"Question {i}?", "chosen": f"Good answer {i}.", "rejected": f"Bad {i}.",
-         "visible": i < 3}
-        for i, s in enumerate(["alpacaeval-easy", "alpacaeval-easy", "llmbar-natural", "math-prm", "math-prm",
-                               "hep-python", "donotanswer", "xstest-should-respond"])]
-TRAIN = [{"prompt": [{"role": "user", "content": "Other question?"}], "chosen": [{"role": "assistant", "content": "Yes."}],
-          "rejected": [{"role": "assistant", "content": "No."}]}]
+ROWS = [
+    {
+        "id": str(i),
+        "subset": s,
+        "prompt": f"Question {i}?",
+        "chosen": f"Good answer {i}.",
+        "rejected": f"Bad {i}.",
+        "visible": i < 3,
+    }
+    for i, s in enumerate(
+        [
+            "alpacaeval-easy",
+            "alpacaeval-easy",
+            "llmbar-natural",
+            "math-prm",
+            "math-prm",
+            "hep-python",
+            "donotanswer",
+            "xstest-should-respond",
+        ]
+    )
+]
+TRAIN = [
+    {
+        "prompt": [{"role": "user", "content": "Other question?"}],
+        "chosen": [{"role": "assistant", "content": "Yes."}],
+        "rejected": [{"role": "assistant", "content": "No."}],
+    }
+]
 
 
 def test_evaluate_recomputes_rewardbench_from_rewards(checkpoint, tiny_llama, tmp_path):
@@ -132,8 +172,13 @@ def test_evaluate_recomputes_rewardbench_from_rewards(checkpoint, tiny_llama, tm
 
 
 def test_overlap_is_reported(checkpoint, tiny_llama, tmp_path):
-    train = TRAIN + [{"prompt": [{"role": "user", "content": "Question 0?"}],
-                      "chosen": [{"role": "assistant", "content": "x"}], "rejected": [{"role": "assistant", "content": "y"}]}]
+    train = TRAIN + [
+        {
+            "prompt": [{"role": "user", "content": "Question 0?"}],
+            "chosen": [{"role": "assistant", "content": "x"}],
+            "rejected": [{"role": "assistant", "content": "y"}],
+        }
+    ]
     items = write_assets(tmp_path / "assets", ROWS, train)
     summary, _ = evaluator.evaluate(checkpoint, tiny_llama, items, "m", {"max_length": 64, "batch_size": 8})
     assert summary["diagnostics"]["overlap_with_training"]["prompts"] == 1
@@ -187,13 +232,16 @@ def test_pad_token_equal_to_eos(checkpoint, tiny_llama, tmp_path):
         assert reward == pytest.approx(float(head[0] @ hidden), abs=1e-4)
 
 
-@pytest.mark.parametrize("change, field, message", [
-    ({"subset": "not-a-subset"}, "line 2.subset", "has no RewardBench v1 section"),
-    ({"section": "Safety"}, "line 2.section", "disagrees with subset"),
-    ({"rejected": "Good answer 1."}, "line 2.chosen", "identical"),
-    ({"chosen": None}, "line 2.chosen", "must be a non-empty string"),
-    ({"prompt": 7}, "line 2.prompt", "must be a non-empty string or a list of messages"),
-])
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        ({"subset": "not-a-subset"}, "line 2.subset", "has no RewardBench v1 section"),
+        ({"section": "Safety"}, "line 2.section", "disagrees with subset"),
+        ({"rejected": "Good answer 1."}, "line 2.chosen", "identical"),
+        ({"chosen": None}, "line 2.chosen", "must be a non-empty string"),
+        ({"prompt": 7}, "line 2.prompt", "must be a non-empty string or a list of messages"),
+    ],
+)
 def test_bad_rows_name_file_line_and_field(tmp_path, change, field, message):
     rows = [dict(r) for r in ROWS]
     rows[1].update(change)
@@ -209,6 +257,11 @@ def test_bad_rows_name_file_line_and_field(tmp_path, change, field, message):
 
 
 def test_list_prompts_are_accepted_and_compared():
-    row = {"id": "1", "subset": "math-prm", "prompt": [{"role": "user", "content": "Question 0?"}],
-           "chosen": "2", "rejected": "3"}
+    row = {
+        "id": "1",
+        "subset": "math-prm",
+        "prompt": [{"role": "user", "content": "Question 0?"}],
+        "chosen": "2",
+        "rejected": "3",
+    }
     assert data.overlap([row], [{"prompt": "Question 0?", "chosen": "x", "rejected": "y"}])["prompts"] == 1

@@ -84,16 +84,27 @@ def _copy_finished(finished, dest):
     return dest
 
 
-@pytest.mark.parametrize("prefs_rows, bench_rows, message", [
-    ([{"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."}, {"prompt": "Colour?", "chosen": "Blue.", "rejected": "Blue."}],
-     [{"id": "1", "subset": "math-prm", "prompt": "1+1?", "chosen": "2", "rejected": "3"}],
-     "{prefs}: line 2.chosen: chosen and rejected are identical"),
-    ([{"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."}],
-     [{"id": "1", "prompt": "1+1?", "chosen": "2", "rejected": "3"}],
-     "{bench}: line 1.subset: required field missing (it names the row's section)"),
-])
-def test_bad_local_rows_are_refused_before_anything_is_removed(finished, tmp_path, tiny_llama, prefs_rows, bench_rows,
-                                                              message):
+@pytest.mark.parametrize(
+    "prefs_rows, bench_rows, message",
+    [
+        (
+            [
+                {"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."},
+                {"prompt": "Colour?", "chosen": "Blue.", "rejected": "Blue."},
+            ],
+            [{"id": "1", "subset": "math-prm", "prompt": "1+1?", "chosen": "2", "rejected": "3"}],
+            "{prefs}: line 2.chosen: chosen and rejected are identical",
+        ),
+        (
+            [{"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."}],
+            [{"id": "1", "prompt": "1+1?", "chosen": "2", "rejected": "3"}],
+            "{bench}: line 1.subset: required field missing (it names the row's section)",
+        ),
+    ],
+)
+def test_bad_local_rows_are_refused_before_anything_is_removed(
+    finished, tmp_path, tiny_llama, prefs_rows, bench_rows, message
+):
     work = _copy_finished(finished, tmp_path / "work")
     prefs, bench = tmp_path / "prefs.jsonl", tmp_path / "bench.jsonl"
     prefs.write_text("".join(json.dumps(r) + "\n" for r in prefs_rows))
@@ -120,8 +131,10 @@ def test_paired_comparison_between_checkpoints_equals_the_score_difference(finis
 def rewardbench_rows():
     """Two rows in each of RewardBench v1's 23 subsets, in its file's format."""
     subsets = [s for section in rewardbench.SUBSET_MAPPING.values() for s in section for _ in range(2)]
-    return [{"id": str(i), "subset": s, "prompt": f"Prompt {i} for {s}?", "chosen": f"Good {i}.", "rejected": f"Bad {i}."}
-            for i, s in enumerate(subsets)]
+    return [
+        {"id": str(i), "subset": s, "prompt": f"Prompt {i} for {s}?", "chosen": f"Good {i}.", "rejected": f"Bad {i}."}
+        for i, s in enumerate(subsets)
+    ]
 
 
 def test_full_scale_config_on_tiny_mistral(tmp_path):
@@ -136,9 +149,18 @@ def test_full_scale_config_on_tiny_mistral(tmp_path):
     task.update({k: v for k, v in full.items() if k not in ("threads", "budget", "validation", "evaluation")})
     task["fixed_start"] = str(model)
     task["data"] = {**full["data"], "train_prefs": str(prefs), "rewardbench": str(bench), "n_proxy": 23}
-    task["recipe"] = {"profile": "full", "overrides": {
-        "dtype": "float32", "optim": "adamw_torch", "max_steps": 2, "save_steps": 1, "max_length": 48,
-        "gradient_accumulation_steps": 2, "lora": {"r": 4, "alpha": 8}}}
+    task["recipe"] = {
+        "profile": "full",
+        "overrides": {
+            "dtype": "float32",
+            "optim": "adamw_torch",
+            "max_steps": 2,
+            "save_steps": 1,
+            "max_length": 48,
+            "gradient_accumulation_steps": 2,
+            "lora": {"r": 4, "alpha": 8},
+        },
+    }
     write_config(work, {"models": {}, "tasks": {"rm": task}})
     snakemake(work, "results/rm/final", "--cores", "1", "--resources", "gpu=1", check=True)
     manifest = read(work / "results/rm/assets/manifest.json")

@@ -53,7 +53,8 @@ def run(request, task, port):
     hidden = work / "results" / task / "assets" / "hidden"
     attempt(results, "list_hidden", lambda: os.listdir(hidden))
     attempt(results, "read_hidden", lambda: [p.read_bytes()[:10] for p in hidden.rglob("*") if p.is_file()][0])
-    attempt(results, "read_manifest_of_hidden", lambda: (work / "results" / task / "assets" / "manifest.json").read_text())
+    manifest = work / "results" / task / "assets" / "manifest.json"
+    attempt(results, "read_manifest_of_hidden", lambda: manifest.read_text())
     others = lambda: [p.name for p in (work / "results" / task).iterdir() if p.name not in ("assets", run_dir.name)]
     attempt(results, "other_runs", lambda: others() or 1 / 0)
     attempt(results, "earlier_results", lambda: (work / "results" / task / "final" / "summary.json").read_text())
@@ -62,7 +63,8 @@ def run(request, task, port):
     import replaykit
     package = Path(replaykit.__file__).parent
     attempt(results, "write_frozen_code", lambda: writable(package / "tasks" / task / "evaluator.py"))
-    attempt(results, "write_fixed_start", lambda: writable(next(p for p in Path(request["fixed_start"]).rglob("*") if p.is_file())))
+    first_file = lambda: next(p for p in Path(request["fixed_start"]).rglob("*") if p.is_file())
+    attempt(results, "write_fixed_start", lambda: writable(first_file()))
     attempt(results, "create_in_fixed_start", lambda: (Path(request["fixed_start"]) / "probe").write_text("x"))
     attempt(results, "write_workspace", lambda: writable(Path("train.py")))
     attempt(results, "create_in_work_dir", lambda: (work / "probe-escape").write_text("x"))
@@ -79,10 +81,27 @@ def run(request, task, port):
     (Path(request["state_dir"]) / "probe.json").write_text(json.dumps(results, indent=1))
 '''
 
-ESCAPES = ("list_hidden", "read_hidden", "read_manifest_of_hidden", "other_runs", "earlier_results", "logs",
-           "config", "write_frozen_code", "write_fixed_start", "create_in_fixed_start", "write_workspace",
-           "create_in_work_dir", "proc_parent_root", "proc_1_root", "see_host_processes", "sklearn_digits", "home_secret",
-           "network_interfaces", "connect_host_loopback")
+ESCAPES = (
+    "list_hidden",
+    "read_hidden",
+    "read_manifest_of_hidden",
+    "other_runs",
+    "earlier_results",
+    "logs",
+    "config",
+    "write_frozen_code",
+    "write_fixed_start",
+    "create_in_fixed_start",
+    "write_workspace",
+    "create_in_work_dir",
+    "proc_parent_root",
+    "proc_1_root",
+    "see_host_processes",
+    "sklearn_digits",
+    "home_secret",
+    "network_interfaces",
+    "connect_host_loopback",
+)
 
 
 def make_dir(path: Path) -> Path:
@@ -129,11 +148,19 @@ def host_server():
 
 
 def soup_task(fixed_start: Path, patch: Path) -> dict:
-    return {"fixed_start": str(fixed_start), "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-            "recipe": {"profile": "embedded", "overrides": {}}, "seeds": [42], "threads": 1,
-            "candidate": "probe", "candidates": {"probe": str(patch)},
-            "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-            "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5}, "final": {"n_boot": 200}}
+    return {
+        "fixed_start": str(fixed_start),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "recipe": {"profile": "embedded", "overrides": {}},
+        "seeds": [42],
+        "threads": 1,
+        "candidate": "probe",
+        "candidates": {"probe": str(patch)},
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 200},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +188,9 @@ def test_soup_probe_reaches_nothing_and_the_run_stays_valid(soup_start, tmp_path
     (work / "results/soup/final").mkdir(parents=True)  # an earlier result the probe looks for
     (work / "results/soup/final/summary.json").write_text('{"value": 0.9}')
     (work / "results/soup/other-seed1").mkdir()
-    write_config(work, {"models": {}, "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", port))}})
+    write_config(
+        work, {"models": {}, "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", port))}}
+    )
     probe, record = run_probe(work, "soup", "results/soup/probe-seed42/official.json")
     managed = {k: v["detail"] for k, v in probe.items() if v["managed"]}
     assert set(probe) == set(ESCAPES) and managed == {}
@@ -174,8 +203,14 @@ def test_soup_probe_reaches_nothing_and_the_run_stays_valid(soup_start, tmp_path
 def test_soup_probe_without_isolation_reaches_everything_and_says_so(soup_start, tmp_path, host_server):
     port, accepted = host_server
     work = copy_workflow(make_dir(tmp_path / "work"))
-    write_config(work, {"isolation": "none", "models": {},
-                        "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", port))}})
+    write_config(
+        work,
+        {
+            "isolation": "none",
+            "models": {},
+            "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", port))},
+        },
+    )
     probe, record = run_probe(work, "soup", "results/soup/report.html")
     for escape in ("list_hidden", "read_hidden", "write_frozen_code", "connect_host_loopback", "create_in_work_dir"):
         assert probe[escape]["managed"], (escape, probe[escape])
@@ -229,12 +264,24 @@ def test_frozen_code_changed_during_the_replay_is_an_error(tmp_path, monkeypatch
     manifest.parent.mkdir()
     manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
     with pytest.raises(replay.ReplayError, match="frozen package changed during the replay: evaluator.py: changed"):
-        replay.run_replay(task="soup", run="x-seed1", workspace=ws["workspace"], workspace_record=tmp_path / "ws.json",
-                          manifest=manifest, fixed_start=fixed, public_dir=tmp_path / "assets",
-                          publish_dir=tmp_path / "pub", state_dir=tmp_path / "state", record_path=tmp_path / "r.json",
-                          budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50,
-                                                     "export_reserve_s": 5}),
-                          seed=1, profile="embedded", overrides={}, threads=1, isolation="none")
+        replay.run_replay(
+            task="soup",
+            run="x-seed1",
+            workspace=ws["workspace"],
+            workspace_record=tmp_path / "ws.json",
+            manifest=manifest,
+            fixed_start=fixed,
+            public_dir=tmp_path / "assets",
+            publish_dir=tmp_path / "pub",
+            state_dir=tmp_path / "state",
+            record_path=tmp_path / "r.json",
+            budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5}),
+            seed=1,
+            profile="embedded",
+            overrides={},
+            threads=1,
+            isolation="none",
+        )
     assert "changed" in json.loads((tmp_path / "pub" / "last-failure.json").read_text())["error"]
 
 
@@ -245,15 +292,16 @@ def test_sandbox_hides_and_shows_what_it_says(tmp_path):
     out.mkdir()
     (hidden / "final.jsonl").write_text("secret")
     (shown / "proxy.jsonl").write_text("public")
-    script = ("import os, pathlib\n"
-              f"print(sorted(os.listdir({str(hidden)!r})))\n"
-              f"print(pathlib.Path({str(shown / 'proxy.jsonl')!r}).read_text())\n"
-              f"pathlib.Path({str(out / 'ok')!r}).write_text('1')\n"
-              "try:\n"
-              f"    pathlib.Path({str(shown / 'x')!r}).write_text('1'); print('wrote')\n"
-              "except OSError as e:\n    print('read-only', e.errno)\n")
-    argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=out, hide=[hidden], read_only=[shown],
-                        writable=[out])
+    script = (
+        "import os, pathlib\n"
+        f"print(sorted(os.listdir({str(hidden)!r})))\n"
+        f"print(pathlib.Path({str(shown / 'proxy.jsonl')!r}).read_text())\n"
+        f"pathlib.Path({str(out / 'ok')!r}).write_text('1')\n"
+        "try:\n"
+        f"    pathlib.Path({str(shown / 'x')!r}).write_text('1'); print('wrote')\n"
+        "except OSError as e:\n    print('read-only', e.errno)\n"
+    )
+    argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=out, hide=[hidden], read_only=[shown], writable=[out])
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["['public']", "public", "read-only 30"]  # 30 = EROFS
@@ -265,20 +313,33 @@ def test_only_allowed_environment_variables_reach_the_sandbox(tmp_path):
     (pid 1 inside) shows in /proc/1/environ; thread counts, CUDA switches and the probe's
     REPLAYKIT_RUN_DIR pass with their values; a name like a key is cleared even under an
     allowed pattern (NVIDIA_API_KEY)."""
-    env = {"PATH": os.environ["PATH"], "HF_TOKEN": "hf_secret", "AWS_SECRET_ACCESS_KEY": "k",
-           "SLURM_JOB_ID": "7", "OMP_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "0",
-           "NVIDIA_API_KEY": "nv_secret", "REPLAYKIT_RUN_DIR": "/x", "LC_ALL": "C.UTF-8"}
-    script = ("import json, os; print(json.dumps(dict(os.environ), sort_keys=True));"
-              "print(json.dumps(sorted(open('/proc/1/environ').read().split(chr(0)))))")
-    argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=tmp_path, hide=[], read_only=[],
-                        writable=[tmp_path])
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                            env=sandbox.process_env(env, "bwrap"))
+    env = {
+        "PATH": os.environ["PATH"],
+        "HF_TOKEN": "hf_secret",
+        "AWS_SECRET_ACCESS_KEY": "k",
+        "SLURM_JOB_ID": "7",
+        "OMP_NUM_THREADS": "3",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "NVIDIA_API_KEY": "nv_secret",
+        "REPLAYKIT_RUN_DIR": "/x",
+        "LC_ALL": "C.UTF-8",
+    }
+    script = (
+        "import json, os; print(json.dumps(dict(os.environ), sort_keys=True));"
+        "print(json.dumps(sorted(open('/proc/1/environ').read().split(chr(0)))))"
+    )
+    argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=tmp_path, hide=[], read_only=[], writable=[tmp_path])
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=sandbox.process_env(env, "bwrap"))
     assert result.returncode == 0, result.stderr
     inside, reaper = map(json.loads, result.stdout.splitlines())
-    assert inside == {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "3", "CUDA_VISIBLE_DEVICES": "0",
-                      "REPLAYKIT_RUN_DIR": "/x", "LC_ALL": "C.UTF-8",
-                      "PWD": str(tmp_path.absolute())}  # set by bwrap --chdir
+    assert inside == {
+        "PATH": os.environ["PATH"],
+        "OMP_NUM_THREADS": "3",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "REPLAYKIT_RUN_DIR": "/x",
+        "LC_ALL": "C.UTF-8",
+        "PWD": str(tmp_path.absolute()),
+    }  # set by bwrap --chdir
     assert not any("secret" in entry or entry.startswith(("HF_TOKEN", "AWS_", "SLURM_")) for entry in reaper)
     assert sandbox.process_env(env, "none") == env  # isolation: none changes nothing
 
@@ -292,9 +353,14 @@ def test_missing_bubblewrap_is_one_clear_line(tmp_path):
             (tmp_path / "nobin" / tool.name).symlink_to(tool)
     from conftest import VENV_BIN
 
-    result = subprocess.run([str(VENV_BIN / "snakemake"), "--workflow-profile", "none", "-n", "results/dpo/final",
-                             "--cores", "1"], cwd=work, capture_output=True, text=True, timeout=120,
-                            env={"PATH": f"{VENV_BIN}:{env_path}", "HOME": str(tmp_path)})
+    result = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "--workflow-profile", "none", "-n", "results/dpo/final", "--cores", "1"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": f"{VENV_BIN}:{env_path}", "HOME": str(tmp_path)},
+    )
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert lines and "bubblewrap (bwrap) not found" in lines[0] and "isolation: none" in lines[0]
@@ -310,15 +376,35 @@ def test_final_salt_changes_the_hidden_draw_only_and_is_never_written(tiny_llama
     for salt in ("", "s3cret-salt"):
         root = tmp_path / (salt or "public")
         cfg = json.dumps({"data": data, "fixed_start_sha256": None, "final_salt": salt})
-        subprocess.run([str(VENV_BIN / "python"), "-m", "replaykit", "assets", "--task", "dpo", "--cfg", cfg,
-                        "--fixed-start", str(tiny_llama), "--public", str(root / "public"), "--hidden",
-                        str(root / "hidden"), "--manifest", str(root / "manifest.json")], check=True)
+        subprocess.run(
+            [
+                str(VENV_BIN / "python"),
+                "-m",
+                "replaykit",
+                "assets",
+                "--task",
+                "dpo",
+                "--cfg",
+                cfg,
+                "--fixed-start",
+                str(tiny_llama),
+                "--public",
+                str(root / "public"),
+                "--hidden",
+                str(root / "hidden"),
+                "--manifest",
+                str(root / "manifest.json"),
+            ],
+            check=True,
+        )
         out[salt] = root
     public, salted = out[""], out["s3cret-salt"]
     for name in sorted(p.name for p in (public / "public").iterdir()):
         assert (public / "public" / name).read_bytes() == (salted / "public" / name).read_bytes()
     hidden = [json.loads(line)["prompt"] for line in (public / "hidden/final_prompts.jsonl").read_text().splitlines()]
-    hidden_salted = [json.loads(line)["prompt"] for line in (salted / "hidden/final_prompts.jsonl").read_text().splitlines()]
+    hidden_salted = [
+        json.loads(line)["prompt"] for line in (salted / "hidden/final_prompts.jsonl").read_text().splitlines()
+    ]
     assert len(hidden) == len(hidden_salted) == data["n_final"] and hidden != hidden_salted
     manifest = (salted / "manifest.json").read_text()
     assert "s3cret-salt" not in manifest and json.loads(manifest)["final_salt"] == "operator"
@@ -344,7 +430,8 @@ def test_a_checkpoint_symlink_to_another_run_is_never_retained(tmp_path, monkeyp
         "import json, os, sys\nfrom pathlib import Path\n"
         "r = json.loads(Path(sys.argv[2]).read_text())\n"
         f"os.symlink({str(other)!r}, Path(r['publish_dir']) / 'checkpoint-3')\n"
-        "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n")
+        "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n"
+    )
     ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
     fixed = tmp_path / "fixed"
     fixed.mkdir()
@@ -353,12 +440,24 @@ def test_a_checkpoint_symlink_to_another_run_is_never_retained(tmp_path, monkeyp
     manifest.parent.mkdir()
     manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
     with pytest.raises(replay.ReplayError, match="checkpoint-3: not a regular file"):
-        replay.run_replay(task="soup", run="x-seed1", workspace=ws["workspace"], workspace_record=tmp_path / "ws.json",
-                          manifest=manifest, fixed_start=fixed, public_dir=tmp_path / "assets",
-                          publish_dir=tmp_path / "pub", state_dir=tmp_path / "state", record_path=tmp_path / "r.json",
-                          budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50,
-                                                     "export_reserve_s": 5}),
-                          seed=1, profile="embedded", overrides={}, threads=1, isolation="bwrap")
+        replay.run_replay(
+            task="soup",
+            run="x-seed1",
+            workspace=ws["workspace"],
+            workspace_record=tmp_path / "ws.json",
+            manifest=manifest,
+            fixed_start=fixed,
+            public_dir=tmp_path / "assets",
+            publish_dir=tmp_path / "pub",
+            state_dir=tmp_path / "state",
+            record_path=tmp_path / "r.json",
+            budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5}),
+            seed=1,
+            profile="embedded",
+            overrides={},
+            threads=1,
+            isolation="bwrap",
+        )
     assert published(tmp_path / "pub") == [] and not (tmp_path / "r.json").exists()
 
 
@@ -369,7 +468,13 @@ def test_a_hidden_file_stays_hidden_under_a_shown_folder_spelled_with_dotdot(tmp
     (data / "final").mkdir(parents=True)
     (data / "final" / "f.txt").write_text("FINAL")
     (tmp_path / "a").mkdir()
-    argv = sandbox.wrap(["cat", str(data / "final" / "f.txt")], "bwrap", chdir=tmp_path,
-                        hide=[data / "final" / "f.txt"], read_only=[tmp_path / "a" / ".." / "data"], writable=[])
+    argv = sandbox.wrap(
+        ["cat", str(data / "final" / "f.txt")],
+        "bwrap",
+        chdir=tmp_path,
+        hide=[data / "final" / "f.txt"],
+        read_only=[tmp_path / "a" / ".." / "data"],
+        writable=[],
+    )
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert "FINAL" not in result.stdout

@@ -57,17 +57,27 @@ def test_documented_command_forms(workdir, tiny_llama):
     assert reordered.returncode == 0, reordered.stdout + reordered.stderr
     swallowed = snakemake(workdir, "--cores", "1", "--resources", "gpu=1", "results/dpo/final", "-n")
     assert swallowed.returncode != 0  # --resources takes the target as a resource: see README
-    local = subprocess.run([str(Path(os.sys.executable).parent / "snakemake"), "results/dpo/final",
-                            "--profile", str(ROOT / "profiles/local"), "-n"],
-                           cwd=workdir, capture_output=True, text=True)
+    local = subprocess.run(
+        [
+            str(Path(os.sys.executable).parent / "snakemake"),
+            "results/dpo/final",
+            "--profile",
+            str(ROOT / "profiles/local"),
+            "-n",
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
     assert local.returncode == 0, local.stdout + local.stderr
 
 
 @pytest.mark.main_job
 def test_readme_main_command_as_written():
     """The README's first command, verbatim, in the project directory (about 10 minutes)."""
-    result = subprocess.run(["bash", "-c", block("main-command")], cwd=ROOT, capture_output=True, text=True,
-                            timeout=1800)
+    result = subprocess.run(
+        ["bash", "-c", block("main-command")], cwd=ROOT, capture_output=True, text=True, timeout=1800
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     final = ROOT / "results" / "dpo" / "final"
     assert (final / ".complete").exists()
@@ -93,7 +103,12 @@ def test_bare_target_uses_the_default_profile(workdir, tiny_llama):
     write_config(workdir, tiny_config(tiny_llama))
     shutil.copytree(ROOT / "profiles", workdir / "profiles")
     env = dict(os.environ, PATH=f"{Path(os.sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    bare = subprocess.run([str(Path(os.sys.executable).parent / "snakemake"), "results/dpo/final", "-n"],
-                          cwd=workdir, capture_output=True, text=True, env=env)
+    bare = subprocess.run(
+        [str(Path(os.sys.executable).parent / "snakemake"), "results/dpo/final", "-n"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert bare.returncode == 0, bare.stdout + bare.stderr
     assert "Using workflow specific profile profiles/default" in bare.stdout + bare.stderr

@@ -30,13 +30,25 @@ def _cluster_up() -> bool:
     return out.returncode == 0 and any(s in out.stdout for s in ("idle", "mixed", "allocated"))
 
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not _cluster_up(), reason="no SLURM cluster (bash scripts/slurm-test-cluster.sh start)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not _cluster_up(), reason="no SLURM cluster (bash scripts/slurm-test-cluster.sh start)"),
+]
 
 # what a small node can give; the profile's defaults are for a GPU cluster's nodes
-TEST_RESOURCES = ["--default-resources", "mem_mb=1500", "runtime=attempt*30", "--slurm-status-command", "squeue",
-                  "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
-                  "--set-resources", "replay:mem_mb=3000"]
+TEST_RESOURCES = [
+    "--default-resources",
+    "mem_mb=1500",
+    "runtime=attempt*30",
+    "--slurm-status-command",
+    "squeue",
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--seconds-between-status-checks",
+    "1",
+    "--set-resources",
+    "replay:mem_mb=3000",
+]
 # The replay's first attempt gets 1 minute of wall time, shorter than its budget: SLURM kills it
 # (TIMEOUT) while it trains; the retry (attempt 2) gets 7 minutes and resumes. This override
 # replaces the rule's own runtime (attempt x the budget's 7 minutes), which a dry run shows.
@@ -69,13 +81,27 @@ def cluster_run(tiny_llama, tmp_path_factory):
     write_config(work, cfg)
     dry = snakemake(work, "results/dpo/final", "--profile", "profiles/slurm", *TEST_RESOURCES, "-n", check=True)
     started = time.time()
-    out = snakemake(work, "results/dpo/final", "--profile", "profiles/slurm", *TEST_RESOURCES, TIMEOUT_RUNTIME,
-                    timeout=1500, check=True)
+    out = snakemake(
+        work,
+        "results/dpo/final",
+        "--profile",
+        "profiles/slurm",
+        *TEST_RESOURCES,
+        TIMEOUT_RUNTIME,
+        timeout=1500,
+        check=True,
+    )
     print(f"SLURM DAG with one TIMEOUT: {time.time() - started:.0f} s")
     jobs = jobs_in(work)
     for job in jobs:  # what SLURM was asked for (scontrol keeps finished jobs for MinJobAge = 1 h)
-        shown = dict(re.findall(r"(\w+)=(\S*)", subprocess.run(
-            ["scontrol", "show", "job", job["JobId"]], capture_output=True, text=True, check=True).stdout))
+        shown = dict(
+            re.findall(
+                r"(\w+)=(\S*)",
+                subprocess.run(
+                    ["scontrol", "show", "job", job["JobId"]], capture_output=True, text=True, check=True
+                ).stdout,
+            )
+        )
         job["rule"] = re.match(r"rule_(.+?)(?:_wildcards_|$)", shown["Comment"]).group(1)
         job["TresPerJob"] = shown.get("TresPerJob")
         job["TimeLimitShown"] = shown["TimeLimit"]
@@ -115,15 +141,19 @@ def test_gpu_rules_ask_for_the_gpu_and_runtime_follows_the_rules(cluster_run):
 def test_timeout_is_retried_with_more_time_and_resumes(cluster_run):
     work, _, jobs = cluster_run
     replays = [j for j in jobs if j["rule"] == "replay"]
-    assert [(j["JobState"], j["TimeLimitShown"]) for j in replays] == [("TIMEOUT", "00:01:00"),
-                                                                      ("COMPLETED", "00:07:00")]
+    assert [(j["JobState"], j["TimeLimitShown"]) for j in replays] == [
+        ("TIMEOUT", "00:01:00"),
+        ("COMPLETED", "00:07:00"),
+    ]
     run = work / "results/dpo/shipped-seed42"
     record = json.loads((run / "replay/record.json").read_text())
     assert record["resumed"] is True and len(record["attempts"]) == 2
     assert record["stop_reason"] == "deadline"  # the internal deadline, one budget over both attempts
     assert record["utilisation"]["wall_s_all_attempts"] <= record["budget"]["outer_limit_s"]
     # the retry continued from a saved trainer state, not from step 0
-    resumed_at = re.search(r"\[train\] resuming from \S*checkpoint-(\d+)", (work / "logs/dpo/shipped-seed42/replay.log").read_text())
+    resumed_at = re.search(
+        r"\[train\] resuming from \S*checkpoint-(\d+)", (work / "logs/dpo/shipped-seed42/replay.log").read_text()
+    )
     assert resumed_at and int(resumed_at.group(1)) > 0
     steps = [h["progress"] for h in record["train_history"]]
     assert steps[0] <= 10 and steps == sorted(set(steps))  # one curve across both attempts

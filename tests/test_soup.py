@@ -77,8 +77,14 @@ def build_start(out: Path, **spec) -> Path:
     """The soup-digits builder through the fixed_start_model path (writes the private file)."""
     from replaykit.models import build_from_builder
 
-    spec = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4,
-            **spec}
+    spec = {
+        "builder": "soup-digits",
+        "seed": 0,
+        "n_ingredients": 3,
+        "pretrain_epochs": 1,
+        "heldout_per_class": 4,
+        **spec,
+    }
     build_from_builder(spec, out, out.parent / f"{out.name}.manifest.json")
     return out
 
@@ -86,8 +92,9 @@ def build_start(out: Path, **spec) -> Path:
 @pytest.fixture(scope="module")
 def assets(fixed_start, tmp_path_factory):
     root = tmp_path_factory.mktemp("soup-assets")
-    info = soup.build_assets({"source": "embedded", "public_seed": 1, "proxy_per_class": 2}, fixed_start,
-                             root / "public", root / "hidden")
+    info = soup.build_assets(
+        {"source": "embedded", "public_seed": 1, "proxy_per_class": 2}, fixed_start, root / "public", root / "hidden"
+    )
     return root, info
 
 
@@ -134,10 +141,16 @@ def test_validator_affine_hull(fixed_start, tmp_path):
     assert not verdict["valid"] and "head.bias is not the coefficient-weighted sum" in verdict["reason"]
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda s: {**s, "head.weight": torch.zeros(11, s["head.weight"].shape[1])}, "head.weight has shape (11,"),
-    (lambda s: {**s, "extra.buffer": torch.zeros(2)}, "keys differ from ingredient_00.safetensors (extra ['extra.buffer']"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: {**s, "head.weight": torch.zeros(11, s["head.weight"].shape[1])}, "head.weight has shape (11,"),
+        (
+            lambda s: {**s, "extra.buffer": torch.zeros(2)},
+            "keys differ from ingredient_00.safetensors (extra ['extra.buffer']",
+        ),
+    ],
+)
 def test_ingredient_with_other_keys_or_shapes_is_refused_by_name(fixed_start, tmp_path, change, message):
     from safetensors.torch import save_file
 
@@ -154,8 +167,9 @@ def test_ingredient_with_other_keys_or_shapes_is_refused_by_name(fixed_start, tm
 def test_evaluator_matches_a_direct_forward(fixed_start, assets, tmp_path):
     root, _ = assets
     ckpt = write_soup(tmp_path / "ckpt", fixed_start, [1 / 3] * 3)
-    summary, rows = evaluator.evaluate(ckpt, fixed_start, root / "hidden/final.jsonl", "{dataset}_top1_full{n}",
-                                       {"batch_size": 7})
+    summary, rows = evaluator.evaluate(
+        ckpt, fixed_start, root / "hidden/final.jsonl", "{dataset}_top1_full{n}", {"batch_size": 7}
+    )
     assert summary["metric"] == "digits_top1_full20" and summary["n"] == 20
     model, preprocess = soup.model.create_classifier(fixed_start)
     model.load_state_dict(torch.load(ckpt / "model.pt", weights_only=True))
@@ -164,8 +178,9 @@ def test_evaluator_matches_a_direct_forward(fixed_start, assets, tmp_path):
         direct = model.eval()(evaluator.load_images(root / "hidden/final.jsonl", items, preprocess)).argmax(1)
     correct = [int(p == it["label"]) for p, it in zip(direct.tolist(), items)]
     assert summary["value"] == pytest.approx(sum(correct) / 20)
-    assert summary["uncertainty"]["value"] == pytest.approx(evaluator.clustered_se(correct, [it["label"] for it in items]))
-
+    assert summary["uncertainty"]["value"] == pytest.approx(
+        evaluator.clustered_se(correct, [it["label"] for it in items])
+    )
 
 
 def test_reference_selects_on_the_proxy_split(fixed_start, assets, tmp_path):
@@ -179,9 +194,16 @@ def test_reference_selects_on_the_proxy_split(fixed_start, assets, tmp_path):
     model.load_state_dict(load_state(fixed_start / "ingredients/ingredient_02.safetensors"))
     with torch.no_grad():
         predicted = model.eval()(evaluator.load_images(public / "proxy.jsonl", items, preprocess)).argmax(1).tolist()
-    (public / "proxy.jsonl").write_text("".join(json.dumps({**it, "label": p}) + "\n" for it, p in zip(items, predicted)))
-    reference, _ = evaluator.evaluate(None, fixed_start, root / "hidden/final.jsonl", "{dataset}_top1_full{n}",
-                                      {"batch_size": 7, "public_dir": str(public)})
+    (public / "proxy.jsonl").write_text(
+        "".join(json.dumps({**it, "label": p}) + "\n" for it, p in zip(items, predicted))
+    )
+    reference, _ = evaluator.evaluate(
+        None,
+        fixed_start,
+        root / "hidden/final.jsonl",
+        "{dataset}_top1_full{n}",
+        {"batch_size": 7, "public_dir": str(public)},
+    )
     chosen = reference["diagnostics"]["reference"]
     assert chosen["proxy_accuracies"][2] == 1.0  # true by construction of the relabelled proxy
     first_perfect = chosen["proxy_accuracies"].index(1.0)  # ties go to the lower index
@@ -205,7 +227,9 @@ def test_held_out_draw_depends_on_the_salt():
 
 def test_builder_refuses_a_held_out_count_larger_than_a_class(tmp_path):
     with pytest.raises(InputError, match="heldout_per_class: must be between 3 and"):
-        ingredients.build({"seed": 0, "n_ingredients": 2, "pretrain_epochs": 1, "heldout_per_class": 500}, tmp_path / "x")
+        ingredients.build(
+            {"seed": 0, "n_ingredients": 2, "pretrain_epochs": 1, "heldout_per_class": 500}, tmp_path / "x"
+        )
 
 
 def test_local_imagenetv2_folder_checks(tmp_path):
@@ -223,10 +247,17 @@ def test_local_imagenetv2_folder_checks(tmp_path):
 @pytest.mark.slow
 def test_soup_dag(fixed_start, tmp_path):
     work = copy_workflow(tmp_path)
-    task = {"fixed_start": str(fixed_start), "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-            "recipe": {"profile": "embedded", "overrides": {"method": "greedy"}}, "seeds": [42], "threads": 1,
-            "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-            "validation": {"runtime": 5}, "evaluation": {"batch_size": 64, "runtime": 5}, "final": {"n_boot": 500}}
+    task = {
+        "fixed_start": str(fixed_start),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "recipe": {"profile": "embedded", "overrides": {"method": "greedy"}},
+        "seeds": [42],
+        "threads": 1,
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 500},
+    }
     write_config(work, {"models": {}, "tasks": {"soup": task}})
     snakemake(work, "results/soup/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
     summary = json.loads((work / "results/soup/final/summary.json").read_text())
@@ -248,8 +279,9 @@ def test_soup_dag(fixed_start, tmp_path):
 
     patch = tmp_path / "badsum.diff"
     patched = train_py.replace("publish(n, [1.0 / n] * n, {})", "publish(n, [0.5] * n, {})")
-    patch.write_text("".join(difflib.unified_diff(train_py.splitlines(True), patched.splitlines(True),
-                                                  "a/train.py", "b/train.py")))
+    patch.write_text(
+        "".join(difflib.unified_diff(train_py.splitlines(True), patched.splitlines(True), "a/train.py", "b/train.py"))
+    )
     task.update(candidates={"badsum": str(patch)}, recipe={"profile": "embedded", "overrides": {}})
     write_config(work, {"models": {}, "tasks": {"soup": task}})
     snakemake(work, "results/soup/badsum-seed42/official.json", "--cores", "2", "--resources", "gpu=1", check=True)
@@ -267,8 +299,11 @@ def make_vit_b32_start(out: Path, n_ingredients: int = 3, n_classes: int = 3) ->
 
     (out / "model_configs").mkdir(parents=True)
     (out / "ingredients").mkdir()
-    cfg = {"embed_dim": 16, "vision_cfg": {"image_size": 64, "layers": 1, "width": 32, "patch_size": 32, "head_width": 16},
-           "text_cfg": {"context_length": 8, "vocab_size": 49408, "width": 16, "heads": 1, "layers": 1}}
+    cfg = {
+        "embed_dim": 16,
+        "vision_cfg": {"image_size": 64, "layers": 1, "width": 32, "patch_size": 32, "head_width": 16},
+        "text_cfg": {"context_length": 8, "vocab_size": 49408, "width": 16, "heads": 1, "layers": 1},
+    }
     (out / "model_configs" / "tiny-ViT-B-32.json").write_text(json.dumps(cfg))
     open_clip.add_model_config(out / "model_configs")
     torch.manual_seed(0)
@@ -276,10 +311,14 @@ def make_vit_b32_start(out: Path, n_ingredients: int = 3, n_classes: int = 3) ->
     base = soup.model.ImageClassifier(clip.visual, 16, n_classes).state_dict()
     names = []
     for i in range(n_ingredients):
-        state = {k: (v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v).contiguous() for k, v in base.items()}
+        state = {
+            k: (v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v).contiguous() for k, v in base.items()
+        }
         names.append(f"ingredients/model_{i}.pt")
         torch.save(state, out / names[-1])
-    (out / "config.json").write_text(json.dumps({"model_name": "tiny-ViT-B-32", "n_classes": n_classes, "ingredients": names}))
+    (out / "config.json").write_text(
+        json.dumps({"model_name": "tiny-ViT-B-32", "n_classes": n_classes, "ingredients": names})
+    )
     return out
 
 
@@ -304,10 +343,14 @@ def test_full_scale_config_on_tiny_vit_b32(tmp_path):
     start = make_vit_b32_start(tmp_path / "ingredients")
     images = make_imagenetv2(tmp_path / "imagenetv2")
     task = yaml.safe_load((ROOT / "config/full-scale/soup.yaml").read_text())["tasks"]["soup"]
-    task.update(fixed_start=str(start), threads=1,
-                budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-                validation={"runtime": 5}, evaluation={"batch_size": 5, "runtime": 5, "workers": 2},  # 2 decoders
-                final={"n_boot": 200})
+    task.update(
+        fixed_start=str(start),
+        threads=1,
+        budget={"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        validation={"runtime": 5},
+        evaluation={"batch_size": 5, "runtime": 5, "workers": 2},  # 2 decoders
+        final={"n_boot": 200},
+    )
     task["data"] = {**task["data"], "imagenetv2_dir": str(images)}
     write_config(work, {"models": {}, "tasks": {"soup": task}})
     snakemake(work, "results/soup/final", "--cores", "1", "--resources", "gpu=1", check=True)

@@ -43,10 +43,25 @@ def test_tiny_dag_completes_with_receipts(finished):
     # max_steps 5, save every step: 5 publications, the 3 greatest retained
     assert record["publication_count"] == 5
     assert record["retained"] == [3, 4, 5]
-    assert sorted(p.name for p in (work / RUN / "replay").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4", "checkpoint-5"]
+    assert sorted(p.name for p in (work / RUN / "replay").glob("checkpoint-*")) == [
+        "checkpoint-3",
+        "checkpoint-4",
+        "checkpoint-5",
+    ]
     assert record["stop_reason"] == "max_steps" and record["steps"] == 5
-    for key in ("started_at", "ended_at", "wall_s", "budget", "utilisation", "patch_sha256",
-                "asset_manifest_sha256", "seed", "project", "libraries", "publications"):
+    for key in (
+        "started_at",
+        "ended_at",
+        "wall_s",
+        "budget",
+        "utilisation",
+        "patch_sha256",
+        "asset_manifest_sha256",
+        "seed",
+        "project",
+        "libraries",
+        "publications",
+    ):
         assert key in record
     assert "running" not in json.dumps(record)
     print(f"tiny DAG: {seconds:.0f} s")
@@ -57,7 +72,10 @@ def test_official_is_best_valid_recomputed_from_rows(finished):
     values = {}
     for progress in (3, 4, 5):
         assert read(work / RUN / f"validation/checkpoint-{progress}.json")["valid"] is True
-        rows = [json.loads(l) for l in (work / RUN / f"final-scores/checkpoint-{progress}/rows.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(l)
+            for l in (work / RUN / f"final-scores/checkpoint-{progress}/rows.jsonl").read_text().splitlines()
+        ]
         assert len(rows) == 8
         values[progress] = sum(r["strict"] for r in rows) / len(rows)
         summary = read(work / RUN / f"final-scores/checkpoint-{progress}/summary.json")
@@ -116,8 +134,11 @@ def test_hidden_split_is_read_by_scoring_rules_only():
         for chunk in source.split("\nrule ")[1:] + source.split("\ncheckpoint ")[1:]:
             name = chunk.split(":", 1)[0].strip()
             blocks[name] = chunk.split("\nrule ")[0].split("\ncheckpoint ")[0]
-    readers = sorted(name for name, body in blocks.items() if "assets/hidden" in body and "output:" in body
-                     and "assets/hidden" in body.split("output:")[0])
+    readers = sorted(
+        name
+        for name, body in blocks.items()
+        if "assets/hidden" in body and "output:" in body and "assets/hidden" in body.split("output:")[0]
+    )
     assert readers == ["reference_fixed_start", "score_final"]
 
 
@@ -129,8 +150,12 @@ def test_gpu_jobs_never_overlap_under_one_gpu_slot(finished):
     work, _ = finished
     intervals = []
     bench = work / "benchmarks/dpo"
-    for tsv in [*bench.glob("shipped-seed42/replay.tsv"), *bench.glob("shipped-seed42/validate-*.tsv"),
-                *bench.glob("shipped-seed42/score-*.tsv"), *bench.glob("reference-fixed-start.tsv")]:
+    for tsv in [
+        *bench.glob("shipped-seed42/replay.tsv"),
+        *bench.glob("shipped-seed42/validate-*.tsv"),
+        *bench.glob("shipped-seed42/score-*.tsv"),
+        *bench.glob("reference-fixed-start.tsv"),
+    ]:
         with tsv.open() as f:
             seconds = float(next(csv.DictReader(f, delimiter="\t"))["s"])
         end = tsv.stat().st_mtime
@@ -191,9 +216,11 @@ def _delay_visibility(work, seconds):
     assert text.count(" exec python -m replaykit replay") == 1 and text.count(end) == 1
     text = text.replace(" exec python -m replaykit replay", " python -m replaykit replay").replace(
         end,
-        ' --threads {threads} {params.sandbox} > {log} 2>&1; mv {params.publish_dir}/checkpoint-5 {params.publish_dir}/.not-yet-visible;"'
+        " --threads {threads} {params.sandbox} > {log} 2>&1;"
+        ' mv {params.publish_dir}/checkpoint-5 {params.publish_dir}/.not-yet-visible;"'
         f'" (sleep {seconds}; mv {{params.publish_dir}}/.not-yet-visible {{params.publish_dir}}/checkpoint-5)'
-        ' > /dev/null 2>&1 &"')
+        ' > /dev/null 2>&1 &"',
+    )
     rule.write_text(text)
 
 
@@ -205,17 +232,19 @@ def test_checkpoints_visible_after_their_record_are_waited_for(finished, tmp_pat
     _delay_visibility(work, 10)
     run43, run44 = Path("results/dpo/shipped-seed43"), Path("results/dpo/shipped-seed44")
     # within --latency-wait: the seed-43 replay runs, then its checkpoint-5 is waited for
-    out = snakemake(work, str(run43 / "official.json"), "--cores", "1", "--resources", "gpu=1",
-                    "--latency-wait", "90", check=True)
+    out = snakemake(
+        work, str(run43 / "official.json"), "--cores", "1", "--resources", "gpu=1", "--latency-wait", "90", check=True
+    )
     assert "Waiting at most 90 s for checkpoints listed in" in out.stderr
     assert all(read(work / run43 / f"validation/checkpoint-{p}.json")["valid"] for p in (3, 4, 5))
     assert (work / run43 / "official.json").exists()
     # beyond it: the seed-44 replay runs, the wait runs out mid-run, and the line says so
-    out = snakemake(work, str(run44 / "official.json"), "--cores", "1", "--resources", "gpu=1",
-                    "--latency-wait", "2")
+    out = snakemake(work, str(run44 / "official.json"), "--cores", "1", "--resources", "gpu=1", "--latency-wait", "2")
     assert out.returncode != 0
-    assert (f"error: {run44}/replay/record.json: retained: {run44}/replay/checkpoint-5 is listed but not "
-            "visible after 2 s; on a shared filesystem raise --latency-wait") in out.stderr
+    assert (
+        f"error: {run44}/replay/record.json: retained: {run44}/replay/checkpoint-5 is listed but not "
+        "visible after 2 s; on a shared filesystem raise --latency-wait"
+    ) in out.stderr
     assert not (work / run44 / "validation/checkpoint-5.json").exists()
     assert "Traceback" not in out.stderr
 
@@ -230,16 +259,26 @@ def test_two_invocations_on_disjoint_targets_both_complete(finished, tmp_path):
     untouched = sha256_tree(work / RUN / "replay")
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
     targets = [f"results/dpo/shipped-seed{seed}/replay/record.json" for seed in (43, 44)]
-    procs = [subprocess.Popen([str(VENV_BIN / "snakemake"), target, "--cores", "1", "--resources", "gpu=1",
-                               "--workflow-profile", "none"], cwd=work, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for target in targets]
+    procs = [
+        subprocess.Popen(
+            [str(VENV_BIN / "snakemake"), target, "--cores", "1", "--resources", "gpu=1", "--workflow-profile", "none"],
+            cwd=work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for target in targets
+    ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     # they did overlap in time (else this shows nothing)
     from datetime import datetime
 
-    spans = [(datetime.fromisoformat(r["started_at"]), datetime.fromisoformat(r["ended_at"]))
-             for r in (read(work / t) for t in targets)]
+    spans = [
+        (datetime.fromisoformat(r["started_at"]), datetime.fromisoformat(r["ended_at"]))
+        for r in (read(work / t) for t in targets)
+    ]
     assert max(a for a, _ in spans) < min(b for _, b in spans)
     for seed, target in zip((43, 44), targets):
         record = read(work / target)
@@ -259,7 +298,9 @@ def test_bad_config_is_one_clear_line(workdir, tiny_llama):
     write_config(workdir, cfg)
     out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1", "-n")
     assert out.returncode != 0
-    assert "error: config/config.yaml: tasks.dpo.budget.outer_limit_s: 'ten minutes' is not of type 'number'" in out.stderr
+    assert (
+        "error: config/config.yaml: tasks.dpo.budget.outer_limit_s: 'ten minutes' is not of type 'number'" in out.stderr
+    )
 
 
 def test_budget_that_does_not_fit_is_refused(workdir, tiny_llama):
@@ -273,10 +314,13 @@ def _failing_log(workdir, name):
     return (workdir / "logs" / "dpo" / name).read_text().strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("name, text, message", [
-    ("evil", "--- a/../../Snakefile\n+++ b/../../Snakefile\n@@ -1 +1 @@\n-x\n+y\n", "leaves the workspace"),
-    ("broken", "this is not a diff\n", "not a unified diff"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("evil", "--- a/../../Snakefile\n+++ b/../../Snakefile\n@@ -1 +1 @@\n-x\n+y\n", "leaves the workspace"),
+        ("broken", "this is not a diff\n", "not a unified diff"),
+    ],
+)
 def test_bad_patch_is_refused_before_training(workdir, tiny_llama, name, text, message):
     patch = workdir / f"{name}.diff"
     patch.write_text(text)
@@ -315,8 +359,16 @@ def test_empty_prompt_set_is_refused(workdir, tiny_llama):
     empty.write_text("")
     prefs = workdir / "prefs.jsonl"
     prefs.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n")
-    cfg = tiny_config(tiny_llama, data={"source": "local", "train_prefs": str(prefs), "ifeval_prompts": str(empty),
-                                        "public_seed": 1, "n_proxy": 1})
+    cfg = tiny_config(
+        tiny_llama,
+        data={
+            "source": "local",
+            "train_prefs": str(prefs),
+            "ifeval_prompts": str(empty),
+            "public_seed": 1,
+            "n_proxy": 1,
+        },
+    )
     write_config(workdir, cfg)
     out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1")
     assert out.returncode != 0
@@ -331,8 +383,9 @@ def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
     write_config(workdir, cfg)
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
     cmd = [str(VENV_BIN / "snakemake"), TARGET, "--cores", "1", "--resources", "gpu=1", "--workflow-profile", "none"]
-    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     log = workdir / "logs/dpo/shipped-seed42/replay.log"
     deadline = time.time() + 240
     while time.time() < deadline and not (log.exists() and "[publish] checkpoint-3" in log.read_text()):
@@ -385,8 +438,11 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
     while time.time() < deadline and not (log.exists() and "[publish] checkpoint-3" in log.read_text()):
         time.sleep(0.2)
     # the training process itself, not the bubblewrap processes that hold its sandbox
-    trainers = [line.split()[0] for line in orphan_processes(str(workdir))
-                if "train.py" in line and not line.split()[1].endswith("bwrap")]
+    trainers = [
+        line.split()[0]
+        for line in orphan_processes(str(workdir))
+        if "train.py" in line and not line.split()[1].endswith("bwrap")
+    ]
     assert len(trainers) == 1
     # a second invocation on the same results is refused while the first one runs
     second = snakemake(workdir, target, "--cores", "1", "--resources", "gpu=1")

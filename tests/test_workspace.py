@@ -49,14 +49,23 @@ def test_no_patch_is_a_plain_copy(tmp_path, recipe):
     assert info["workspace_sha256"] == info["recipe_sha256"]
 
 
-@pytest.mark.parametrize("text, field", [
-    (GOOD.replace("a/configs/embedded.yaml", "/etc/passwd", 1).replace("--- a/configs", "--- /etc/passwd"), "absolute"),
-    (GOOD.replace("configs/embedded.yaml", "../../outside.yaml"), "leaves the workspace"),
-    (GOOD.replace("b/configs/embedded.yaml", "b/configs/../../x.yaml"), "leaves the workspace"),
-    ("just some text\nwithout headers\n", "not a unified diff"),
-    ("", "empty"),
-    ("diff --git a/link b/link\nnew file mode 120000\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+/etc\n", "symlink"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        (
+            GOOD.replace("a/configs/embedded.yaml", "/etc/passwd", 1).replace("--- a/configs", "--- /etc/passwd"),
+            "absolute",
+        ),
+        (GOOD.replace("configs/embedded.yaml", "../../outside.yaml"), "leaves the workspace"),
+        (GOOD.replace("b/configs/embedded.yaml", "b/configs/../../x.yaml"), "leaves the workspace"),
+        ("just some text\nwithout headers\n", "not a unified diff"),
+        ("", "empty"),
+        (
+            "diff --git a/link b/link\nnew file mode 120000\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+/etc\n",
+            "symlink",
+        ),
+    ],
+)
 def test_refused_patches_leave_nothing(tmp_path, recipe, text, field):
     patch = _write(tmp_path, text)
     out = tmp_path / "run" / "workspace"
@@ -105,13 +114,21 @@ def test_scoring_refuses_a_module_imported_from_the_workspace(tmp_path, monkeypa
         assert_workspace_free(ws)
 
 
-LINK = ("diff --git a/link.py b/link.py\n{mode}\n--- /dev/null\n+++ b/link.py\n@@ -0,0 +1 @@\n"
-        "+../../../../src/replaykit/tasks/soup/evaluator.py\n\\ No newline at end of file\n")
+LINK = (
+    "diff --git a/link.py b/link.py\n{mode}\n--- /dev/null\n+++ b/link.py\n@@ -0,0 +1 @@\n"
+    "+../../../../src/replaykit/tasks/soup/evaluator.py\n\\ No newline at end of file\n"
+)
 # Spellings of a symlink mode line that git apply accepts (octal, parsed with strtoul;
 # trailing whitespace allowed; a mode on the index line)
-SYMLINK_MODES = ["new file mode 120000", "new file mode 120000 ", "new file mode 120000\t",
-                 "new file mode 0120000", "new file mode 120777", "new file mode +120000",
-                 "new file mode 120000\nindex 0000000..1234567"]
+SYMLINK_MODES = [
+    "new file mode 120000",
+    "new file mode 120000 ",
+    "new file mode 120000\t",
+    "new file mode 0120000",
+    "new file mode 120777",
+    "new file mode +120000",
+    "new file mode 120000\nindex 0000000..1234567",
+]
 
 
 @pytest.mark.parametrize("mode", SYMLINK_MODES)

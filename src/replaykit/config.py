@@ -59,9 +59,7 @@ def _mapping_without_duplicates(loader, node, deep=False):
     return loader.construct_mapping(node, deep=deep)
 
 
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
-)
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
 
 def load_yaml_strict(path: str | Path, name: str | None = None):
@@ -122,21 +120,13 @@ def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
         for error in validator.iter_errors(config):
             for err in [error, *(error.context or [])]:
                 path = list(err.absolute_path)
-                if (
-                    err.validator != "type"
-                    or not isinstance(err.instance, str)
-                    or not _lookup(cli, path)
-                ):
+                if err.validator != "type" or not isinstance(err.instance, str) or not _lookup(cli, path):
                     continue
                 try:
                     value = yaml.safe_load(err.instance)
                 except yaml.YAMLError:
                     continue  # not a YAML scalar: left for the schema error
-                wanted = (
-                    err.validator_value
-                    if isinstance(err.validator_value, list)
-                    else [err.validator_value]
-                )
+                wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
                 if not any(validator.is_type(value, t) for t in wanted) or isinstance(value, str):
                     continue
                 for target in (config, cli):
@@ -152,9 +142,7 @@ def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
             return
 
 
-def _schema_error(
-    error: jsonschema.ValidationError, layers: list[Layer], default: str
-) -> InputError:
+def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], default: str) -> InputError:
     """One InputError for a schema violation; an unknown key is named itself, with the keys
     its block defines (and the nearest one, for a typo)."""
     path = list(error.absolute_path)
@@ -167,11 +155,7 @@ def _schema_error(
             close = difflib.get_close_matches(str(extra[0]), allowed, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             message = f"unknown key{hint} (this block takes: {', '.join(allowed)})"
-    elif (
-        error.validator == "type"
-        and isinstance(error.instance, str)
-        and source_of(path, layers, "") == CLI
-    ):
+    elif error.validator == "type" and isinstance(error.instance, str) and source_of(path, layers, "") == CLI:
         message += (
             " (from --config: write numbers and booleans unquoted, e.g. "
             '--config \'tasks={"digress": {"seeds": [42, 43]}}\')'
@@ -211,8 +195,7 @@ def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None
         raise InputError(
             source,
             f"tasks.{name}.recipe.profile",
-            f"{profile!r} is not a profile of the shipped recipe "
-            f"(recipes/{name}/configs/: {', '.join(profiles)})",
+            f"{profile!r} is not a profile of the shipped recipe (recipes/{name}/configs/: {', '.join(profiles)})",
         )
     try:
         check_overrides(shipped, profile, overrides)
@@ -249,9 +232,7 @@ def check_config(
     """
     layers = layers or [(source, config)]
     schema = load_schema(schema_file)
-    error = jsonschema.exceptions.best_match(
-        jsonschema.Draft202012Validator(schema).iter_errors(config)
-    )
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise _schema_error(error, layers, source)
     from .tasks import get_task
@@ -265,9 +246,7 @@ def check_config(
         try:
             plugin.check_data(task["data"])
         except KeyError as exc:
-            raise InputError(
-                src("data"), f"tasks.{name}.data.{exc.args[0]}", "required key missing"
-            ) from None
+            raise InputError(src("data"), f"tasks.{name}.data.{exc.args[0]}", "required key missing") from None
         except ValueError as exc:
             key, _, message = str(exc).partition(": ")
             raise InputError(src("data", key), f"tasks.{name}.data.{key}", message) from None

@@ -29,7 +29,17 @@ def fetch_wheel(name: str, version: str, sha256: str | None, dest: str | Path) -
     """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), f"{name}=={version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-d",
+        str(dest),
+        f"{name}=={version}",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
@@ -95,8 +105,14 @@ def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path, final_s
         os.rename(work / "model", out)
         info = {
             "created": utc_now(),
-            "source": {"wheel": wheel.name, "name": spec["wheel"], "version": spec["version"],
-                       "sha256": sha256_file(wheel), "member": spec["member"], "member_sha256": sha256_file(member)},
+            "source": {
+                "wheel": wheel.name,
+                "name": spec["wheel"],
+                "version": spec["version"],
+                "sha256": sha256_file(wheel),
+                "member": spec["member"],
+                "member_sha256": sha256_file(member),
+            },
             "conversion": "GGUF dequantised by transformers, saved as safetensors (float32)",
             "files": tree_files(out),
             "libraries": library_versions(("transformers", "gguf", "torch", "safetensors")),
@@ -127,8 +143,13 @@ def build_from_builder(spec: dict, out: Path, manifest: Path, final_salt: str = 
         if out.exists():
             shutil.rmtree(out)
         os.rename(work / "model", out)
-        info = {"created": utc_now(), "source": {"builder": spec["builder"], "spec": spec}, "summary": summary,
-                "files": tree_files(out), "libraries": library_versions(("torch", "open_clip_torch", "scikit-learn", "diffusers", "transformers"))}
+        info = {
+            "created": utc_now(),
+            "source": {"builder": spec["builder"], "spec": spec},
+            "summary": summary,
+            "files": tree_files(out),
+            "libraries": library_versions(("torch", "open_clip_torch", "scikit-learn", "diffusers", "transformers")),
+        }
         atomic_write_json(manifest, info)
         return info
     finally:

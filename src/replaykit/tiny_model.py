@@ -31,17 +31,35 @@ def make_tiny_model(out: str | Path, model_type: str = "llama", seed: int = 0) -
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=special,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                        pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
-    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                  max_position_embeddings=512, tie_word_embeddings=True,
-                                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                  pad_token_id=tokenizer.pad_token_id)
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     AutoModelForCausalLM.from_config(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -50,5 +68,9 @@ def make_tiny_model(out: str | Path, model_type: str = "llama", seed: int = 0) -
 def build(spec: dict, out: str | Path) -> dict:
     """The ``tiny-llama`` builder: ``spec`` = ``{builder, seed, model_type?}``."""
     make_tiny_model(out, spec.get("model_type", "llama"), int(spec.get("seed", 0)))
-    return {"model_type": spec.get("model_type", "llama"), "hidden_size": 32, "layers": 2,
-            "note": "random weights: checks the machinery, its scores mean nothing"}
+    return {
+        "model_type": spec.get("model_type", "llama"),
+        "hidden_size": 32,
+        "layers": 2,
+        "note": "random weights: checks the machinery, its scores mean nothing",
+    }

@@ -60,9 +60,7 @@ def read_rows(score_dir: str | Path, cluster_field: str | None) -> dict[str, tup
         if str(row["id"]) in out:
             raise InputError(path, f"line {number}.id", f"duplicate row id {row['id']!r}")
         if cluster_field and cluster_field not in row:
-            raise InputError(
-                path, f"line {number}.{cluster_field}", "the task's row cluster is missing"
-            )
+            raise InputError(path, f"line {number}.{cluster_field}", "the task's row cluster is missing")
         out[str(row["id"])] = (
             float(row["score"]),
             row.get("weight"),
@@ -75,10 +73,7 @@ def read_rows(score_dir: str | Path, cluster_field: str | None) -> dict[str, tup
 def _row_matrices(entries: list[tuple[dict, dict]], cluster_field: str | None) -> dict:
     """K × n candidate and shipped scores over the rows every run shares, and the rows'
     weights, strata and clusters (which must agree across runs)."""
-    rows = [
-        (read_rows(c["scores"], cluster_field), read_rows(s["scores"], cluster_field))
-        for c, s in entries
-    ]
+    rows = [(read_rows(c["scores"], cluster_field), read_rows(s["scores"], cluster_field)) for c, s in entries]
     first_path = Path(entries[0][0]["scores"]) / "rows.jsonl"
     ids = sorted(rows[0][0])
     meta = {i: rows[0][0][i][1:] for i in ids}
@@ -86,21 +81,15 @@ def _row_matrices(entries: list[tuple[dict, dict]], cluster_field: str | None) -
         for table, entry in ((cand, c), (ship, s)):
             path = Path(entry["scores"]) / "rows.jsonl"
             if sorted(table) != ids:
-                raise InputError(
-                    path, "id", f"rows differ from {first_path}: not the same final rows"
-                )
+                raise InputError(path, "id", f"rows differ from {first_path}: not the same final rows")
             if any(table[i][1:] != meta[i] for i in ids):
-                raise InputError(
-                    path, "weight", f"weight/stratum/cluster of a row differ from {first_path}"
-                )
+                raise InputError(path, "weight", f"weight/stratum/cluster of a row differ from {first_path}")
     weighted = any(meta[i][0] is not None for i in ids)
     return {
         "a": [[cand[i][0] for i in ids] for cand, _ in rows],
         "b": [[ship[i][0] for i in ids] for _, ship in rows],
         "weights": [meta[i][0] for i in ids] if weighted else None,
-        "strata": (
-            [str(meta[i][1]) for i in ids] if any(meta[i][1] is not None for i in ids) else None
-        ),
+        "strata": ([str(meta[i][1]) for i in ids] if any(meta[i][1] is not None for i in ids) else None),
         "clusters": [str(meta[i][2]) for i in ids] if cluster_field else None,
     }
 
@@ -136,9 +125,7 @@ def compare(
     :class:`InputError`. ``normalised`` per seed: ``(value - fixed start) / (shipped - fixed
     start)`` (the seed's own shipped run = 1), None without a fixed-start reference.
     """
-    entries = [
-        (pick(c, selection), pick(s, selection)) for (c, _), (s, _) in zip(candidate, shipped)
-    ]
+    entries = [(pick(c, selection), pick(s, selection)) for (c, _), (s, _) in zip(candidate, shipped)]
     missing = [
         doc["run"]
         for pair, (doc_c, _), (doc_s, _) in zip(entries, candidate, shipped)
@@ -163,22 +150,15 @@ def compare(
         clusters=data["clusters"],
     )
     per_seed = []
-    for (c, s), (doc_c, path_c), (doc_s, path_s), from_rows in zip(
-        entries, candidate, shipped, boot["per_seed"]
-    ):
+    for (c, s), (doc_c, path_c), (doc_s, path_s), from_rows in zip(entries, candidate, shipped, boot["per_seed"]):
         diff = c["value"] - s["value"]
         if abs(scale * from_rows - diff) > 1e-5 * max(1.0, abs(c["value"]), abs(s["value"])):
             raise InputError(
                 Path(c["scores"]) / "rows.jsonl",
                 "score",
-                f"rows give a difference of {scale * from_rows!r} from {s['scores']}, "
-                f"the summaries {diff!r}",
+                f"rows give a difference of {scale * from_rows!r} from {s['scores']}, the summaries {diff!r}",
             )
-        norm = (
-            normalised_score(c["value"], fixed_start, s["value"])
-            if fixed_start is not None
-            else None
-        )
+        norm = normalised_score(c["value"], fixed_start, s["value"]) if fixed_start is not None else None
         per_seed.append(
             {
                 "seed": doc_c["seed"],
@@ -297,9 +277,7 @@ def _bias(comparisons: dict, side: str) -> float | None:
     off, last = comparisons["official"], comparisons["last"]
     if not (off["available"] and last["available"]):
         return None
-    pairs = [
-        (o[side]["value"], l_[side]["value"]) for o, l_ in zip(off["per_seed"], last["per_seed"])
-    ]
+    pairs = [(o[side]["value"], l_[side]["value"]) for o, l_ in zip(off["per_seed"], last["per_seed"])]
     return sum(o - l_ for o, l_ in pairs) / len(pairs)
 
 
@@ -332,17 +310,9 @@ def ablation_result(
         rows that do not reproduce a run's value, or a run without a valid official result.
     """
     if len(candidate_officials) != len(shipped_officials) or not candidate_officials:
-        raise InputError(
-            "ablation", "seeds", "one candidate run and one shipped run per seed are needed"
-        )
-    cand = [
-        (read_json(p, required=("run", "seed", "official", "checkpoints")), str(p))
-        for p in candidate_officials
-    ]
-    ship = [
-        (read_json(p, required=("run", "seed", "official", "checkpoints")), str(p))
-        for p in shipped_officials
-    ]
+        raise InputError("ablation", "seeds", "one candidate run and one shipped run per seed are needed")
+    cand = [(read_json(p, required=("run", "seed", "official", "checkpoints")), str(p)) for p in candidate_officials]
+    ship = [(read_json(p, required=("run", "seed", "official", "checkpoints")), str(p)) for p in shipped_officials]
     for (dc, pc), (ds, ps) in zip(cand, ship):
         if dc["seed"] != ds["seed"]:
             raise InputError(pc, "seed", f"{dc['seed']} is matched with seed {ds['seed']} of {ps}")
@@ -369,9 +339,7 @@ def ablation_result(
     k, n = len(cand), main["hierarchical"]["n"]
     advisories = []
     if k < 2:
-        advisories.append(
-            "one seed: the CI covers the rows only and no verdict is drawn; give 2 or more seeds"
-        )
+        advisories.append("one seed: the CI covers the rows only and no verdict is drawn; give 2 or more seeds")
     if 1 < k < 5:
         advisories.append(
             f"{k} seeds: the bootstrap's seed part is understated (factor (K-1)/K, normal "
@@ -387,9 +355,7 @@ def ablation_result(
     if fixed is None:
         advisories.append("no fixed-start reference for this task: no normalised score")
     if not comparisons["last"]["available"]:
-        advisories.append(
-            f"last-checkpoint comparison unavailable: {comparisons['last']['reason']}"
-        )
+        advisories.append(f"last-checkpoint comparison unavailable: {comparisons['last']['reason']}")
     resampling = ", ".join(
         x
         for x in (
@@ -430,9 +396,7 @@ def ablation_result(
             "note": "official minus last retained checkpoint, mean over seeds",
         },
     }
-    summary["sentence"] = SENTENCE.render(
-        k=k, n=n, candidate=candidate, metric=metric, c=main, sf=_sf
-    )
+    summary["sentence"] = SENTENCE.render(k=k, n=n, candidate=candidate, metric=metric, c=main, sf=_sf)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "report.md", REPORT.render(s=summary, f=_f, sf=_sf))

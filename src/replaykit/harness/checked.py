@@ -71,8 +71,10 @@ def remembering(record: str | Path = RECORD) -> Iterator[None]:
         entries = json.loads(record.read_text()) if record.is_file() else {}
     except (OSError, ValueError):
         entries = {}
-    outer, _active = _active, {"entries": entries if isinstance(entries, dict) else {}, "changed": False,
-                               "code": code_key()}
+    outer, _active = (
+        _active,
+        {"entries": entries if isinstance(entries, dict) else {}, "changed": False, "code": code_key()},
+    )
     try:
         yield
     finally:

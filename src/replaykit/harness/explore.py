@@ -54,11 +54,11 @@ from .workspace import build_workspace, special_entries
 BUDGET_FRACTION = 14_400 / 43_200  # SPEC: exploration budget / formal replay outer limit
 DEFAULT_LOCK = Path("explore/.gpu.lock")
 NAME_RE = re.compile(r"[A-Za-z0-9_.]+")  # the formal run is <candidate>-seed<seed>
-CODE_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt",
-                           ".md", ".rst", ".sh"})
+CODE_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt", ".md", ".rst", ".sh"})
 MAX_CODE_BYTES = 256 * 1024  # a larger "code or config" file is data
-CACHE_DIRS = frozenset({"__pycache__", ".cache", ".ipynb_checkpoints", ".pytest_cache", ".git",
-                        "wandb", "runs", "outputs"})
+CACHE_DIRS = frozenset(
+    {"__pycache__", ".cache", ".ipynb_checkpoints", ".pytest_cache", ".git", "wandb", "runs", "outputs"}
+)
 POLL_S = 0.2
 
 
@@ -75,11 +75,15 @@ def config_paths(config: dict, task: str) -> dict:
     for key, value in cfg["data"].items():
         if isinstance(value, str) and value and Path(value).exists():
             (hide if key in plugin.FINAL_SOURCES else show).append(value)
-    return {"fixed_start": f"results/models/{fs}" if fs in config.get("models", {}) else fs,
-            "public_dir": f"results/{task}/assets/public",
-            "manifest": f"results/{task}/assets/manifest.json",
-            "recipe": f"recipes/{task}", "hide": hide, "show": show,
-            "show_fixed_start": not plugin.FIXED_START_IS_DATA}
+    return {
+        "fixed_start": f"results/models/{fs}" if fs in config.get("models", {}) else fs,
+        "public_dir": f"results/{task}/assets/public",
+        "manifest": f"results/{task}/assets/manifest.json",
+        "recipe": f"recipes/{task}",
+        "hide": hide,
+        "show": show,
+        "show_fixed_start": not plugin.FIXED_START_IS_DATA,
+    }
 
 
 def load_config(configfile: str | Path, task: str) -> dict:
@@ -106,8 +110,16 @@ def load_config(configfile: str | Path, task: str) -> dict:
     return config
 
 
-def start(task: str, name: str, *, config: dict, configfile: str | Path, root: str | Path = "explore",
-          lock: str | Path = DEFAULT_LOCK, budget_s: float | None = None) -> dict:
+def start(
+    task: str,
+    name: str,
+    *,
+    config: dict,
+    configfile: str | Path,
+    root: str | Path = "explore",
+    lock: str | Path = DEFAULT_LOCK,
+    budget_s: float | None = None,
+) -> dict:
     """Create ``<root>/<task>/<name>/``: a fresh workspace, the budget's clock started.
 
     Args:
@@ -134,8 +146,7 @@ def start(task: str, name: str, *, config: dict, configfile: str | Path, root: s
     paths = config_paths(config, task)
     manifest = Path(paths["manifest"])
     if not manifest.is_file():
-        raise InputError(manifest, "-", f"assets not built: run `snakemake {manifest} --cores 1` "
-                                        "first")
+        raise InputError(manifest, "-", f"assets not built: run `snakemake {manifest} --cores 1` first")
     verify_assets(manifest, paths["fixed_start"], split="public")
     out = Path(root) / task / name
     if out.exists():
@@ -150,15 +161,28 @@ def start(task: str, name: str, *, config: dict, configfile: str | Path, root: s
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.touch()
     budget = cfg["budget"]
-    info = {"task": task, "name": name, "directory": str(out),
-            "workdir": str(Path.cwd().resolve()), "started_at": utc_now(),
-            "started_unix": time.time(), "budget_s": float(budget_s),
-            "ends_unix": None, "configfile": str(configfile), "lock": str(lock.resolve()),
-            "isolation": config["isolation"], "seed": int(cfg["seeds"][0]),
-            "threads": int(cfg["threads"]), "profile": cfg["recipe"]["profile"],
-            "overrides": cfg["recipe"]["overrides"], "replay_budget": budget,
-            "evaluation": cfg["evaluation"], "validation": cfg["validation"],
-            "recipe_sha256": sha256_tree(paths["recipe"]), **paths}
+    info = {
+        "task": task,
+        "name": name,
+        "directory": str(out),
+        "workdir": str(Path.cwd().resolve()),
+        "started_at": utc_now(),
+        "started_unix": time.time(),
+        "budget_s": float(budget_s),
+        "ends_unix": None,
+        "configfile": str(configfile),
+        "lock": str(lock.resolve()),
+        "isolation": config["isolation"],
+        "seed": int(cfg["seeds"][0]),
+        "threads": int(cfg["threads"]),
+        "profile": cfg["recipe"]["profile"],
+        "overrides": cfg["recipe"]["overrides"],
+        "replay_budget": budget,
+        "evaluation": cfg["evaluation"],
+        "validation": cfg["validation"],
+        "recipe_sha256": sha256_tree(paths["recipe"]),
+        **paths,
+    }
     info["ends_unix"] = info["started_unix"] + info["budget_s"]
     atomic_write_json(out / "exploration.json", info)
     return info
@@ -186,9 +210,11 @@ class Exploration:
     def require_budget(self, what: str) -> None:
         """Raises InputError when the budget has ended (only submit works then)."""
         if self.left_s() <= 0:
-            raise InputError(self.record_path, "budget_s",
-                             f"the exploration budget ({self.info['budget_s']:.0f} s) has ended: "
-                             f"no more {what}; only submit works")
+            raise InputError(
+                self.record_path,
+                "budget_s",
+                f"the exploration budget ({self.info['budget_s']:.0f} s) has ended: no more {what}; only submit works",
+            )
 
     def receipts(self) -> list[dict]:
         path = self.dir / "receipts.jsonl"
@@ -216,12 +242,19 @@ class Exploration:
 
     def status(self) -> dict:
         receipts = self.receipts()
-        return {"exploration": str(self.dir), "budget_s": self.info["budget_s"],
-                "used_s": self.used_s(), "left_s": self.left_s(),
-                "probes": sum(r["kind"] == "probe" for r in receipts),
-                "proxy_scores": [{k: r.get(k) for k in ("id", "checkpoint", "value", "se", "waited_s")}
-                                 for r in receipts if r["kind"] == "proxy"],
-                "submitted": (self.dir / "submission.json").is_file()}
+        return {
+            "exploration": str(self.dir),
+            "budget_s": self.info["budget_s"],
+            "used_s": self.used_s(),
+            "left_s": self.left_s(),
+            "probes": sum(r["kind"] == "probe" for r in receipts),
+            "proxy_scores": [
+                {k: r.get(k) for k in ("id", "checkpoint", "value", "se", "waited_s")}
+                for r in receipts
+                if r["kind"] == "proxy"
+            ],
+            "submitted": (self.dir / "submission.json").is_file(),
+        }
 
 
 class GpuLock:
@@ -284,18 +317,23 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _run_until(command: list[str], *, cwd: Path, env: dict, log: Path, ends_unix: float,
-               echo: bool) -> tuple[int, str]:
+def _run_until(command: list[str], *, cwd: Path, env: dict, log: Path, ends_unix: float, echo: bool) -> tuple[int, str]:
     """Run ``command`` in its own process group (dies with this process), its output to
     ``log`` (and stdout when ``echo``); kill it at ``ends_unix``. Returns (exit status, stop)."""
     from .progress import escape_controls
     from .replay import set_parent_death_signal
 
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
+        )
 
         def pump():
             for line in iter(proc.stdout.readline, b""):
@@ -318,8 +356,9 @@ def _run_until(command: list[str], *, cwd: Path, env: dict, log: Path, ends_unix
     return code, stop
 
 
-def run_probe(exploration: Exploration, command: list[str] | None = None, *, wait: bool = True,
-              echo: bool = True) -> dict:
+def run_probe(
+    exploration: Exploration, command: list[str] | None = None, *, wait: bool = True, echo: bool = True
+) -> dict:
     """Run ``command`` (default: the recipe, ``python train.py --request <request.json>``) in
     the sandbox under the GPU lock, killed when the budget ends; append and return its receipt.
 
@@ -352,41 +391,82 @@ def run_probe(exploration: Exploration, command: list[str] | None = None, *, wai
         state.mkdir()
         reserve = float(info["replay_budget"]["export_reserve_s"])
         now = time.time()
-        deadline = min(now + float(info["replay_budget"]["internal_deadline_s"]),
-                       info["ends_unix"] - min(reserve, ex.left_s(now) / 4))
-        request = {"fixed_start": str(Path(info["fixed_start"]).resolve()),
-                   "public_dir": str(Path(info["public_dir"]).resolve()),
-                   "publish_dir": str(publish), "state_dir": str(state), "seed": info["seed"],
-                   "deadline_unix": deadline, "export_reserve_s": reserve,
-                   "profile": info["profile"], "overrides": info["overrides"],
-                   "threads": info["threads"], "keep": KEEP, "resume": False}
+        deadline = min(
+            now + float(info["replay_budget"]["internal_deadline_s"]),
+            info["ends_unix"] - min(reserve, ex.left_s(now) / 4),
+        )
+        request = {
+            "fixed_start": str(Path(info["fixed_start"]).resolve()),
+            "public_dir": str(Path(info["public_dir"]).resolve()),
+            "publish_dir": str(publish),
+            "state_dir": str(state),
+            "seed": info["seed"],
+            "deadline_unix": deadline,
+            "export_reserve_s": reserve,
+            "profile": info["profile"],
+            "overrides": info["overrides"],
+            "threads": info["threads"],
+            "keep": KEEP,
+            "resume": False,
+        }
         request_path = atomic_write_json(run_dir / "request.json", request)
         command = list(command or [sys.executable, "train.py", "--request", str(request_path)])
         workspace = ex.workspace.resolve()
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
-                   OMP_NUM_THREADS=str(info["threads"]), REPLAYKIT_RUN_DIR=str(run_dir),
-                   REPLAYKIT_REQUEST=str(request_path))
-        argv = wrap(command, info["isolation"], chdir=workspace,
-                    hide=[info["workdir"], ex.dir, info["lock"], info["lock"] + ".holder",
-                          *info["hide"]],
-                    read_only=[*python_roots(), info["public_dir"], *info["show"], ex.dir / "runs",
-                               *([info["fixed_start"]] if info["show_fixed_start"] else [])],
-                    writable=[workspace, run_dir])
-        code, stop = _run_until(argv, cwd=workspace, env=process_env(env, info["isolation"]),
-                                log=run_dir / "log.txt",
-                                ends_unix=info["ends_unix"], echo=echo)
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            PYTHONDONTWRITEBYTECODE="1",
+            OMP_NUM_THREADS=str(info["threads"]),
+            REPLAYKIT_RUN_DIR=str(run_dir),
+            REPLAYKIT_REQUEST=str(request_path),
+        )
+        argv = wrap(
+            command,
+            info["isolation"],
+            chdir=workspace,
+            hide=[info["workdir"], ex.dir, info["lock"], info["lock"] + ".holder", *info["hide"]],
+            read_only=[
+                *python_roots(),
+                info["public_dir"],
+                *info["show"],
+                ex.dir / "runs",
+                *([info["fixed_start"]] if info["show_fixed_start"] else []),
+            ],
+            writable=[workspace, run_dir],
+        )
+        code, stop = _run_until(
+            argv,
+            cwd=workspace,
+            env=process_env(env, info["isolation"]),
+            log=run_dir / "log.txt",
+            ends_unix=info["ends_unix"],
+            echo=echo,
+        )
     finally:
         released = time.time()
         lock.release()
-    checkpoints = {str(p.relative_to(ex.dir)): sha256_tree(p)
-                   for p in sorted(run_dir.rglob("checkpoint-*")) if p.is_dir()}
-    return ex.add_receipt({
-        "kind": "probe", "id": probe_id, "command": command, "isolation": info["isolation"],
-        "waited_s": lock.waited_s, "waited_for": lock.waited_for,
-        "lock_acquired_unix": lock.acquired_unix, "released_unix": released,
-        "seconds": released - lock.acquired_unix, "returncode": code, "stop": stop,
-        "log": str(run_dir.relative_to(ex.dir) / "log.txt"), "checkpoints": checkpoints,
-        "budget_used_s": ex.used_s(released), "budget_left_s": ex.left_s(released)})
+    checkpoints = {
+        str(p.relative_to(ex.dir)): sha256_tree(p) for p in sorted(run_dir.rglob("checkpoint-*")) if p.is_dir()
+    }
+    return ex.add_receipt(
+        {
+            "kind": "probe",
+            "id": probe_id,
+            "command": command,
+            "isolation": info["isolation"],
+            "waited_s": lock.waited_s,
+            "waited_for": lock.waited_for,
+            "lock_acquired_unix": lock.acquired_unix,
+            "released_unix": released,
+            "seconds": released - lock.acquired_unix,
+            "returncode": code,
+            "stop": stop,
+            "log": str(run_dir.relative_to(ex.dir) / "log.txt"),
+            "checkpoints": checkpoints,
+            "budget_used_s": ex.used_s(released),
+            "budget_left_s": ex.left_s(released),
+        }
+    )
 
 
 def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool = True) -> dict:
@@ -411,8 +491,7 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool 
         raise InputError(checkpoint, "-", f"not a checkpoint directory inside {ex.dir}")
     digest = sha256_tree(resolved)
     out = ex.new_dir("proxy", "")
-    lock = GpuLock(info["lock"], {"exploration": str(ex.dir), "id": f"proxy-{out.name}",
-                                  "pid": os.getpid()})
+    lock = GpuLock(info["lock"], {"exploration": str(ex.dir), "id": f"proxy-{out.name}", "pid": os.getpid()})
     try:
         lock.acquire(wait, info["ends_unix"])
     except InputError:
@@ -424,18 +503,54 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool 
         frozen = str(ex.dir / "frozen-code.json")
         items = Path(info["public_dir"]).parent / get_task(info["task"]).split_file("proxy")
         steps = [
-            [*py, "validate", "--task", info["task"], "--checkpoint", str(resolved),
-             "--fixed-start", info["fixed_start"], "--cfg", json.dumps(info["validation"]),
-             "--frozen", frozen, "--out", str(out / "marker.json")],
-            [*py, "score", "--task", info["task"], "--split", "proxy", "--frozen", frozen,
-             "--checkpoint", str(resolved), "--marker", str(out / "marker.json"),
-             "--fixed-start", info["fixed_start"], "--manifest", info["manifest"],
-             "--items", str(items), "--cfg", json.dumps(info["evaluation"]),
-             "--workspace", str(ex.workspace), "--out-dir", str(out)]]
+            [
+                *py,
+                "validate",
+                "--task",
+                info["task"],
+                "--checkpoint",
+                str(resolved),
+                "--fixed-start",
+                info["fixed_start"],
+                "--cfg",
+                json.dumps(info["validation"]),
+                "--frozen",
+                frozen,
+                "--out",
+                str(out / "marker.json"),
+            ],
+            [
+                *py,
+                "score",
+                "--task",
+                info["task"],
+                "--split",
+                "proxy",
+                "--frozen",
+                frozen,
+                "--checkpoint",
+                str(resolved),
+                "--marker",
+                str(out / "marker.json"),
+                "--fixed-start",
+                info["fixed_start"],
+                "--manifest",
+                info["manifest"],
+                "--items",
+                str(items),
+                "--cfg",
+                json.dumps(info["evaluation"]),
+                "--workspace",
+                str(ex.workspace),
+                "--out-dir",
+                str(out),
+            ],
+        ]
         env = dict(os.environ, OMP_NUM_THREADS=str(info["threads"]))
         for step in steps:
-            code, stop = _run_until(step, cwd=Path.cwd(), env=env, log=out / "log.txt",
-                                    ends_unix=info["ends_unix"], echo=False)
+            code, stop = _run_until(
+                step, cwd=Path.cwd(), env=env, log=out / "log.txt", ends_unix=info["ends_unix"], echo=False
+            )
             if code != 0:
                 last = (out / "log.txt").read_text().strip().splitlines() or [f"exit {code}"]
                 why = "the budget ended during scoring" if stop == "budget" else last[-1]
@@ -445,16 +560,29 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool 
         lock.release()
     marker = read_json(out / "marker.json")
     summary = read_json(out / "summary.json")
-    return ex.add_receipt({
-        "kind": "proxy", "id": out.name, "checkpoint": str(resolved.relative_to(ex.dir.resolve())),
-        "checkpoint_sha256": digest, "valid": marker["valid"], "reason": marker["reason"],
-        "metric": summary["metric"], "value": summary["value"],
-        "se": summary["uncertainty"]["value"], "uncertainty_kind": summary["uncertainty"]["kind"],
-        "n": summary["n"], "summary": str(out / "summary.json"),
-        "waited_s": lock.waited_s, "waited_for": lock.waited_for,
-        "lock_acquired_unix": lock.acquired_unix, "released_unix": released,
-        "seconds": released - lock.acquired_unix,
-        "budget_used_s": ex.used_s(released), "budget_left_s": ex.left_s(released)})
+    return ex.add_receipt(
+        {
+            "kind": "proxy",
+            "id": out.name,
+            "checkpoint": str(resolved.relative_to(ex.dir.resolve())),
+            "checkpoint_sha256": digest,
+            "valid": marker["valid"],
+            "reason": marker["reason"],
+            "metric": summary["metric"],
+            "value": summary["value"],
+            "se": summary["uncertainty"]["value"],
+            "uncertainty_kind": summary["uncertainty"]["kind"],
+            "n": summary["n"],
+            "summary": str(out / "summary.json"),
+            "waited_s": lock.waited_s,
+            "waited_for": lock.waited_for,
+            "lock_acquired_unix": lock.acquired_unix,
+            "released_unix": released,
+            "seconds": released - lock.acquired_unix,
+            "budget_used_s": ex.used_s(released),
+            "budget_left_s": ex.left_s(released),
+        }
+    )
 
 
 def not_code(root: Path, after_unix: float | None = None) -> list[str]:
@@ -488,9 +616,12 @@ def make_diff(recipe: Path, workspace: Path) -> str:
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
         shutil.copytree(recipe, Path(tmp) / "a", ignore=ignore)
         shutil.copytree(workspace, Path(tmp) / "b", ignore=ignore)
-        result = subprocess.run(["git", "diff", "--no-index", "--no-prefix", "--no-color",
-                                 "--no-renames", "--no-ext-diff", "a", "b"],
-                                cwd=tmp, capture_output=True, text=True)
+        result = subprocess.run(
+            ["git", "diff", "--no-index", "--no-prefix", "--no-color", "--no-renames", "--no-ext-diff", "a", "b"],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+        )
     if result.returncode not in (0, 1):
         raise InputError(workspace, "-", f"git diff failed: {result.stderr.strip()}")
     return result.stdout
@@ -514,17 +645,16 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
         raise InputError(ex.dir / "submission.json", "-", "already submitted")
     recipe = Path(info["recipe"])
     if sha256_tree(recipe) != info["recipe_sha256"]:
-        raise InputError(recipe, "recipe_sha256", "the shipped recipe changed since the "
-                                                  "exploration started")
+        raise InputError(recipe, "recipe_sha256", "the shipped recipe changed since the exploration started")
     ended = info["ends_unix"] if ex.left_s() <= 0 else None
     if bad := not_code(ex.workspace, after_unix=ended):
         shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
-        raise InputError(ex.workspace, "files", f"not code or config (checkpoints, caches and "
-                                                f"data are refused): {shown}")
+        raise InputError(
+            ex.workspace, "files", f"not code or config (checkpoints, caches and data are refused): {shown}"
+        )
     diff = make_diff(recipe, ex.workspace)
     if not diff:
-        raise InputError(ex.workspace, "-", "no change against the shipped recipe: nothing to "
-                                            "submit")
+        raise InputError(ex.workspace, "-", "no change against the shipped recipe: nothing to submit")
     patches_dir = Path(patches_dir)
     patch = patches_dir / f"{info['task']}-{info['name']}.diff"
     if patch.exists():
@@ -539,15 +669,23 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
         shutil.copyfile(staged, patch)
     now = time.time()
     receipts = ex.receipts()
-    doc = {"task": info["task"], "name": info["name"], "exploration": str(ex.dir),
-           "exploration_record_sha256": sha256_file(ex.record_path),
-           "patch": str(patch), "patch_sha256": sha256_file(patch),
-           "patch_touches": check["patch_touches"], "workspace_sha256": check["workspace_sha256"],
-           "recipe_sha256": info["recipe_sha256"], "submitted_at": utc_now(),
-           "budget_s": info["budget_s"], "budget_used_s": ex.used_s(now),
-           "probes": sum(r["kind"] == "probe" for r in receipts),
-           "probe_waits": sum(r.get("waited_s", 0) > 0 for r in receipts),
-           "receipts": receipts}
+    doc = {
+        "task": info["task"],
+        "name": info["name"],
+        "exploration": str(ex.dir),
+        "exploration_record_sha256": sha256_file(ex.record_path),
+        "patch": str(patch),
+        "patch_sha256": sha256_file(patch),
+        "patch_touches": check["patch_touches"],
+        "workspace_sha256": check["workspace_sha256"],
+        "recipe_sha256": info["recipe_sha256"],
+        "submitted_at": utc_now(),
+        "budget_s": info["budget_s"],
+        "budget_used_s": ex.used_s(now),
+        "probes": sum(r["kind"] == "probe" for r in receipts),
+        "probe_waits": sum(r.get("waited_s", 0) > 0 for r in receipts),
+        "receipts": receipts,
+    }
     atomic_write_json(ex.dir / "submission.json", doc)
     atomic_write_json(sidecar(patch), doc)
     return doc
@@ -565,15 +703,37 @@ def exploration_of(patch: str | Path | None, patch_sha256: str | None) -> dict |
     if not patch or not sidecar(patch).is_file():
         return None
     doc = read_json(sidecar(patch))
-    link = {"sidecar": str(sidecar(patch)), "sidecar_sha256": sha256_file(sidecar(patch)),
-            "name": doc.get("name"), "exploration": doc.get("exploration"),
-            "patch_sha256": doc.get("patch_sha256"),
-            "linked": doc.get("patch_sha256") == patch_sha256}
+    link = {
+        "sidecar": str(sidecar(patch)),
+        "sidecar_sha256": sha256_file(sidecar(patch)),
+        "name": doc.get("name"),
+        "exploration": doc.get("exploration"),
+        "patch_sha256": doc.get("patch_sha256"),
+        "linked": doc.get("patch_sha256") == patch_sha256,
+    }
     if link["linked"]:
-        link.update(budget_s=doc["budget_s"], budget_used_s=doc["budget_used_s"],
-                    probes=doc["probes"],
-                    proxy_receipts=[{k: r.get(k) for k in (
-                        "id", "checkpoint", "checkpoint_sha256", "metric", "value", "se", "n",
-                        "valid", "waited_s", "budget_used_s")}
-                        for r in doc["receipts"] if r["kind"] == "proxy"])
+        link.update(
+            budget_s=doc["budget_s"],
+            budget_used_s=doc["budget_used_s"],
+            probes=doc["probes"],
+            proxy_receipts=[
+                {
+                    k: r.get(k)
+                    for k in (
+                        "id",
+                        "checkpoint",
+                        "checkpoint_sha256",
+                        "metric",
+                        "value",
+                        "se",
+                        "n",
+                        "valid",
+                        "waited_s",
+                        "budget_used_s",
+                    )
+                }
+                for r in doc["receipts"]
+                if r["kind"] == "proxy"
+            ],
+        )
     return link

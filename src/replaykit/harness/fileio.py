@@ -66,8 +66,9 @@ def read_json(path: str | Path, required: Iterable[str] = ()) -> Any:
     return obj
 
 
-def read_jsonl(path: str | Path, required: Iterable[str] = (), allow_empty: bool = False,
-               unique: str | None = None) -> list[dict]:
+def read_jsonl(
+    path: str | Path, required: Iterable[str] = (), allow_empty: bool = False, unique: str | None = None
+) -> list[dict]:
     """Read JSON lines; raise :class:`InputError` for a bad line (``line N``), a row missing
     a ``required`` key (``line N.key``), a repeated value of the ``unique`` key (compared as
     strings; ``line N.key``), or an empty file unless ``allow_empty``."""
@@ -96,8 +97,7 @@ def read_jsonl(path: str | Path, required: Iterable[str] = (), allow_empty: bool
     return rows
 
 
-def wait_for_paths(paths: Iterable[str | Path], latency_s: float, poll_s: float = 0.5,
-                   on_wait=None) -> list[Path]:
+def wait_for_paths(paths: Iterable[str | Path], latency_s: float, poll_s: float = 0.5, on_wait=None) -> list[Path]:
     """Wait up to ``latency_s`` seconds until every path exists; return those still missing.
 
     For shared filesystems (NFS, Lustre) where a file written on one node becomes visible

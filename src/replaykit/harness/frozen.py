@@ -61,7 +61,10 @@ def verify(record_path: str | Path) -> str:
     expected = read_json(record_path, required=("files",))["files"]
     diff = first_difference(expected, frozen_files())
     if diff is not None:
-        raise InputError(package_dir() / diff.split(":")[0], "sha256",
-                         f"frozen code differs from {record_path} ({diff.split(': ', 1)[1]}); "
-                         "restore it, or rebuild the record with --forcerun frozen_code")
+        raise InputError(
+            package_dir() / diff.split(":")[0],
+            "sha256",
+            f"frozen code differs from {record_path} ({diff.split(': ', 1)[1]}); "
+            "restore it, or rebuild the record with --forcerun frozen_code",
+        )
     return digest(expected)

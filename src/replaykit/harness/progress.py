@@ -96,7 +96,7 @@ class Progress:
         """Read one cleaned line; return ``"progress"``, ``"publish"`` or None (not ours)."""
         if m := _PROGRESS.match(line):
             self.unit, self.done, self.total = m.group(1), int(m.group(2)), int(m.group(3))
-            if loss := _LOSS.search(line[m.end():]):
+            if loss := _LOSS.search(line[m.end() :]):
                 self.loss = float(loss.group(1))
             return "progress"
         if m := _PUBLISH.match(line):
@@ -119,8 +119,7 @@ class Progress:
         return min(-(-low // self.every) * self.every, self.total)
 
 
-def format_line(label: str, p: Progress, *, elapsed_s: float, deadline_left_s: float,
-                log: str | None = None) -> str:
+def format_line(label: str, p: Progress, *, elapsed_s: float, deadline_left_s: float, log: str | None = None) -> str:
     """The compact progress line (see the module docstring)."""
     parts = [f"{p.unit} {p.done}/{p.total} ({100 * p.done // p.total}%)" if p.total else "running"]
     if p.loss is not None:
@@ -152,10 +151,20 @@ class Relay:
         clock: the time source (tests pass a fake one).
     """
 
-    def __init__(self, log: IO[str], terminal: IO[str] | None, *, label: str, started_unix: float,
-                 deadline_unix: float, spent_s: float = 0.0, every: int | None = None,
-                 every_s: float = EVERY_S, log_name: str | None = None,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        log: IO[str],
+        terminal: IO[str] | None,
+        *,
+        label: str,
+        started_unix: float,
+        deadline_unix: float,
+        spent_s: float = 0.0,
+        every: int | None = None,
+        every_s: float = EVERY_S,
+        log_name: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.log, self.terminal, self.label = log, terminal, label
         self.started_unix, self.deadline_unix, self.spent_s = started_unix, deadline_unix, spent_s
         self.every_s, self.log_name, self.clock = every_s, log_name, clock
@@ -214,8 +223,13 @@ class Relay:
     def emit(self, now: float | None = None) -> str:
         """Write the progress line now (to the terminal, when there is one); return it."""
         now = self.clock() if now is None else now
-        text = format_line(self.label, self.progress, elapsed_s=self.spent_s + now - self.started_unix,
-                           deadline_left_s=self.deadline_unix - now, log=self.log_name)
+        text = format_line(
+            self.label,
+            self.progress,
+            elapsed_s=self.spent_s + now - self.started_unix,
+            deadline_left_s=self.deadline_unix - now,
+            log=self.log_name,
+        )
         self._last_emit = now
         if self.terminal is not None:
             try:
@@ -250,8 +264,10 @@ class Relay:
                     cutting = True
                 self.feed(raw.decode("utf-8", errors="replace"))
         except Exception as exc:  # never leave the training process blocked on a full pipe
-            self.log.write(f"[replay] progress relay stopped ({type(exc).__name__}: {exc}); "
-                           "further training output is not written\n")
+            self.log.write(
+                f"[replay] progress relay stopped ({type(exc).__name__}: {exc}); "
+                "further training output is not written\n"
+            )
             self.log.flush()
             while stream.read(MAX_LINE_BYTES):
                 pass

@@ -9,8 +9,20 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "safetensors", "datasets",
-             "snakemake", "lm_eval", "numpy", "gguf", "replaykit")
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "safetensors",
+    "datasets",
+    "snakemake",
+    "lm_eval",
+    "numpy",
+    "gguf",
+    "replaykit",
+)
 
 
 def utc_now() -> str:
@@ -19,6 +31,7 @@ def utc_now() -> str:
 
 def git_commit(where: str | Path = ".") -> dict:
     """``{commit, dirty}`` of the project checkout (``commit: None`` outside a git work tree)."""
+
     def run(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, check=True).stdout.strip()
 

@@ -114,8 +114,13 @@ def publish_checkpoint(src: str | Path, root: str | Path, progress: int, keep: i
             trash = root / f".tmp-trash-{old}"
             os.rename(root / f"checkpoint-{old}", trash)
             shutil.rmtree(trash)
-    entry = {"progress": progress, "sha256": digest, "count": len(ledger) + 1,
-             "time": time.time(), "retained": retained}
+    entry = {
+        "progress": progress,
+        "sha256": digest,
+        "count": len(ledger) + 1,
+        "time": time.time(),
+        "retained": retained,
+    }
     # rewritten whole (atomically), so a line cut short by a kill never corrupts later ones
     atomic_write_text(root / LEDGER, "".join(json.dumps(e, sort_keys=True) + "\n" for e in ledger + [entry]))
     _fault_after(progress)

@@ -35,9 +35,9 @@ from .budget import Budget
 from .errors import InputError
 from .explore import exploration_of
 from .fileio import atomic_write_json, read_json
-from .hashing import sha256_bytes, sha256_file, sha256_tree
-from .frozen import first_difference, frozen_files
 from .frozen import digest as frozen_digest
+from .frozen import first_difference, frozen_files
+from .hashing import sha256_bytes, sha256_file, sha256_tree
 from .progress import Relay, save_every, terminal_from_env
 from .provenance import git_commit, library_versions, utc_now
 from .publish import KEEP, published, read_ledger
@@ -62,8 +62,9 @@ def set_parent_death_signal(sig: int) -> None:
         pass
 
 
-def verify_assets(manifest_path: str | Path, fixed_start: str | Path, split: str = "public",
-                  fixed_start_too: bool = True) -> dict:
+def verify_assets(
+    manifest_path: str | Path, fixed_start: str | Path, split: str = "public", fixed_start_too: bool = True
+) -> dict:
     """Re-hash the fixed start and every asset file of ``split`` against the manifest.
 
     The replay verifies the public split (it never opens hidden files); scoring verifies the
@@ -137,8 +138,9 @@ def asset_fingerprint(manifest: dict) -> str:
     """What a replay reads from its assets: the fixed start and public files (their hashes),
     not the manifest's own bytes (its creation time changes when the assets are rebuilt)."""
     public = {k: v["sha256"] for k, v in manifest["files"].items() if v.get("split") == "public"}
-    return sha256_bytes(json.dumps({"fixed_start": manifest["fixed_start"]["files"], "public": public},
-                                   sort_keys=True).encode())
+    return sha256_bytes(
+        json.dumps({"fixed_start": manifest["fixed_start"]["files"], "public": public}, sort_keys=True).encode()
+    )
 
 
 class Attempts:
@@ -159,12 +161,29 @@ class Attempts:
         atomic_write_json(self.path, self.previous + [self.current])
 
 
-def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: str | Path,
-               manifest: str | Path, fixed_start: str | Path, public_dir: str | Path,
-               publish_dir: str | Path, state_dir: str | Path, record_path: str | Path,
-               budget: Budget, seed: int, profile: str, overrides: dict, threads: int,
-               keep: int = KEEP, isolation: str = "bwrap", hide: tuple = (),
-               show: tuple = (), show_fixed_start: bool = True) -> dict:
+def run_replay(
+    *,
+    task: str,
+    run: str,
+    workspace: str | Path,
+    workspace_record: str | Path,
+    manifest: str | Path,
+    fixed_start: str | Path,
+    public_dir: str | Path,
+    publish_dir: str | Path,
+    state_dir: str | Path,
+    record_path: str | Path,
+    budget: Budget,
+    seed: int,
+    profile: str,
+    overrides: dict,
+    threads: int,
+    keep: int = KEEP,
+    isolation: str = "bwrap",
+    hide: tuple = (),
+    show: tuple = (),
+    show_fixed_start: bool = True,
+) -> dict:
     """Run one formal replay (or resume the same one) and write its record.
 
     The budget spans attempts: a resumed replay gets what earlier attempts left of the
@@ -191,19 +210,28 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     manifest_sha = sha256_file(manifest)
     manifest_doc = verify_assets(manifest, fixed_start)
 
-    identity_doc = {"task": task, "run": run, "workspace_sha256": ws_info["workspace_sha256"],
-                    "assets": asset_fingerprint(manifest_doc), "seed": seed, "budget": budget.as_dict(),
-                    "profile": profile, "overrides": overrides, "keep": keep}
+    identity_doc = {
+        "task": task,
+        "run": run,
+        "workspace_sha256": ws_info["workspace_sha256"],
+        "assets": asset_fingerprint(manifest_doc),
+        "seed": seed,
+        "budget": budget.as_dict(),
+        "profile": profile,
+        "overrides": overrides,
+        "keep": keep,
+    }
     identity = sha256_bytes(json.dumps(identity_doc, sort_keys=True).encode())
     identity_file = state_dir / "identity.json"
     # an earlier attempt's candidate code could have planted links the driver would follow:
     # such directories are never resumed from
     planted = [p for d in (publish_dir, state_dir) if d.is_dir() for p in special_entries(d)]
-    resume = (not planted and identity_file.exists()
-              and read_json(identity_file).get("identity") == identity)
+    resume = not planted and identity_file.exists() and read_json(identity_file).get("identity") == identity
     if planted:
-        print(f"[replay] {planted[0]}: not a regular file in the replay's directories: "
-              "starting a fresh formal replay", flush=True)
+        print(
+            f"[replay] {planted[0]}: not a regular file in the replay's directories: starting a fresh formal replay",
+            flush=True,
+        )
     if not resume:
         _fresh_start(publish_dir, state_dir)
         atomic_write_json(identity_file, {"identity": identity, **identity_doc})
@@ -217,34 +245,63 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     deadline_unix = started_unix + budget.internal_deadline_s - spent_s
     outer_unix = started_unix + budget.outer_limit_s - spent_s
 
-    request = {"fixed_start": str(Path(fixed_start).resolve()), "public_dir": str(Path(public_dir).resolve()),
-               "publish_dir": str(publish_dir.resolve()), "state_dir": str(state_dir.resolve()),
-               "seed": seed, "deadline_unix": deadline_unix,
-               "export_reserve_s": budget.export_reserve_s, "profile": profile, "overrides": overrides,
-               "threads": threads, "keep": keep, "resume": resume}
+    request = {
+        "fixed_start": str(Path(fixed_start).resolve()),
+        "public_dir": str(Path(public_dir).resolve()),
+        "publish_dir": str(publish_dir.resolve()),
+        "state_dir": str(state_dir.resolve()),
+        "seed": seed,
+        "deadline_unix": deadline_unix,
+        "export_reserve_s": budget.export_reserve_s,
+        "profile": profile,
+        "overrides": overrides,
+        "threads": threads,
+        "keep": keep,
+        "resume": resume,
+    }
     request_path = atomic_write_json(state_dir / "request.json", request)
 
-    print(f"[replay] {task}/{run}: {'resuming' if resume else 'fresh formal replay'}; "
-          f"{spent_s:.0f} s spent by earlier attempts; internal deadline in {deadline_unix - started_unix:.0f} s, "
-          f"outer limit in {outer_unix - started_unix:.0f} s", flush=True)
+    print(
+        f"[replay] {task}/{run}: {'resuming' if resume else 'fresh formal replay'}; "
+        f"{spent_s:.0f} s spent by earlier attempts; internal deadline in {deadline_unix - started_unix:.0f} s, "
+        f"outer limit in {outer_unix - started_unix:.0f} s",
+        flush=True,
+    )
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), PYTHONDONTWRITEBYTECODE="1")
     command = [sys.executable, "train.py", "--request", str(request_path.resolve())]
-    command = wrap(command, isolation, chdir=workspace.resolve(),
-                   hide=[Path.cwd(), *hide],
-                   read_only=[*python_roots(), workspace, public_dir, *show,
-                              *([fixed_start] if show_fixed_start else [])],
-                   writable=[publish_dir, state_dir])
-    print(f"[replay] isolation: {isolation}" + ("" if isolation != "none" else f" ({NO_ISOLATION_ADVISORY})"),
-          flush=True)
+    command = wrap(
+        command,
+        isolation,
+        chdir=workspace.resolve(),
+        hide=[Path.cwd(), *hide],
+        read_only=[*python_roots(), workspace, public_dir, *show, *([fixed_start] if show_fixed_start else [])],
+        writable=[publish_dir, state_dir],
+    )
+    print(
+        f"[replay] isolation: {isolation}" + ("" if isolation != "none" else f" ({NO_ISOLATION_ADVISORY})"), flush=True
+    )
     frozen_before = frozen_files()
-    proc = subprocess.Popen(command, cwd=workspace, env=process_env(env, isolation), start_new_session=True,
-                            stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))
+    proc = subprocess.Popen(
+        command,
+        cwd=workspace,
+        env=process_env(env, isolation),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
+    )
     # training output -> this log, cleaned; a progress line -> the job's terminal
-    relay = Relay(sys.stdout, terminal_from_env(), label=f"{task}/{run}", started_unix=started_unix,
-                  deadline_unix=deadline_unix, spent_s=spent_s,
-                  every=save_every(workspace, profile, overrides), log_name=os.environ.get("REPLAYKIT_LOG"))
+    relay = Relay(
+        sys.stdout,
+        terminal_from_env(),
+        label=f"{task}/{run}",
+        started_unix=started_unix,
+        deadline_unix=deadline_unix,
+        spent_s=spent_s,
+        every=save_every(workspace, profile, overrides),
+        log_name=os.environ.get("REPLAYKIT_LOG"),
+    )
     relay_thread = relay.start(proc.stdout)
 
     def on_signal(signum, _frame):
@@ -279,13 +336,21 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     # device, and nothing the driver reads may be huge, before anything is read or hashed
     special = [f"{publish_dir.name}/{e}" for e in special_entries(publish_dir)]
     special += [f"{state_dir.name}/{e}" for e in special_entries(state_dir)]
-    oversized = [p.name for p in (state_dir / "train_result.json", publish_dir / "publications.jsonl")
-                 if p.is_file() and p.stat().st_size > MAX_RECEIPT_BYTES]
+    oversized = [
+        p.name
+        for p in (state_dir / "train_result.json", publish_dir / "publications.jsonl")
+        if p.is_file() and p.stat().st_size > MAX_RECEIPT_BYTES
+    ]
     if special or oversized:
-        why = (f"{special[0]}: not a regular file (symlinks, FIFOs and devices are refused)" if special
-               else f"{oversized[0]}: larger than {MAX_RECEIPT_BYTES} bytes")
-        atomic_write_json(publish_dir / "last-failure.json",
-                          {"error": why, "returncode": returncode, "time": utc_now(), "retained": []})
+        why = (
+            f"{special[0]}: not a regular file (symlinks, FIFOs and devices are refused)"
+            if special
+            else f"{oversized[0]}: larger than {MAX_RECEIPT_BYTES} bytes"
+        )
+        atomic_write_json(
+            publish_dir / "last-failure.json",
+            {"error": why, "returncode": returncode, "time": utc_now(), "retained": []},
+        )
         raise ReplayError(f"{workspace}/train.py: {why}")
     result_path = state_dir / "train_result.json"
     result = read_json(result_path) if result_path.exists() else {}
@@ -318,12 +383,16 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     ledger_sha = {e["progress"]: e.get("sha256") for e in ledger}
     moved = [p for p in retained if p in ledger_sha and ledger_sha[p] != hashes[p]]
     if failure is None and moved:  # a resume must not adopt a checkpoint changed on disk
-        failure = (f"checkpoint-{moved[0]} differs from its publication in "
-                   f"{publish_dir}/publications.jsonl (changed after publication); "
-                   f"start a fresh formal replay: rm -r {publish_dir} {state_dir}")
+        failure = (
+            f"checkpoint-{moved[0]} differs from its publication in "
+            f"{publish_dir}/publications.jsonl (changed after publication); "
+            f"start a fresh formal replay: rm -r {publish_dir} {state_dir}"
+        )
     if failure is not None:
-        atomic_write_json(publish_dir / "last-failure.json",
-                          {"error": failure, "returncode": returncode, "time": utc_now(), "retained": retained})
+        atomic_write_json(
+            publish_dir / "last-failure.json",
+            {"error": failure, "returncode": returncode, "time": utc_now(), "retained": retained},
+        )
         raise ReplayError(f"{workspace}/train.py: {failure}")
 
     wall_s = ended_unix - started_unix
@@ -334,14 +403,23 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
     publish_s = result.get("publish_s")
     accounted = sum(x for x in (setup_s, train_s) if x is not None)
     record = {
-        "task": task, "run": run, "seed": seed, "identity": identity, "resumed": resume,
-        "started_at": started_at, "ended_at": utc_now(), "wall_s": wall_s,
-        "attempts": attempts.previous + [attempts.current], "budget": budget.as_dict(),
+        "task": task,
+        "run": run,
+        "seed": seed,
+        "identity": identity,
+        "resumed": resume,
+        "started_at": started_at,
+        "ended_at": utc_now(),
+        "wall_s": wall_s,
+        "attempts": attempts.previous + [attempts.current],
+        "budget": budget.as_dict(),
         "utilisation": {
             "wall_s_all_attempts": total_s,
             "budget_fraction": total_s / budget.outer_limit_s,
             "deadline_fraction": (spent_s + t1 - started_unix) / budget.internal_deadline_s if t1 else None,
-            "setup_s": setup_s, "train_s": train_s, "publish_s": publish_s,
+            "setup_s": setup_s,
+            "train_s": train_s,
+            "publish_s": publish_s,
             "idle_s": max(0.0, wall_s - accounted),
         },
         "stop_reason": result.get("stop_reason", "unknown"),
@@ -349,13 +427,17 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         "publications": ledger,
         "publication_count": len(ledger),
         "retained": retained,
-        "checkpoints": {str(p): {"path": str(publish_dir / f"checkpoint-{p}"), "sha256": hashes[p]}
-                        for p in retained},
-        "workspace_record": str(workspace_record), "workspace_sha256": ws_info["workspace_sha256"],
-        "patch": ws_info.get("patch"), "patch_sha256": ws_info["patch_sha256"],
+        "checkpoints": {str(p): {"path": str(publish_dir / f"checkpoint-{p}"), "sha256": hashes[p]} for p in retained},
+        "workspace_record": str(workspace_record),
+        "workspace_sha256": ws_info["workspace_sha256"],
+        "patch": ws_info.get("patch"),
+        "patch_sha256": ws_info["patch_sha256"],
         "exploration": exploration_of(ws_info.get("patch"), ws_info["patch_sha256"]),
-        "asset_manifest": str(manifest), "asset_manifest_sha256": manifest_sha,
-        "profile": profile, "overrides": overrides, "threads": threads,
+        "asset_manifest": str(manifest),
+        "asset_manifest_sha256": manifest_sha,
+        "profile": profile,
+        "overrides": overrides,
+        "threads": threads,
         "project": git_commit(Path(__file__).resolve().parent),
         "isolation": isolation,
         "advisories": [NO_ISOLATION_ADVISORY] if isolation == "none" else [],
@@ -365,6 +447,9 @@ def run_replay(*, task: str, run: str, workspace: str | Path, workspace_record: 
         "train_history": result.get("history", []),
     }
     atomic_write_json(record_path, record)
-    print(f"[replay] done: stop_reason={record['stop_reason']} steps={record['steps']} "
-          f"retained={retained} wall={wall_s:.1f} s ({total_s:.1f} s over all attempts)", flush=True)
+    print(
+        f"[replay] done: stop_reason={record['stop_reason']} steps={record['steps']} "
+        f"retained={retained} wall={wall_s:.1f} s ({total_s:.1f} s over all attempts)",
+        flush=True,
+    )
     return record

@@ -17,8 +17,16 @@ from .select import best_valid
 from .stats import exact_mcnemar, mean_sd, normalised_score, paired_bootstrap
 
 
-def official_result(*, task: str, run: str, record_path: str | Path, markers: dict[int, str | Path],
-                    scores: dict[int, str | Path], direction: str, out: str | Path) -> dict:
+def official_result(
+    *,
+    task: str,
+    run: str,
+    record_path: str | Path,
+    markers: dict[int, str | Path],
+    scores: dict[int, str | Path],
+    direction: str,
+    out: str | Path,
+) -> dict:
     """Select the best valid final result among the retained checkpoints and write ``out``.
 
     Args:
@@ -34,30 +42,52 @@ def official_result(*, task: str, run: str, record_path: str | Path, markers: di
         if not isinstance(marker["valid"], bool):
             raise InputError(markers[progress], "valid", f"must be true or false, got {marker['valid']!r}")
         summary_path = Path(scores[progress]) / "summary.json"
-        entry = {"progress": progress, "valid": marker["valid"], "reason": marker["reason"],
-                 "marker": str(markers[progress]), "scores": str(scores[progress]),
-                 "score_status": status(scores[progress]), "value": None, "se": None,
-                 "checkpoint_sha256": marker.get("checkpoint_sha256"),
-                 "marker_sha256": sha256_file(markers[progress]),
-                 "summary_sha256": sha256_file(summary_path) if summary_path.is_file() else None}
+        entry = {
+            "progress": progress,
+            "valid": marker["valid"],
+            "reason": marker["reason"],
+            "marker": str(markers[progress]),
+            "scores": str(scores[progress]),
+            "score_status": status(scores[progress]),
+            "value": None,
+            "se": None,
+            "checkpoint_sha256": marker.get("checkpoint_sha256"),
+            "marker_sha256": sha256_file(markers[progress]),
+            "summary_sha256": sha256_file(summary_path) if summary_path.is_file() else None,
+        }
         if entry["valid"]:
             summary = read_complete_summary(scores[progress])
-            entry.update(value=summary["value"], se=summary["uncertainty"]["value"], n=summary["n"],
-                         metric=summary["metric"], uncertainty_kind=summary["uncertainty"]["kind"],
-                         diagnostics=summary["diagnostics"],
-                         advisories=summary["advisories"])
+            entry.update(
+                value=summary["value"],
+                se=summary["uncertainty"]["value"],
+                n=summary["n"],
+                metric=summary["metric"],
+                uncertainty_kind=summary["uncertainty"]["kind"],
+                diagnostics=summary["diagnostics"],
+                advisories=summary["advisories"],
+            )
         checkpoints.append(entry)
     best = best_valid(checkpoints, direction)
-    doc = {"task": task, "run": run, "seed": record["seed"], "direction": direction,
-           "record": str(record_path), "record_sha256": sha256_file(record_path),
-           "patch_sha256": record.get("patch_sha256"), "asset_manifest": record.get("asset_manifest"),
-           "asset_manifest_sha256": record.get("asset_manifest_sha256"), "workspace_record": record.get("workspace_record"),
-           "budget": record.get("budget"),
-           "stop_reason": record.get("stop_reason"), "utilisation": record.get("utilisation"),
-           "publication_count": record.get("publication_count"),
-           "isolation": record.get("isolation", "unknown"),
-           "exploration": record.get("exploration"),
-           "checkpoints": checkpoints, "official": best}
+    doc = {
+        "task": task,
+        "run": run,
+        "seed": record["seed"],
+        "direction": direction,
+        "record": str(record_path),
+        "record_sha256": sha256_file(record_path),
+        "patch_sha256": record.get("patch_sha256"),
+        "asset_manifest": record.get("asset_manifest"),
+        "asset_manifest_sha256": record.get("asset_manifest_sha256"),
+        "workspace_record": record.get("workspace_record"),
+        "budget": record.get("budget"),
+        "stop_reason": record.get("stop_reason"),
+        "utilisation": record.get("utilisation"),
+        "publication_count": record.get("publication_count"),
+        "isolation": record.get("isolation", "unknown"),
+        "exploration": record.get("exploration"),
+        "checkpoints": checkpoints,
+        "official": best,
+    }
     atomic_write_json(out, doc)
     return doc
 
@@ -78,8 +108,8 @@ def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: i
     Rows may carry a ``weight`` (their share of the metric) and a ``stratum`` (resampled
     within); the difference and CI are multiplied by ``scale`` (e.g. 100 for a percent metric
     over 0/1 rows). McNemar's test counts rows equally, so it is left out for weighted rows,
-    where it would test a different quantity from the difference reported. Raises :class:`InputError` when the two sets of rows, or their weights and
-    strata, differ.
+    where it would test a different quantity from the difference reported. Raises
+    :class:`InputError` when the two sets of rows, or their weights and strata, differ.
     """
     a, b = _rows_by_id(a_dir), _rows_by_id(b_dir)
     if set(a) != set(b):
@@ -87,12 +117,19 @@ def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: i
     ids = sorted(a)
     for i in ids:
         if (a[i]["weight"], a[i]["stratum"]) != (b[i]["weight"], b[i]["stratum"]):
-            raise InputError(Path(a_dir) / "rows.jsonl", f"{i}.weight", f"weight/stratum differ from {Path(b_dir) / 'rows.jsonl'}")
+            raise InputError(
+                Path(a_dir) / "rows.jsonl", f"{i}.weight", f"weight/stratum differ from {Path(b_dir) / 'rows.jsonl'}"
+            )
     xa, xb = [a[i]["score"] for i in ids], [b[i]["score"] for i in ids]
     weighted = any(a[i]["weight"] is not None for i in ids)
-    out = paired_bootstrap(xa, xb, n_boot=n_boot, seed=seed,
-                           weights=[a[i]["weight"] for i in ids] if weighted else None,
-                           strata=[str(a[i]["stratum"]) for i in ids] if any(a[i]["stratum"] for i in ids) else None)
+    out = paired_bootstrap(
+        xa,
+        xb,
+        n_boot=n_boot,
+        seed=seed,
+        weights=[a[i]["weight"] for i in ids] if weighted else None,
+        strata=[str(a[i]["stratum"]) for i in ids] if any(a[i]["stratum"] for i in ids) else None,
+    )
     for key in ("difference", "ci_low", "ci_high"):
         out[key] *= scale
     out.update(a=str(a_dir), b=str(b_dir), scale=scale)  # difference = a - b; McNemar's a_only / b_only
@@ -115,10 +152,19 @@ def _sec(value) -> str:
     return "-" if value is None else f"{value:.0f} s"
 
 
-def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: str | Path | None,
-                 shipped_official: str | Path, published: dict, n_boot: int, out_dir: str | Path,
-                 report_diagnostics: tuple[str, ...] = (), scale: float = 1.0,
-                 proxy_table: str | Path | None = None) -> dict:
+def final_result(
+    *,
+    task: str,
+    officials: list[str | Path],
+    fixed_start_scores: str | Path | None,
+    shipped_official: str | Path,
+    published: dict,
+    n_boot: int,
+    out_dir: str | Path,
+    report_diagnostics: tuple[str, ...] = (),
+    scale: float = 1.0,
+    proxy_table: str | Path | None = None,
+) -> dict:
     """Write ``summary.json``, ``report.md`` and (last) ``.complete`` of the task's final result.
 
     The headline is the official result of the first seed; with several seeds the summary
@@ -139,27 +185,48 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
         changed = "checkpoint changed after publication"
         if any(c["reason"].startswith(changed) for c in primary["checkpoints"]):
             run_dir = Path(officials[0]).parent
-            message += ("; a checkpoint changed after its publication: start a fresh formal "
-                        f"replay: rm -r {run_dir}/replay {run_dir}/replay-state, then rerun")
+            message += (
+                "; a checkpoint changed after its publication: start a fresh formal "
+                f"replay: rm -r {run_dir}/replay {run_dir}/replay-state, then rerun"
+            )
         raise InputError(officials[0], "official", message)
     direction = primary["direction"]
     shipped_best = shipped["official"]
-    references = {"fixed_start": ({"value": fixed["value"], "se": fixed["uncertainty"]["value"],
-                                   "scores": str(fixed_start_scores)} if fixed else None),
-                  "shipped": {"value": shipped_best["value"] if shipped_best else None,
-                              "se": shipped_best["se"] if shipped_best else None,
-                              "official": str(shipped_official)},
-                  "published": published or {}}
+    references = {
+        "fixed_start": (
+            {"value": fixed["value"], "se": fixed["uncertainty"]["value"], "scores": str(fixed_start_scores)}
+            if fixed
+            else None
+        ),
+        "shipped": {
+            "value": shipped_best["value"] if shipped_best else None,
+            "se": shipped_best["se"] if shipped_best else None,
+            "official": str(shipped_official),
+        },
+        "published": published or {},
+    }
     comparisons = {}
     if fixed:
-        comparisons["vs_fixed_start"] = paired_comparison(best["scores"], fixed_start_scores, n_boot, seed=0, scale=scale)
+        comparisons["vs_fixed_start"] = paired_comparison(
+            best["scores"], fixed_start_scores, n_boot, seed=0, scale=scale
+        )
     if shipped_best:
-        comparisons["vs_shipped"] = paired_comparison(best["scores"], shipped_best["scores"], n_boot, seed=0, scale=scale)
-    normalised = (normalised_score(best["value"], fixed["value"], shipped_best["value"])
-                  if shipped_best and fixed else None)
-    per_seed = [{"seed": d["seed"], "run": d["run"], "value": d["official"]["value"] if d["official"] else None,
-                 "progress": d["official"]["progress"] if d["official"] else None, "official": str(p)}
-                for d, p in zip(docs, officials)]
+        comparisons["vs_shipped"] = paired_comparison(
+            best["scores"], shipped_best["scores"], n_boot, seed=0, scale=scale
+        )
+    normalised = (
+        normalised_score(best["value"], fixed["value"], shipped_best["value"]) if shipped_best and fixed else None
+    )
+    per_seed = [
+        {
+            "seed": d["seed"],
+            "run": d["run"],
+            "value": d["official"]["value"] if d["official"] else None,
+            "progress": d["official"]["progress"] if d["official"] else None,
+            "official": str(p),
+        }
+        for d, p in zip(docs, officials)
+    ]
     seeds = mean_sd([s["value"] for s in per_seed if s["value"] is not None])
     advisories = list(best.get("advisories", []))
     isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
@@ -167,8 +234,12 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
         from .sandbox import NO_ISOLATION_ADVISORY
 
         advisories = [a for a in advisories if a != NO_ISOLATION_ADVISORY]
-        advisories.insert(0, NO_ISOLATION_ADVISORY if "none" in isolation else
-                          f"isolation of the replays: {', '.join(isolation)} (records without it predate the sandbox)")
+        advisories.insert(
+            0,
+            NO_ISOLATION_ADVISORY
+            if "none" in isolation
+            else f"isolation of the replays: {', '.join(isolation)} (records without it predate the sandbox)",
+        )
     if fixed is None:
         advisories.append("no fixed-start reference: the fixed start cannot be scored by itself (no normalised score)")
     if shipped_best is None:
@@ -176,23 +247,38 @@ def final_result(*, task: str, officials: list[str | Path], fixed_start_scores: 
     elif normalised is None and fixed is not None:
         advisories.append("normalised score undefined: fixed-start and shipped references are equal")
     summary = {
-        "metric": best["metric"], "direction": direction, "value": best["value"],
-        "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]}, "n": best["n"],
-        "diagnostics": best.get("diagnostics", {}), "advisories": advisories,
+        "metric": best["metric"],
+        "direction": direction,
+        "value": best["value"],
+        "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]},
+        "n": best["n"],
+        "diagnostics": best.get("diagnostics", {}),
+        "advisories": advisories,
         "isolation": isolation[0] if len(isolation) == 1 else isolation,
         "final_split": _final_split(primary.get("asset_manifest")),
-        "official": {"run": primary["run"], "seed": primary["seed"], "progress": best["progress"],
-                     "scores": best["scores"], "official": str(officials[0]),
-                     "checkpoint_sha256": best.get("checkpoint_sha256")},
+        "official": {
+            "run": primary["run"],
+            "seed": primary["seed"],
+            "progress": best["progress"],
+            "scores": best["scores"],
+            "official": str(officials[0]),
+            "checkpoint_sha256": best.get("checkpoint_sha256"),
+        },
         # receipts: the exact official.json files this summary was made from
-        "officials_sha256": {str(p): sha256_file(p)
-                             for p in dict.fromkeys([*officials, shipped_official])},
-        "references": references, "comparisons": comparisons, "normalised_score": normalised,
+        "officials_sha256": {str(p): sha256_file(p) for p in dict.fromkeys([*officials, shipped_official])},
+        "references": references,
+        "comparisons": comparisons,
+        "normalised_score": normalised,
         "seeds": {**seeds, "per_seed": per_seed},
         "exploration": exploration_section(primary, proxy_table),
-        "lineage": {"asset_manifest": primary["asset_manifest"], "asset_manifest_sha256": primary["asset_manifest_sha256"],
-                    "workspace_record": primary["workspace_record"], "patch_sha256": primary["patch_sha256"],
-                    "record": primary["record"], "record_sha256": primary["record_sha256"]},
+        "lineage": {
+            "asset_manifest": primary["asset_manifest"],
+            "asset_manifest_sha256": primary["asset_manifest_sha256"],
+            "workspace_record": primary["workspace_record"],
+            "patch_sha256": primary["patch_sha256"],
+            "record": primary["record"],
+            "record_sha256": primary["record_sha256"],
+        },
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "report.md", render_report(task, summary, docs, report_diagnostics))
@@ -214,58 +300,98 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
     official result, references, paired comparisons, seeds, budget use and lineage."""
     refs, comp = summary["references"], summary["comparisons"]
     banner = [f"> **Warning**: {a}" for a in summary["advisories"][:1] if a.startswith("isolation")]
-    lines = [f"# {task}: final result", "", *banner, *([""] if banner else []),
-             f"**Official result**: {summary['metric']} = {_fmt(summary['value'], summary['uncertainty']['value'])} "
-             f"(n = {summary['n']}, {summary['direction']}), run `{summary['official']['run']}`, "
-             f"checkpoint-{summary['official']['progress']}.", "",
-             f"Isolation of the replays: {summary['isolation']}; {summary['final_split']['note']}.", "",
-             "## References", "", "| reference | value ± SE | source |", "|---|---|---|",
-             (f"| fixed start | {_fmt(refs['fixed_start']['value'], refs['fixed_start']['se'])} | `{refs['fixed_start']['scores']}` |"
-              if refs["fixed_start"] else "| fixed start | - | none: the fixed start cannot be scored by itself |"),
-             f"| shipped recipe | {_fmt(refs['shipped']['value'], refs['shipped']['se'])} | `{refs['shipped']['official']}` |"]
+    lines = [
+        f"# {task}: final result",
+        "",
+        *banner,
+        *([""] if banner else []),
+        f"**Official result**: {summary['metric']} = {_fmt(summary['value'], summary['uncertainty']['value'])} "
+        f"(n = {summary['n']}, {summary['direction']}), run `{summary['official']['run']}`, "
+        f"checkpoint-{summary['official']['progress']}.",
+        "",
+        f"Isolation of the replays: {summary['isolation']}; {summary['final_split']['note']}.",
+        "",
+        "## References",
+        "",
+        "| reference | value ± SE | source |",
+        "|---|---|---|",
+        (
+            f"| fixed start | {_fmt(refs['fixed_start']['value'], refs['fixed_start']['se'])} "
+            f"| `{refs['fixed_start']['scores']}` |"
+            if refs["fixed_start"]
+            else "| fixed start | - | none: the fixed start cannot be scored by itself |"
+        ),
+        f"| shipped recipe | {_fmt(refs['shipped']['value'], refs['shipped']['se'])} "
+        f"| `{refs['shipped']['official']}` |",
+    ]
     for name, value in sorted(refs["published"].items()):
         lines.append(f"| published {name} (full scale) | {_fmt(value)} | SPEC |")
     same = summary["official"]["official"] == refs["shipped"]["official"]
     if refs["fixed_start"] is None:
         normalised = "Normalised score: none (no fixed-start reference to anchor it)" + (
-            "; this run is the shipped recipe, so its comparison with the shipped reference is 0" if same else "")
+            "; this run is the shipped recipe, so its comparison with the shipped reference is 0" if same else ""
+        )
     else:
-        normalised = (f"Normalised score (fixed start = 0, shipped = 1): {_fmt(summary['normalised_score'])}"
-                      + (" (this run is the shipped recipe, so it is 1 and its comparison with the shipped reference is 0)"
-                         if same else ""))
-    lines += ["", normalised, "",
-              "The official result is the best of the retained checkpoints on the final split itself, so it is "
-              "optimistically biased by the choice among them; every checkpoint's value is listed below.", "",
-              "## Paired comparisons (same rows)", "", "| vs | difference | 95 % CI (bootstrap) | McNemar p |", "|---|---|---|---|"]
+        normalised = f"Normalised score (fixed start = 0, shipped = 1): {_fmt(summary['normalised_score'])}" + (
+            " (this run is the shipped recipe, so it is 1 and its comparison with the shipped reference is 0)"
+            if same
+            else ""
+        )
+    lines += [
+        "",
+        normalised,
+        "",
+        "The official result is the best of the retained checkpoints on the final split itself, so it is "
+        "optimistically biased by the choice among them; every checkpoint's value is listed below.",
+        "",
+        "## Paired comparisons (same rows)",
+        "",
+        "| vs | difference | 95 % CI (bootstrap) | McNemar p |",
+        "|---|---|---|---|",
+    ]
     for name, c in comp.items():
         p = c.get("mcnemar", {}).get("p_value")
-        lines.append(f"| {name.removeprefix('vs_')} | {c['difference']:+.4f} | [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] | "
-                     f"{'-' if p is None else f'{p:.4g}'} |")
+        lines.append(
+            f"| {name.removeprefix('vs_')} | {c['difference']:+.4f} | [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] | "
+            f"{'-' if p is None else f'{p:.4g}'} |"
+        )
     seeds = summary["seeds"]
     lines += ["", "## Seeds", "", f"n = {seeds['n']}, mean = {_fmt(seeds['mean'])}, SD = {_fmt(seeds['sd'])}", ""]
     for doc in docs:
         util = doc.get("utilisation") or {}
-        lines += [f"## Run `{doc['run']}` (seed {doc['seed']})", "",
-                  f"Stopped: {doc.get('stop_reason')}; publications: {doc.get('publication_count')}; "
-                  f"budget used: {_pct(util.get('budget_fraction'))} of the outer limit "
-                  f"({_sec((doc.get('budget') or {}).get('outer_limit_s'))}) over all attempts "
-                  f"(this attempt: setup {_sec(util.get('setup_s'))}, training {_sec(util.get('train_s'))} "
-                  f"of which publishing {_sec(util.get('publish_s'))}, idle {_sec(util.get('idle_s'))}).", "",
-                  "| checkpoint | valid | final score ± SE | " + " | ".join(diagnostics) + (" | " if diagnostics else "")
-                  + "marker | summary |",
-                  "|---|---|---|" + "---|" * len(diagnostics) + "---|---|"]
+        lines += [
+            f"## Run `{doc['run']}` (seed {doc['seed']})",
+            "",
+            f"Stopped: {doc.get('stop_reason')}; publications: {doc.get('publication_count')}; "
+            f"budget used: {_pct(util.get('budget_fraction'))} of the outer limit "
+            f"({_sec((doc.get('budget') or {}).get('outer_limit_s'))}) over all attempts "
+            f"(this attempt: setup {_sec(util.get('setup_s'))}, training {_sec(util.get('train_s'))} "
+            f"of which publishing {_sec(util.get('publish_s'))}, idle {_sec(util.get('idle_s'))}).",
+            "",
+            "| checkpoint | valid | final score ± SE | "
+            + " | ".join(diagnostics)
+            + (" | " if diagnostics else "")
+            + "marker | summary |",
+            "|---|---|---|" + "---|" * len(diagnostics) + "---|---|",
+        ]
         for c in doc["checkpoints"]:
             d = c.get("diagnostics") or {}
             cells = "".join(f"{_fmt(d.get(name))} | " for name in diagnostics)
-            lines.append(f"| checkpoint-{c['progress']} | {'valid' if c['valid'] else 'invalid: ' + c['reason']} | "
-                         f"{_fmt(c['value'], c['se'])} | {cells}`{c['marker']}` | `{c['scores']}/summary.json` |")
+            lines.append(
+                f"| checkpoint-{c['progress']} | {'valid' if c['valid'] else 'invalid: ' + c['reason']} | "
+                f"{_fmt(c['value'], c['se'])} | {cells}`{c['marker']}` | `{c['scores']}/summary.json` |"
+            )
         lines.append("")
     lin = summary["lineage"]
-    lines += ["## Lineage", "",
-              f"asset manifest `{lin['asset_manifest']}` (`{lin['asset_manifest_sha256']}`) → workspace "
-              f"`{lin['workspace_record']}` (patch `{lin['patch_sha256'] or 'none: the shipped recipe'}`) → "
-              f"replay record `{lin['record']}` (`{lin['record_sha256']}`) → `{summary['official']['official']}` → "
-              f"`{summary['official']['scores']}/summary.json`", ""]
+    lines += [
+        "## Lineage",
+        "",
+        f"asset manifest `{lin['asset_manifest']}` (`{lin['asset_manifest_sha256']}`) → workspace "
+        f"`{lin['workspace_record']}` (patch `{lin['patch_sha256'] or 'none: the shipped recipe'}`) → "
+        f"replay record `{lin['record']}` (`{lin['record_sha256']}`) → `{summary['official']['official']}` → "
+        f"`{summary['official']['scores']}/summary.json`",
+        "",
+    ]
     lines += render_exploration(summary.get("exploration"))
     if summary["advisories"]:
         lines += ["## Advisories", ""] + [f"- {a}" for a in summary["advisories"]] + [""]
@@ -279,10 +405,16 @@ def exploration_section(official: dict, proxy_table: str | Path | None) -> dict 
     if not link:
         return None
     proxy = read_json(proxy_table)["checkpoints"] if proxy_table else {}
-    formal = [{"checkpoint": f"checkpoint-{c['progress']}",
-               "proxy": (proxy.get(f"checkpoint-{c['progress']}") or {}).get("value"),
-               "proxy_se": (proxy.get(f"checkpoint-{c['progress']}") or {}).get("se"),
-               "final": c["value"], "final_se": c["se"]} for c in official["checkpoints"]]
+    formal = [
+        {
+            "checkpoint": f"checkpoint-{c['progress']}",
+            "proxy": (proxy.get(f"checkpoint-{c['progress']}") or {}).get("value"),
+            "proxy_se": (proxy.get(f"checkpoint-{c['progress']}") or {}).get("se"),
+            "final": c["value"],
+            "final_se": c["se"],
+        }
+        for c in official["checkpoints"]
+    ]
     return {**link, "proxy_table": str(proxy_table) if proxy_table else None, "formal": formal}
 
 
@@ -293,17 +425,24 @@ def render_exploration(section: dict | None) -> list[str]:
         return []
     lines = ["## Exploration", ""]
     if not section["linked"]:
-        return lines + [f"`{section['sidecar']}` names patch `{section['patch_sha256']}`, not this "
-                        "run's: the exploration is not linked.", ""]
-    lines += [f"The candidate patch (`{section['patch_sha256']}`) was submitted by exploration "
-              f"`{section['exploration']}` after {section['budget_used_s']:.0f} of "
-              f"{section['budget_s']:.0f} s and {section['probes']} probes (`{section['sidecar']}`).",
-              "", "| source | checkpoint | proxy ± SE | final ± SE |", "|---|---|---|---|"]
+        return lines + [
+            f"`{section['sidecar']}` names patch `{section['patch_sha256']}`, not this "
+            "run's: the exploration is not linked.",
+            "",
+        ]
+    lines += [
+        f"The candidate patch (`{section['patch_sha256']}`) was submitted by exploration "
+        f"`{section['exploration']}` after {section['budget_used_s']:.0f} of "
+        f"{section['budget_s']:.0f} s and {section['probes']} probes (`{section['sidecar']}`).",
+        "",
+        "| source | checkpoint | proxy ± SE | final ± SE |",
+        "|---|---|---|---|",
+    ]
     for r in section["proxy_receipts"]:
-        lines.append(f"| exploration receipt {r['id']} | `{r['checkpoint']}` | "
-                     f"{_fmt(r['value'], r['se'])} | - |")
+        lines.append(f"| exploration receipt {r['id']} | `{r['checkpoint']}` | {_fmt(r['value'], r['se'])} | - |")
     for f in section["formal"]:
-        lines.append(f"| formal replay | {f['checkpoint']} | {_fmt(f['proxy'], f['proxy_se'])} | "
-                     f"{_fmt(f['final'], f['final_se'])} |")
-    return lines + ["", "Proxy and final values are on different splits: compare them, never "
-                        "mix them.", ""]
+        lines.append(
+            f"| formal replay | {f['checkpoint']} | {_fmt(f['proxy'], f['proxy_se'])} | "
+            f"{_fmt(f['final'], f['final_se'])} |"
+        )
+    return lines + ["", "Proxy and final values are on different splits: compare them, never mix them.", ""]

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 
-PUBLIC_NOTE = ("final split drawn with the public salt (the embedded default): anyone with the "
-               "repository can recompute it; set final_salt in a private config file for a "
-               "defensible benchmark")
+PUBLIC_NOTE = (
+    "final split drawn with the public salt (the embedded default): anyone with the "
+    "repository can recompute it; set final_salt in a private config file for a "
+    "defensible benchmark"
+)
 PRIVATE_NOTE = "final split drawn with an operator-supplied salt (not recorded)"
 
 

@@ -41,25 +41,61 @@ from pathlib import Path
 from .errors import InputError
 
 MODES = ("bwrap", "none")
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow user "
-                "namespaces, or set `isolation: none` in the config (the final split is then "
-                "reachable from candidate code, and every summary and report says so)")
-NO_ISOLATION_ADVISORY = ("isolation: none -- the replay ran without the sandbox, so candidate "
-                         "code could read the final split, earlier results and the network; "
-                         "this result is not defensible")
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow user "
+    "namespaces, or set `isolation: none` in the config (the final split is then "
+    "reachable from candidate code, and every summary and report says so)"
+)
+NO_ISOLATION_ADVISORY = (
+    "isolation: none -- the replay ran without the sandbox, so candidate "
+    "code could read the final split, earlier results and the network; "
+    "this result is not defensible"
+)
 
 
 # Environment variables a replay may see (fnmatch patterns); everything else is cleared,
 # and a name matching ENV_DENIED is cleared even when allowed (e.g. NVIDIA_API_KEY).
 ENV_ALLOWED = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC",
-    "LC_MESSAGES", "TERM", "TZ", "TMPDIR",
-    "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONWARNINGS",
-    "PYTHONPATH", "LD_LIBRARY_PATH",  # the operator's install (e.g. a cluster's CUDA module)
-    "VIRTUAL_ENV", "OMP_*", "MKL_*", "OPENBLAS_*", "KMP_*", "CUDA_*", "CUBLAS_*", "CUDNN_*",
-    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NCCL_*", "TORCH_*", "PYTORCH_*",
-    "TORCHINDUCTOR_*", "TRITON_*", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE",
-    "TOKENIZERS_PARALLELISM", "REPLAYKIT_RUN_DIR", "REPLAYKIT_REQUEST",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_NUMERIC",
+    "LC_MESSAGES",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONHASHSEED",
+    "PYTHONWARNINGS",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",  # the operator's install (e.g. a cluster's CUDA module)
+    "VIRTUAL_ENV",
+    "OMP_*",
+    "MKL_*",
+    "OPENBLAS_*",
+    "KMP_*",
+    "CUDA_*",
+    "CUBLAS_*",
+    "CUDNN_*",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NCCL_*",
+    "TORCH_*",
+    "PYTORCH_*",
+    "TORCHINDUCTOR_*",
+    "TRITON_*",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
+    "REPLAYKIT_RUN_DIR",
+    "REPLAYKIT_REQUEST",
     "REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH",  # publish.FAULT_ENV: the recovery tests' fault injection
 )
 ENV_DENIED = ("*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "*AUTH*")
@@ -68,9 +104,12 @@ ENV_DENIED = ("*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDEN
 def allowed_env(env) -> dict[str, str]:
     """The entries of ``env`` whose names match :data:`ENV_ALLOWED` and none of
     :data:`ENV_DENIED` (case-sensitive for the allow-list, case-insensitive for the deny-list)."""
+
     def ok(name: str) -> bool:
-        return (any(fnmatch.fnmatchcase(name, pat) for pat in ENV_ALLOWED)
-                and not any(fnmatch.fnmatchcase(name.upper(), pat) for pat in ENV_DENIED))
+        return any(fnmatch.fnmatchcase(name, pat) for pat in ENV_ALLOWED) and not any(
+            fnmatch.fnmatchcase(name.upper(), pat) for pat in ENV_DENIED
+        )
+
     return {k: v for k, v in env.items() if ok(k)}
 
 
@@ -95,8 +134,21 @@ def check_available(bwrap: str = "bwrap") -> str:
     path = shutil.which(bwrap)
     if path is None:
         raise SandboxUnavailable(f"bubblewrap (bwrap) not found on PATH; {INSTALL_HINT}")
-    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-             "--unshare-pid", "--unshare-ipc", "--die-with-parent", "true"]
+    probe = [
+        path,
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--die-with-parent",
+        "true",
+    ]
     result = subprocess.run(probe, capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
@@ -120,12 +172,12 @@ def python_roots() -> list[Path]:
     import replaykit
 
     package_parent = Path(replaykit.__file__).resolve().parent.parent  # src/ of an editable install
-    return _existing([sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent.parent,
-                      package_parent])
+    return _existing([sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent.parent, package_parent])
 
 
-def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writable: list,
-               hide: list, bwrap: str = "bwrap") -> list[str]:
+def bwrap_argv(
+    command: list[str], *, chdir: str | Path, read_only: list, writable: list, hide: list, bwrap: str = "bwrap"
+) -> list[str]:
     """The ``bwrap`` command line that runs ``command`` in the sandbox described above.
 
     Args:
@@ -141,8 +193,7 @@ def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writab
     inside a shown directory stays hidden. Returns the argv list.
     """
     home = os.environ.get("HOME")
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
     for dev in sorted(glob.glob("/dev/nvidia*")):  # CUDA: nvidiactl, nvidia-uvm, nvidia0..
         argv += ["--dev-bind", dev, dev]
     mounts, scratch = {}, _existing([home if home and home != "/" else None])
@@ -158,8 +209,18 @@ def bwrap_argv(command: list[str], *, chdir: str | Path, read_only: list, writab
     for path, kind in mounts.items():  # last, once the views inside them are mounted
         if kind == "hide" and path.is_dir() and path not in scratch:
             argv += ["--remount-ro", str(path)]
-    argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
-             "--cap-drop", "ALL", "--chdir", str(Path(chdir).absolute()), "--", *command]
+    argv += [
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        "--chdir",
+        str(Path(chdir).absolute()),
+        "--",
+        *command,
+    ]
     return argv
 
 

@@ -37,9 +37,15 @@ def mean_sd(values: Sequence[float]) -> dict:
     }
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_000,
-                     seed: int = 0, confidence: float = 0.95, weights: Sequence[float] | None = None,
-                     strata: Sequence[str] | None = None) -> dict:
+def paired_bootstrap(
+    a: Sequence[float],
+    b: Sequence[float],
+    n_boot: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    weights: Sequence[float] | None = None,
+    strata: Sequence[str] | None = None,
+) -> dict:
     """Percentile bootstrap CI of ``sum_i w_i (a_i - b_i)`` resampling rows (the same rows in both).
 
     Without ``weights`` (``w_i = 1/n``) the statistic is ``mean(a - b)``. With ``strata``, rows
@@ -83,8 +89,16 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_boot: int = 10_00
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(stats, [tail, 1.0 - tail])
     method = "paired percentile bootstrap over rows" + (", stratified" if strata is not None else "")
-    return {"difference": float(contrib.sum()), "ci_low": float(low), "ci_high": float(high),
-            "confidence": confidence, "n": int(a.size), "n_boot": n_boot, "seed": seed, "method": method}
+    return {
+        "difference": float(contrib.sum()),
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "confidence": confidence,
+        "n": int(a.size),
+        "n_boot": n_boot,
+        "seed": seed,
+        "method": method,
+    }
 
 
 def exact_mcnemar(a: Sequence[bool], b: Sequence[bool]) -> dict:
@@ -123,26 +137,14 @@ Z_975 = 1.959963984540054  # standard normal 97.5 % quantile (two-sided 95 %)
 Z_80 = 0.8416212335729143  # standard normal 80 % quantile (power 0.8)
 
 
-def _row_groups(
-    n: int, weights, strata, clusters
-) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+def _row_groups(n: int, weights, strata, clusters) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Resampling units of :func:`hierarchical_bootstrap`: per stratum, the cluster ids in it;
     each cluster's row indices; each stratum's total weight ``W_h = sum_{i in h} w_i``."""
     w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
-    s = (
-        np.zeros(n, dtype=int)
-        if strata is None
-        else np.unique(np.asarray(strata), return_inverse=True)[1]
-    )
-    c = (
-        np.arange(n)
-        if clusters is None
-        else np.unique(np.asarray(clusters), return_inverse=True)[1]
-    )
+    s = np.zeros(n, dtype=int) if strata is None else np.unique(np.asarray(strata), return_inverse=True)[1]
+    c = np.arange(n) if clusters is None else np.unique(np.asarray(clusters), return_inverse=True)[1]
     if w.shape != (n,) or s.shape != (n,) or c.shape != (n,):
-        raise ValueError(
-            "hierarchical_bootstrap: weights, strata and clusters need one value per row"
-        )
+        raise ValueError("hierarchical_bootstrap: weights, strata and clusters need one value per row")
     stratum_of_cluster = np.full(c.max() + 1, -1)
     for cluster, stratum in zip(c, s):
         if stratum_of_cluster[cluster] not in (-1, stratum):
@@ -224,9 +226,7 @@ def hierarchical_bootstrap(
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if a.ndim != 2 or a.shape != b.shape or a.size == 0:
-        raise ValueError(
-            f"hierarchical_bootstrap needs two equal K × n arrays ({a.shape} vs {b.shape})"
-        )
+        raise ValueError(f"hierarchical_bootstrap needs two equal K × n arrays ({a.shape} vs {b.shape})")
     k, n = a.shape
     d = a - b
     groups, cluster_of_row, totals = _row_groups(n, weights, strata, clusters)
@@ -285,11 +285,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict | None
     if values.size < 2:
         return None
     mean, sd = float(values.mean()), float(values.std(ddof=1))
-    half = (
-        float(student_t.ppf((1.0 + confidence) / 2.0, values.size - 1))
-        * sd
-        / math.sqrt(values.size)
-    )
+    half = float(student_t.ppf((1.0 + confidence) / 2.0, values.size - 1)) * sd / math.sqrt(values.size)
     return {
         "mean": mean,
         "ci_low": mean - half,

@@ -60,19 +60,30 @@ def training_arguments(recipe: dict, request: dict) -> dict:
         output_dir=str(Path(request["state_dir"]) / "trainer"),
         per_device_train_batch_size=recipe["per_device_train_batch_size"],
         gradient_accumulation_steps=recipe["gradient_accumulation_steps"],
-        learning_rate=recipe["learning_rate"], lr_scheduler_type=recipe["lr_scheduler_type"],
-        max_steps=int(recipe["max_steps"]), optim=recipe["optim"], bf16=recipe["dtype"] == "bfloat16",
+        learning_rate=recipe["learning_rate"],
+        lr_scheduler_type=recipe["lr_scheduler_type"],
+        max_steps=int(recipe["max_steps"]),
+        optim=recipe["optim"],
+        bf16=recipe["dtype"] == "bfloat16",
         gradient_checkpointing=recipe["gradient_checkpointing"],
-        seed=int(request["seed"]), data_seed=int(request["seed"]),
-        save_strategy="steps", save_steps=recipe["save_steps"], save_total_limit=2,
-        logging_steps=1, logging_nan_inf_filter=False, report_to="none", disable_tqdm=True,
-        dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(),
+        seed=int(request["seed"]),
+        data_seed=int(request["seed"]),
+        save_strategy="steps",
+        save_steps=recipe["save_steps"],
+        save_total_limit=2,
+        logging_steps=1,
+        logging_nan_inf_filter=False,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        use_cpu=not torch.cuda.is_available(),
     )
 
 
 def last_complete_state(trainer_dir: str | Path) -> str | None:
     """The newest trainer checkpoint that was saved whole. A job killed mid-save leaves a
     ``checkpoint-N`` without a readable ``trainer_state.json``, which the Trainer writes last."""
+
     def whole(path: Path) -> bool:
         try:
             json.loads((path / "trainer_state.json").read_text())
@@ -127,8 +138,11 @@ class ReplayCallback(TrainerCallback):
             control.should_training_stop = True
         if loss is not None:
             extra = "".join(f" {label} {logs.get(key, float('nan')):.4f}" for label, key in self.log_keys.items())
-            print(f"[train] step {state.global_step}/{self.max_steps} loss {loss:.4f}{extra} "
-                  f"elapsed {time.time() - self.started:.0f} s", flush=True)
+            print(
+                f"[train] step {state.global_step}/{self.max_steps} loss {loss:.4f}{extra} "
+                f"elapsed {time.time() - self.started:.0f} s",
+                flush=True,
+            )
         return control
 
     def on_save(self, args, state, control, **kwargs):
@@ -150,8 +164,7 @@ class ReplayCallback(TrainerCallback):
         finally:
             shutil.rmtree(export, ignore_errors=True)
         self.publish_s += time.time() - started
-        print(f"[publish] checkpoint-{step} (publication {entry['count']}, "
-              f"retained {entry['retained']})", flush=True)
+        print(f"[publish] checkpoint-{step} (publication {entry['count']}, retained {entry['retained']})", flush=True)
 
     def publish_if_missing(self, saved: Path, step: int) -> None:
         """After a resume that trains no more: publish the resumed state's artifact unless it
@@ -173,8 +186,10 @@ def run_training(trainer, callback: ReplayCallback, request: dict) -> int:
     resume, resumed_state = None, None
     if request["resume"]:
         resume = last_complete_state(state_dir / "trainer")
-        print(f"[train] resuming from {resume}" if resume else "[train] no trainer state to resume; starting at step 0",
-              flush=True)
+        print(
+            f"[train] resuming from {resume}" if resume else "[train] no trainer state to resume; starting at step 0",
+            flush=True,
+        )
     if resume is not None:
         from transformers import TrainerState
 
@@ -191,19 +206,38 @@ def run_training(trainer, callback: ReplayCallback, request: dict) -> int:
         if resumed_state is not None:
             trainer.state = resumed_state
             callback.publish_if_missing(Path(resume), resumed_state.global_step)
-            print(f"[train] resumed at step {resumed_state.global_step} of {callback.max_steps}: "
-                  f"no training ({callback.stop_reason})", flush=True)
+            print(
+                f"[train] resumed at step {resumed_state.global_step} of {callback.max_steps}: "
+                f"no training ({callback.stop_reason})",
+                flush=True,
+            )
     else:
         trainer.train(resume_from_checkpoint=resume)
     history = [h for h in trainer.state.log_history if "loss" in h]
-    curve = [{"progress": int(h["step"]), **{k: v for k, v in h.items() if k not in ("step", "epoch")
-                                             and isinstance(v, (int, float)) and math.isfinite(v)}}
-             for h in history]
-    result = {"stop_reason": callback.stop_reason, "steps": trainer.state.global_step, "history": curve,
-              "train_start_unix": train_start, "train_end_unix": time.time(),
-              "publish_s": callback.publish_s,
-              "metrics": {k: v for k, v in (history[-1] if history else {}).items()
-                          if isinstance(v, (int, float)) and math.isfinite(v)}}
+    curve = [
+        {
+            "progress": int(h["step"]),
+            **{
+                k: v
+                for k, v in h.items()
+                if k not in ("step", "epoch") and isinstance(v, (int, float)) and math.isfinite(v)
+            },
+        }
+        for h in history
+    ]
+    result = {
+        "stop_reason": callback.stop_reason,
+        "steps": trainer.state.global_step,
+        "history": curve,
+        "train_start_unix": train_start,
+        "train_end_unix": time.time(),
+        "publish_s": callback.publish_s,
+        "metrics": {
+            k: v
+            for k, v in (history[-1] if history else {}).items()
+            if isinstance(v, (int, float)) and math.isfinite(v)
+        },
+    }
     if callback.nan_step is not None:
         result.update(stop_reason="nan_loss", error=f"NaN loss at step {callback.nan_step}; earlier checkpoints kept")
         atomic_write_json(state_dir / "train_result.json", result)

@@ -114,9 +114,7 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
                 if tampered
                 else "made from another checkpoint or record"
             )
-            out.append(
-                Finding(str(marker), "stale", why, [str(marker), *score_files, *downstream_of_run])
-            )
+            out.append(Finding(str(marker), "stale", why, [str(marker), *score_files, *downstream_of_run]))
             continue
         if tampered:
             out.append(
@@ -140,9 +138,7 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
                 )
             )
             continue
-        if summary.get("checkpoint_sha256") != actual or summary.get("marker_sha256") != cache.file(
-            marker
-        ):
+        if summary.get("checkpoint_sha256") != actual or summary.get("marker_sha256") != cache.file(marker):
             out.append(
                 Finding(
                     str(scores / SUMMARY),
@@ -158,9 +154,7 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
     official = _json(official_path)
     if official is None:
         state = "missing" if not official_path.exists() else "stale"
-        out.append(
-            Finding(str(official_path), state, "no readable official.json", [str(official_path)])
-        )
+        out.append(Finding(str(official_path), state, "no readable official.json", [str(official_path)]))
         return out
     problem = None
     if official.get("record_sha256") != record_sha:
@@ -172,9 +166,7 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
         for progress, c in sorted(entries.items()) if problem is None else []:
             marker = run_dir / "validation" / f"checkpoint-{progress}.json"
             summary = run_dir / "final-scores" / f"checkpoint-{progress}" / SUMMARY
-            if c.get("marker_sha256") != cache.file(marker) or c.get(
-                "summary_sha256"
-            ) != cache.file(summary):
+            if c.get("marker_sha256") != cache.file(marker) or c.get("summary_sha256") != cache.file(summary):
                 problem = f"made from another marker or score of checkpoint-{progress}"
                 break
     if problem:
@@ -184,9 +176,7 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
     return out
 
 
-def check_final(
-    final_dir: str | Path, officials: list[str | Path], cache: HashCache | None = None
-) -> Finding | None:
+def check_final(final_dir: str | Path, officials: list[str | Path], cache: HashCache | None = None) -> Finding | None:
     """Check ``final/`` against the ``official.json`` files it must be made from (None when
     ``final/`` does not exist)."""
     final_dir = Path(final_dir)
@@ -227,30 +217,19 @@ def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[l
     its summary names. Returns the report's lines and whether everything is verified."""
     results = Path(results)
     lines, ok = [], True
-    task_dirs = (
-        sorted(p for p in results.iterdir() if p.is_dir() and p.name != "models")
-        if results.is_dir()
-        else []
-    )
+    task_dirs = sorted(p for p in results.iterdir() if p.is_dir() and p.name != "models") if results.is_dir() else []
     for task_dir in task_dirs:
         if tasks and task_dir.name not in tasks:
             continue
         entries = []
         for run_dir in sorted(p for p in task_dir.iterdir() if p.is_dir() and "-seed" in p.name):
-            findings = check_run(
-                run_dir, HashCache(run_dir / CACHE) if (run_dir / CACHE).is_file() else None
-            )
+            findings = check_run(run_dir, HashCache(run_dir / CACHE) if (run_dir / CACHE).is_file() else None)
             if not findings and not (run_dir / "replay").exists():
                 continue
             entries.append(
                 (
                     f"{task_dir.name}/{run_dir.name}",
-                    findings
-                    or [
-                        Finding(
-                            str(run_dir / "replay" / "record.json"), "missing", "not replayed yet"
-                        )
-                    ],
+                    findings or [Finding(str(run_dir / "replay" / "record.json"), "missing", "not replayed yet")],
                 )
             )
         final_dir = task_dir / "final"
@@ -271,9 +250,7 @@ def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[l
         for name, findings in entries:
             bad = [f for f in findings if f.state != "verified"]
             states = {f.state for f in bad}
-            overall = (
-                ("stale" if states & {"stale", "tampered"} else "missing") if bad else "verified"
-            )
+            overall = ("stale" if states & {"stale", "tampered"} else "missing") if bad else "verified"
             ok = ok and not bad
             counted = len(findings) - len(bad)
             lines.append(f"{name}: {overall} ({counted} of {len(findings)} receipts verified)")

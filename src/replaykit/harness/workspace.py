@@ -34,7 +34,9 @@ _S_IFMT, _S_IFLNK = 0o170000, 0o120000
 def _clean(path: str, prefixed: bool = True) -> str:
     """Undo git's C-style quoting, then drop the ``a/`` / ``b/`` prefix of -p1 paths."""
     if len(path) > 1 and path.startswith('"') and path.endswith('"'):
-        path = path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode("utf-8")
+        path = (
+            path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode("utf-8")
+        )
     return path[2:] if prefixed and path.startswith(("a/", "b/")) else path
 
 
@@ -125,7 +127,9 @@ def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, pat
     try:
         tmp = staging / "ws"
         if special := special_entries(recipe):
-            raise InputError(recipe, special[0], "not a regular file in the shipped recipe (only regular files are allowed)")
+            raise InputError(
+                recipe, special[0], "not a regular file in the shipped recipe (only regular files are allowed)"
+            )
         shutil.copytree(recipe, tmp, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         if patch:
             for rel in touched:  # a symlink inside the recipe could still point outside
@@ -139,8 +143,11 @@ def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, pat
             _git_apply(tmp, patch, check=False).check_returncode()
         if special := special_entries(tmp):
             what = "a symlink" if (tmp / special[0]).is_symlink() else "not a regular file"
-            raise InputError(patch if patch else recipe, special[0],
-                             f"{what} in the applied workspace (only regular files are allowed)")
+            raise InputError(
+                patch if patch else recipe,
+                special[0],
+                f"{what} in the applied workspace (only regular files are allowed)",
+            )
         if out.exists():
             shutil.rmtree(out)
         os.rename(tmp, out)

@@ -57,8 +57,7 @@ def differences(summary: dict, path: str | Path) -> Path:
     ax.set_xticks(list(range(len(seeds) + 1)), [f"seed {s}" for s in seeds] + ["mean"], fontsize=8)
     ax.set_ylabel(f"candidate − shipped\n({summary['direction']})", fontsize=8)
     ax.set_title(
-        f"{summary['task']}: {summary['candidate']} vs shipped, {len(seeds)} seed(s), "
-        f"n = {summary['n']}",
+        f"{summary['task']}: {summary['candidate']} vs shipped, {len(seeds)} seed(s), n = {summary['n']}",
         fontsize=9,
     )
     ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -68,8 +68,11 @@ def training_curve(record: dict, path: str | Path, preferred: str | None = None)
     key = curve_key(history, preferred)
     title = f"{record['task']} / {record['run']}: training curve (stopped: {record.get('stop_reason')})"
     if key is None:
-        _message(ax, "no per-step training log in the replay record\n(the recipe logs no training curve, "
-                     "e.g. a soup is an average, not a training run)")
+        _message(
+            ax,
+            "no per-step training log in the replay record\n(the recipe logs no training curve, "
+            "e.g. a soup is an average, not a training run)",
+        )
     else:
         points = [(h["progress"], h[key]) for h in history if key in h]
         ax.plot([p for p, _ in points], [v for _, v in points], marker=".", color=COLOURS["run"], label=key)
@@ -78,9 +81,15 @@ def training_curve(record: dict, path: str | Path, preferred: str | None = None)
     retained = set(record.get("retained") or [])
     for i, pub in enumerate(record.get("publications") or []):
         kept = pub["progress"] in retained
-        ax.axvline(pub["progress"], color="tab:green" if kept else "tab:grey", linestyle="-" if kept else "--",
-                   alpha=0.7, label=("retained checkpoint" if kept else "removed by retention")
-                   if i == 0 or kept != (record["publications"][i - 1]["progress"] in retained) else None)
+        ax.axvline(
+            pub["progress"],
+            color="tab:green" if kept else "tab:grey",
+            linestyle="-" if kept else "--",
+            alpha=0.7,
+            label=("retained checkpoint" if kept else "removed by retention")
+            if i == 0 or kept != (record["publications"][i - 1]["progress"] in retained)
+            else None,
+        )
     if key is not None or record.get("publications"):
         ax.legend(fontsize=8, loc="best")
     ax.set_title(title, fontsize=9)
@@ -103,13 +112,27 @@ def checkpoint_scores(doc: dict, summary: dict, path: str | Path) -> Path:
     the official checkpoint is starred, invalid ones are marked on the axis."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
     valid = [c for c in doc["checkpoints"] if c["valid"] and c.get("value") is not None]
-    ax.errorbar([c["progress"] for c in valid], [c["value"] for c in valid],
-                yerr=[Z95 * (c["se"] or 0.0) for c in valid], fmt="o", capsize=4, color=COLOURS["run"],
-                label="checkpoint final score ± 1.96 SE")
+    ax.errorbar(
+        [c["progress"] for c in valid],
+        [c["value"] for c in valid],
+        yerr=[Z95 * (c["se"] or 0.0) for c in valid],
+        fmt="o",
+        capsize=4,
+        color=COLOURS["run"],
+        label="checkpoint final score ± 1.96 SE",
+    )
     best = doc.get("official")
     if best:
-        ax.plot([best["progress"]], [best["value"]], marker="*", markersize=16, color="gold",
-                markeredgecolor="black", linestyle="none", label=f"official (checkpoint-{best['progress']})")
+        ax.plot(
+            [best["progress"]],
+            [best["value"]],
+            marker="*",
+            markersize=16,
+            color="gold",
+            markeredgecolor="black",
+            linestyle="none",
+            label=f"official (checkpoint-{best['progress']})",
+        )
     _reference_lines(ax, summary["references"])
     for c in doc["checkpoints"]:
         if not c["valid"]:
@@ -140,13 +163,19 @@ def budget_use(doc: dict, record: dict, path: str | Path, benchmarks: str | Path
     util, budget = record.get("utilisation") or {}, record.get("budget") or {}
     earlier = (util.get("wall_s_all_attempts") or 0.0) - (record.get("wall_s") or 0.0)
     publish = util.get("publish_s") or 0.0
-    phases = [("earlier attempts", max(earlier, 0.0)), ("setup", util.get("setup_s") or 0.0),
-              ("training", max((util.get("train_s") or 0.0) - publish, 0.0)), ("publishing", publish),
-              ("idle", util.get("idle_s") or 0.0)]
+    phases = [
+        ("earlier attempts", max(earlier, 0.0)),
+        ("setup", util.get("setup_s") or 0.0),
+        ("training", max((util.get("train_s") or 0.0) - publish, 0.0)),
+        ("publishing", publish),
+        ("idle", util.get("idle_s") or 0.0),
+    ]
     after = []
     if benchmarks is not None and Path(benchmarks).is_dir():
-        after = [("validation", _benchmark_seconds(Path(benchmarks), "validate")),
-                 ("final scoring", _benchmark_seconds(Path(benchmarks), "score-final"))]
+        after = [
+            ("validation", _benchmark_seconds(Path(benchmarks), "validate")),
+            ("final scoring", _benchmark_seconds(Path(benchmarks), "score-final")),
+        ]
     fig, ax = plt.subplots(figsize=(7, 2.8))
     left = 0.0
     palette = plt.get_cmap("tab10")
@@ -162,8 +191,11 @@ def budget_use(doc: dict, record: dict, path: str | Path, benchmarks: str | Path
     ax.set_yticks([0, 1] if after else [1], ["after replay", "replay"] if after else ["replay"])
     ax.set_xlabel("seconds")
     fraction = util.get("budget_fraction")
-    ax.set_title(f"{doc['task']} / {doc['run']}: budget use — stopped: {record.get('stop_reason')}"
-                 + (f", {fraction:.1%} of the outer limit" if fraction is not None else ""), fontsize=9)
+    ax.set_title(
+        f"{doc['task']} / {doc['run']}: budget use — stopped: {record.get('stop_reason')}"
+        + (f", {fraction:.1%} of the outer limit" if fraction is not None else ""),
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, path)
 
@@ -185,19 +217,29 @@ def seed_spread(summary: dict, docs: list[dict], path: str | Path) -> Path:
     if seeds.get("mean") is not None:
         ax.axhline(seeds["mean"], color=COLOURS["run"], label=f"mean over {seeds['n']} seed(s) {seeds['mean']:.4g}")
         if seeds.get("sd"):
-            ax.axhspan(seeds["mean"] - seeds["sd"], seeds["mean"] + seeds["sd"], color=COLOURS["run"], alpha=0.12,
-                       label=f"± 1 SD {seeds['sd']:.3g}")
+            ax.axhspan(
+                seeds["mean"] - seeds["sd"],
+                seeds["mean"] + seeds["sd"],
+                color=COLOURS["run"],
+                alpha=0.12,
+                label=f"± 1 SD {seeds['sd']:.3g}",
+            )
     _reference_lines(ax, summary["references"])
     ax.set_xticks(xs, [f"seed {s['seed']}\ncheckpoint-{s['progress']}" for s in per_seed], fontsize=8)
     ax.set_xlim(-0.7, len(per_seed) - 0.3)
     ax.set_ylabel(summary["metric"])
-    ax.set_title(f"official score per seed ({summary['direction']}); SD across seeds: "
-                 + ("-" if seeds.get("sd") is None else f"{seeds['sd']:.4g}"), fontsize=9)
+    ax.set_title(
+        f"official score per seed ({summary['direction']}); SD across seeds: "
+        + ("-" if seeds.get("sd") is None else f"{seeds['sd']:.4g}"),
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="best")
     return save(fig, path)
 
 
-def diagnostics(plugin: TaskPlugin, summary: dict, docs: list[dict], fixed_start: dict | None, path: str | Path) -> Path:
+def diagnostics(
+    plugin: TaskPlugin, summary: dict, docs: list[dict], fixed_start: dict | None, path: str | Path
+) -> Path:
     """The task's own diagnostic figure, drawn by the plug-in's ``plot_diagnostics(fig,
     summary, docs, fixed_start)`` (``fixed_start``: the fixed-start reference's summary or
     None), which returns the title; a note when the plug-in has none."""

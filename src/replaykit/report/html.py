@@ -25,20 +25,21 @@ from ..harness.results import paired_comparison
 
 FIGURE_CAPTIONS = {
     "training": "Training curve from the replay record's per-step (or per-epoch) log; vertical lines mark "
-                "each publication (solid: retained checkpoint, dashed: removed by retention).",
+    "each publication (solid: retained checkpoint, dashed: removed by retention).",
     "checkpoints": "Final score of each retained checkpoint ± 1.96 SE, against the fixed-start and shipped "
-                   "references (dashed, with 95 % bands); the star is the official result.",
+    "references (dashed, with 95 % bands); the star is the official result.",
     "budget": "Wall-clock time per phase (replay record and Snakemake benchmarks) against the internal "
-              "deadline and the outer limit; the title says why training stopped.",
+    "deadline and the outer limit; the title says why training stopped.",
     "seeds": "Official score of each seed ± 1.96 SE, the mean across seeds and ± 1 SD.",
     "diagnostics": "The task's diagnostic (see the figure title).",
     "differences": "Matched ablation: per-seed paired differences candidate − shipped (official "
-                   "result filled, last retained checkpoint hollow), their mean with the 95 % "
-                   "two-stage bootstrap CI over seeds and rows (bar) and the t-interval over seeds "
-                   "(thin bar); 0 dashed.",
+    "result filled, last retained checkpoint hollow), their mean with the 95 % "
+    "two-stage bootstrap CI over seeds and rows (bar) and the t-interval over seeds "
+    "(thin bar); 0 dashed.",
 }
 
-TEMPLATE = jinja2.Template("""<!DOCTYPE html>
+TEMPLATE = jinja2.Template(
+    """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>{{ task }}: replay report</title>
 <style>
@@ -104,9 +105,12 @@ window.addEventListener("load", () => {
 });
 </script>
 </body></html>
-""", autoescape=True)
+""",
+    autoescape=True,
+)
 
-TABLE = jinja2.Template("""<table id="checkpoints">
+TABLE = jinja2.Template(
+    """<table id="checkpoints">
 <tr><th>run</th><th>seed</th><th>checkpoint</th><th>validity</th><th>final score ± SE</th><th>n</th>
 <th>paired difference vs shipped [95 % CI]</th><th>advisories</th><th>lineage</th></tr>
 {% for r in rows %}<tr class="{{ 'official' if r.official else '' }} {{ '' if r.valid else 'invalid' }}" data-run="{{ r.run }}" data-progress="{{ r.progress }}">
@@ -120,7 +124,9 @@ TABLE = jinja2.Template("""<table id="checkpoints">
 <a href="{{ r.links.workspace }}">workspace</a> (patch <code>{{ (r.patch_sha or 'none')[:12] }}</code>) →
 <a href="{{ r.links.record }}">replay record</a> →
 <a href="{{ r.links.summary }}">summary</a></td></tr>
-{% endfor %}</table>""", autoescape=True)
+{% endfor %}</table>""",
+    autoescape=True,
+)
 
 
 def fmt(value) -> str:
@@ -143,16 +149,30 @@ def checkpoint_rows(docs: list[dict], summary: dict, shipped: dict, n_boot: int,
             diff = None
             if c["valid"] and shipped_best:
                 diff = paired_comparison(c["scores"], shipped_best["scores"], n_boot, seed=0, scale=scale)
-            rows.append({
-                "run": doc["run"], "seed": doc["seed"], "progress": c["progress"], "valid": c["valid"],
-                "reason": c["reason"], "value": c.get("value"), "se": c.get("se"), "n": c.get("n"),
-                "official": c["progress"] == best.get("progress") and doc["run"] == summary["official"]["run"],
-                "diff": diff, "advisories": c.get("advisories") or [],
-                "manifest_sha": doc.get("asset_manifest_sha256") or "", "patch_sha": doc.get("patch_sha256"),
-                "files": {"marker": c["marker"], "manifest": doc["asset_manifest"],
-                          "workspace": doc["workspace_record"], "record": doc["record"],
-                          "summary": str(Path(c["scores"]) / "summary.json")},
-            })
+            rows.append(
+                {
+                    "run": doc["run"],
+                    "seed": doc["seed"],
+                    "progress": c["progress"],
+                    "valid": c["valid"],
+                    "reason": c["reason"],
+                    "value": c.get("value"),
+                    "se": c.get("se"),
+                    "n": c.get("n"),
+                    "official": c["progress"] == best.get("progress") and doc["run"] == summary["official"]["run"],
+                    "diff": diff,
+                    "advisories": c.get("advisories") or [],
+                    "manifest_sha": doc.get("asset_manifest_sha256") or "",
+                    "patch_sha": doc.get("patch_sha256"),
+                    "files": {
+                        "marker": c["marker"],
+                        "manifest": doc["asset_manifest"],
+                        "workspace": doc["workspace_record"],
+                        "record": doc["record"],
+                        "summary": str(Path(c["scores"]) / "summary.json"),
+                    },
+                }
+            )
     return rows
 
 
@@ -162,9 +182,18 @@ def render_table(rows: list[dict], base: Path) -> str:
     return TABLE.render(rows=rows, fmt=fmt)
 
 
-def write_report(*, task: str, final_dir: str | Path, officials: list[str | Path], figures: dict[str, str | Path],
-                 n_boot: int, scale: float, out_html: str | Path, out_table: str | Path,
-                 ablations: list[str | Path] = ()) -> dict:
+def write_report(
+    *,
+    task: str,
+    final_dir: str | Path,
+    officials: list[str | Path],
+    figures: dict[str, str | Path],
+    n_boot: int,
+    scale: float,
+    out_html: str | Path,
+    out_table: str | Path,
+    ablations: list[str | Path] = (),
+) -> dict:
     """Write the HTML report and the checkpoint table (each atomically).
 
     Args:
@@ -178,41 +207,87 @@ def write_report(*, task: str, final_dir: str | Path, officials: list[str | Path
     """
     out_html, out_table = Path(out_html), Path(out_table)
     summary = read_complete_summary(final_dir)
-    docs = [read_json(p, required=("run", "seed", "checkpoints", "asset_manifest", "workspace_record", "record"))
-            for p in dict.fromkeys(map(str, officials))]
+    docs = [
+        read_json(p, required=("run", "seed", "checkpoints", "asset_manifest", "workspace_record", "record"))
+        for p in dict.fromkeys(map(str, officials))
+    ]
     shipped = read_json(summary["references"]["shipped"]["official"], required=("official",))
     rows = checkpoint_rows(docs, summary, shipped, n_boot, scale)
     refs = summary["references"]
     references = []
     if refs["fixed_start"]:
-        references.append({"name": "fixed start", "value": refs["fixed_start"]["value"], "se": refs["fixed_start"]["se"],
-                           "source": f"{refs['fixed_start']['scores']}/summary.json",
-                           "href": _href(Path(refs["fixed_start"]["scores"]) / "summary.json", out_html.parent)})
+        references.append(
+            {
+                "name": "fixed start",
+                "value": refs["fixed_start"]["value"],
+                "se": refs["fixed_start"]["se"],
+                "source": f"{refs['fixed_start']['scores']}/summary.json",
+                "href": _href(Path(refs["fixed_start"]["scores"]) / "summary.json", out_html.parent),
+            }
+        )
     else:
-        references.append({"name": "fixed start", "value": None, "se": None, "href": None,
-                           "source": "none: the fixed start cannot be scored by itself"})
-    references.append({"name": "shipped recipe", "value": refs["shipped"]["value"], "se": refs["shipped"]["se"],
-                       "source": refs["shipped"]["official"], "href": _href(refs["shipped"]["official"], out_html.parent)})
+        references.append(
+            {
+                "name": "fixed start",
+                "value": None,
+                "se": None,
+                "href": None,
+                "source": "none: the fixed start cannot be scored by itself",
+            }
+        )
+    references.append(
+        {
+            "name": "shipped recipe",
+            "value": refs["shipped"]["value"],
+            "se": refs["shipped"]["se"],
+            "source": refs["shipped"]["official"],
+            "href": _href(refs["shipped"]["official"], out_html.parent),
+        }
+    )
     for name, value in sorted(refs["published"].items()):
-        references.append({"name": f"published {name} (full scale)", "value": value, "se": None, "source": "SPEC",
-                           "href": None})
+        references.append(
+            {"name": f"published {name} (full scale)", "value": value, "se": None, "source": "SPEC", "href": None}
+        )
     figs = []
     for fig_id, png in figures.items():
         kind = fig_id.rsplit("/", 1)[-1]
         run = fig_id.rsplit("/", 1)[0] if "/" in fig_id else None
-        figs.append({"id": fig_id.replace("/", "-"), "title": (f"{run}: " if run else "") + kind.replace("_", " "),
-                     "caption": FIGURE_CAPTIONS.get(kind, ""), "file": str(png), "href": _href(png, out_html.parent),
-                     "data": base64.b64encode(Path(png).read_bytes()).decode("ascii")})
+        figs.append(
+            {
+                "id": fig_id.replace("/", "-"),
+                "title": (f"{run}: " if run else "") + kind.replace("_", " "),
+                "caption": FIGURE_CAPTIONS.get(kind, ""),
+                "file": str(png),
+                "href": _href(png, out_html.parent),
+                "data": base64.b64encode(Path(png).read_bytes()).decode("ascii"),
+            }
+        )
     from .ablation import SECTION
 
-    abl = [{**read_complete_summary(folder), "file": str(Path(folder) / "summary.json"),
-            "href": _href(Path(folder) / "summary.json", out_html.parent)} for folder in ablations]
+    abl = [
+        {
+            **read_complete_summary(folder),
+            "file": str(Path(folder) / "summary.json"),
+            "href": _href(Path(folder) / "summary.json", out_html.parent),
+        }
+        for folder in ablations
+    ]
     ablation_section = Markup(SECTION.render(ablations=abl)) if abl else ""
     atomic_write_text(out_table, render_table([dict(r) for r in rows], out_table.parent))
     table = Markup(render_table(rows, out_html.parent))
     final_file = str(Path(final_dir) / "summary.json")
-    atomic_write_text(out_html, TEMPLATE.render(task=task, summary=summary, references=references, table=table,
-                                                figures=figs, fmt=fmt, final_file=final_file,
-                                                ablation_section=ablation_section,
-                                                final_href=_href(final_file, out_html.parent)))
+    atomic_write_text(
+        out_html,
+        TEMPLATE.render(
+            task=task,
+            summary=summary,
+            references=references,
+            table=table,
+            figures=figs,
+            fmt=fmt,
+            final_file=final_file,
+            ablation_section=ablation_section,
+            final_href=_href(final_file, out_html.parent),
+        ),
+    )
     return {"rows": rows, "summary": summary}

@@ -24,8 +24,13 @@ SHARED = ("common",)  # subpackages that hold shared helpers, not a task
 
 def _discover() -> tuple[str, ...]:
     """Names of the plug-in subpackages, sorted; none is imported."""
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
-                        if m.ispkg and m.name not in SHARED and not m.name.startswith("_")))
+    return tuple(
+        sorted(
+            m.name
+            for m in pkgutil.iter_modules(__path__)
+            if m.ispkg and m.name not in SHARED and not m.name.startswith("_")
+        )
+    )
 
 
 KNOWN = _discover()
@@ -44,8 +49,14 @@ def deferred(package: str, module: str, name: str):
     return call
 
 
-def check_data_keys(data: dict, *, embedded: tuple[str, ...], local: tuple[str, ...],
-                    counts: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> None:
+def check_data_keys(
+    data: dict,
+    *,
+    embedded: tuple[str, ...],
+    local: tuple[str, ...],
+    counts: tuple[str, ...] = (),
+    files: tuple[str, ...] = (),
+) -> None:
     """The common part of a plug-in's ``check_data``: the keys its source needs
     (``source: local`` or embedded), positive integer ``counts``, and local ``files`` that
     exist. Raises ``KeyError(key)`` or ``ValueError("key: message")``."""
@@ -104,7 +115,10 @@ def builders() -> dict[str, str]:
         plugin = get_task(name)
         for builder in plugin.FIXED_START_BUILDERS:
             if builder in found:
-                raise InputError(plugin.module.__file__, "FIXED_START_BUILDERS",
-                                 f"builder {builder!r} is also declared by {found[builder]}")
+                raise InputError(
+                    plugin.module.__file__,
+                    "FIXED_START_BUILDERS",
+                    f"builder {builder!r} is also declared by {found[builder]}",
+                )
             found[builder] = plugin.builder_module(builder)
     return found

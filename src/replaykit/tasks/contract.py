@@ -57,72 +57,99 @@ class TaskPlugin:
         "``{'final': name, 'proxy': name, 'direction': 'maximize'|'minimize'}``; a name may contain "
         "``{n}`` (filled with the number of scored rows) and other fields the evaluator fills. "
         "Optional keys: ``scale`` (metric units per unit of a row's ``score``, e.g. 100 for "
-        "percent; default 1.0) and ``uncertainty`` (the kind of the SE; default 'binomial_se').")
+        "percent; default 1.0) and ``uncertainty`` (the kind of the SE; default 'binomial_se')."
+    )
     REPORT_DIAGNOSTICS: tuple[str, ...] = _member(
-        "keys of the final summary's ``diagnostics`` shown as report columns", default=())
+        "keys of the final summary's ``diagnostics`` shown as report columns", default=()
+    )
     TRAINING_CURVE: str | None = _member(
         "the key of the replay record's per-step ``history`` the report plots (None: ``loss``, "
-        "else the first numeric key)", default=None)
+        "else the first numeric key)",
+        default=None,
+    )
     ROW_CLUSTER: str | None = _member(
         "the row field naming a row's cluster when the uncertainty is clustered (soup: "
         "``label``); the matched ablation's bootstrap then draws whole clusters. None: rows "
-        "are independent", default=None)
+        "are independent",
+        default=None,
+    )
     FIXED_START_REFERENCE: bool = _member(
         "False when the fixed start cannot be scored by itself (rm: no reward head; digress: "
         "the fixed start is the method): no fixed-start reference, no normalised score",
-        default=True)
+        default=True,
+    )
     REFERENCE_USES_PUBLIC: bool = _member(
         "True when the fixed-start reference selects on the public split (soup: the best "
         "ingredient by proxy accuracy); the public split is then an input of that rule",
-        default=False)
+        default=False,
+    )
 
     # --- isolation (required: forgetting one must not silently show final-split items) ---
     FINAL_SOURCES: tuple[str, ...] = _member(
         "keys of ``tasks.<task>.data`` whose local paths hold final-split items: the replay "
-        "sandbox hides them (other existing paths in ``data`` are shown read-only)")
+        "sandbox hides them (other existing paths in ``data`` are shown read-only)"
+    )
     FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = _member(
         "``(package, path inside it)`` of installed data files holding final-split items (soup: "
-        "scikit-learn's digits): the replay sandbox hides them")
+        "scikit-learn's digits): the replay sandbox hides them"
+    )
     FIXED_START_IS_DATA: bool = _member(
         "True when the fixed start is raw data whose complement is the test split (digress's "
-        "QM9 CSVs): the replay sandbox does not show it")
+        "QM9 CSVs): the replay sandbox does not show it"
+    )
 
     # --- the fixed start ------------------------------------------------------------------
     FIXED_START_BUILDERS: Mapping[str, str] = _member(
         "builder name (``models.<name>.builder`` in the config) -> module, relative to the plug-in "
         "(``.ingredients``), whose ``build(spec, out, log=print[, final_salt]) -> dict`` makes "
         "the fixed start in folder ``out`` and returns its build summary (a ``private`` key: "
-        "what the builder knows of the final split, kept out of the fixed start)", default=dict)
+        "what the builder knows of the final split, kept out of the fixed start)",
+        default=dict,
+    )
     check_fixed_start: Callable | None = _member(
         "``check_fixed_start(path)``: workflow-start check of a local fixed start (soup: "
         "aligned ingredient heads; ddpo: the scheduler config); raises InputError",
-        default=None, kind="optional function")
+        default=None,
+        kind="optional function",
+    )
 
     # --- the four parts -------------------------------------------------------------------
     check_data: Callable = _member(
         "``check_data(data)``: config check of ``tasks.<task>.data`` when the workflow starts; "
         "``KeyError(key)`` for a missing key, ``ValueError('key: message')`` for a bad value, "
-        "InputError for a bad row of a local file", kind="function")
+        "InputError for a bad row of a local file",
+        kind="function",
+    )
     build_assets: Callable = _member(
         "``build_assets(cfg, fixed_start, public_dir, hidden_dir) -> dict``: writes the task's "
         "data (public: training + proxy items; hidden: the final split) and returns extra "
-        "manifest fields; InputError for bad input", kind="function")
+        "manifest fields; InputError for bad input",
+        kind="function",
+    )
     split_file: Callable = _member(
         "``split_file(split) -> str``: the proxy / final items' path relative to the assets "
-        "folder (``split``: 'proxy' or 'final')", kind="function")
+        "folder (``split``: 'proxy' or 'final')",
+        kind="function",
+    )
     validate: Callable = _member(
         "``validate(checkpoint, fixed_start, cfg) -> {valid, reason, checks}``: the frozen "
-        "loader's verdict; never raises for a bad checkpoint", kind="function")
+        "loader's verdict; never raises for a bad checkpoint",
+        kind="function",
+    )
     evaluate: Callable = _member(
         "``evaluate(checkpoint, fixed_start, items_file, metric, cfg) -> (summary, rows)``: the "
         "frozen evaluator (``checkpoint`` None: the fixed start itself; ``metric``: the name "
         "pattern from METRIC); ``rows`` carry a unique ``id`` and a numeric ``score`` (paired "
         "statistics), optionally a ``weight`` (share of the metric) and a ``stratum`` "
-        "(resampled within)", kind="function")
+        "(resampled within)",
+        kind="function",
+    )
     plot_diagnostics: Callable | None = _member(
         "``plot_diagnostics(fig, summary, docs, fixed_start) -> title``: the task's diagnostic "
         "figure in the report (``fixed_start``: the fixed-start reference's summary or None)",
-        default=None, kind="optional function")
+        default=None,
+        kind="optional function",
+    )
 
     def builder_module(self, builder: str) -> str:
         """The absolute module name of one of :attr:`FIXED_START_BUILDERS`."""
@@ -185,10 +212,12 @@ def load(name: str, module: ModuleType) -> TaskPlugin:
             missing.append(f.name)
     if missing or wrong:
         where = Path(module.__file__ or module.__name__)
-        parts = ([f"missing required member{'s' if len(missing) > 1 else ''} {', '.join(missing)}"] if missing else [])
-        raise ContractError(where, ", ".join(missing + [w.split()[0] for w in wrong]),
-                            "; ".join(parts + wrong) + f" (the task contract of {__name__}; plug-in "
-                            f"{name!r})")
+        parts = [f"missing required member{'s' if len(missing) > 1 else ''} {', '.join(missing)}"] if missing else []
+        raise ContractError(
+            where,
+            ", ".join(missing + [w.split()[0] for w in wrong]),
+            "; ".join(parts + wrong) + f" (the task contract of {__name__}; plug-in {name!r})",
+        )
     values["METRIC"] = {**METRIC_DEFAULTS, **values["METRIC"]}
     return TaskPlugin(name=name, module=module, **values)
 

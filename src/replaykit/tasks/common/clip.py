@@ -17,9 +17,11 @@ import torch
 
 CONFIG = "config.json"
 MODEL_NAME = "digits-vit-tiny"
-MODEL_CONFIG = {"embed_dim": 64,
-                "vision_cfg": {"image_size": 16, "layers": 2, "width": 64, "patch_size": 4, "head_width": 32},
-                "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}}
+MODEL_CONFIG = {
+    "embed_dim": 64,
+    "vision_cfg": {"image_size": 16, "layers": 2, "width": 64, "patch_size": 4, "head_width": 32},
+    "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
+}
 CLASS_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 TEMPLATES = ["a photo of the digit {}.", "a handwritten {}.", "the number {}.", "a blurry picture of a {}."]
 
@@ -65,7 +67,7 @@ def pretrain(clip, tokenizer, images: torch.Tensor, labels: torch.Tensor, epochs
     for epoch in range(epochs):
         order = torch.randperm(len(labels), generator=generator)
         for start in range(0, len(order), 128):
-            idx = order[start:start + 128]
+            idx = order[start : start + 128]
             y = labels[idx]
             pick = torch.randint(0, len(TEMPLATES), (len(idx),), generator=generator)
             text = torch.stack([captions[int(c)][int(k)] for c, k in zip(y, pick)])
@@ -74,7 +76,9 @@ def pretrain(clip, tokenizer, images: torch.Tensor, labels: torch.Tensor, epochs
             logits = clip.logit_scale.exp() * img @ txt.T
             same = (y[:, None] == y[None, :]).float()
             target = same / same.sum(1, keepdim=True)
-            loss = -0.5 * ((target * logits.log_softmax(1)).sum(1).mean() + (target * logits.T.log_softmax(1)).sum(1).mean())
+            loss = -0.5 * (
+                (target * logits.log_softmax(1)).sum(1).mean() + (target * logits.T.log_softmax(1)).sum(1).mean()
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -72,9 +72,13 @@ def _punkt_cache() -> Path:
         atexit.register(shutil.rmtree, fallback, ignore_errors=True)
         return _write_punkt_tab(fallback)
     except OSError as exc:
-        raise InputError(cache, "-", f"cannot write NLTK Punkt data here ({cache_error.strerror})"
-                                     f" nor in the temporary folder ({exc.strerror}); set "
-                                     "XDG_CACHE_HOME or TMPDIR to a writable folder") from None
+        raise InputError(
+            cache,
+            "-",
+            f"cannot write NLTK Punkt data here ({cache_error.strerror})"
+            f" nor in the temporary folder ({exc.strerror}); set "
+            "XDG_CACHE_HOME or TMPDIR to a writable folder",
+        ) from None
 
 
 @functools.cache
@@ -113,21 +117,24 @@ def kwargs_problem(instruction_id: str, kwargs) -> str | None:
     if not isinstance(kwargs, dict):
         return f"{instruction_id}: kwargs must be an object, got {type(kwargs).__name__}"
     checker = registry()[instruction_id](instruction_id)
-    params = [p for p in inspect.signature(checker.build_description).parameters.values()
-              if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
+    params = [
+        p
+        for p in inspect.signature(checker.build_description).parameters.values()
+        if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD
+    ]
     names = [p.name for p in params]
     unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in names)
     if unknown:
-        return (f"{instruction_id}: unknown argument {unknown[0]!r} "
-                f"(takes: {', '.join(names) or 'none'})")
+        return f"{instruction_id}: unknown argument {unknown[0]!r} (takes: {', '.join(names) or 'none'})"
     for name in names:
         value = kwargs.get(name)
         if not value:
-            return (f"{instruction_id}: argument {name!r} missing or empty "
-                    f"(needs: {', '.join(names)}); IFEval would draw it at random")
+            return (
+                f"{instruction_id}: argument {name!r} missing or empty "
+                f"(needs: {', '.join(names)}); IFEval would draw it at random"
+            )
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-            return (f"{instruction_id}: argument {name!r} is negative ({value}); "
-                    "IFEval would draw it at random")
+            return f"{instruction_id}: argument {name!r} is negative ({value}); IFEval would draw it at random"
     return None
 
 
@@ -149,8 +156,12 @@ def check(item: dict, response: str) -> dict:
 
     utils = _ifeval()[1]
     langdetect.DetectorFactory.seed = 0
-    doc = {"key": item["id"], "prompt": item["prompt"], "instruction_id_list": item["instruction_id_list"],
-           "kwargs": item["kwargs"]}
+    doc = {
+        "key": item["id"],
+        "prompt": item["prompt"],
+        "instruction_id_list": item["instruction_id_list"],
+        "kwargs": item["kwargs"],
+    }
     return utils.process_results(doc, [response])
 
 

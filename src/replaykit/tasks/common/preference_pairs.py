@@ -16,9 +16,13 @@ PAIR_FIELDS = ("prompt", "chosen", "rejected")
 
 def is_messages(value) -> bool:
     """True for a non-empty list of ``{role: str, content: str}`` chat messages."""
-    return (isinstance(value, list) and bool(value)
-            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                    for m in value))
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+        )
+    )
 
 
 def to_explicit_prompt(row: dict) -> dict:

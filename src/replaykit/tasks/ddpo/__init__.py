@@ -27,8 +27,12 @@ from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_json, atomic_write_text
 from .. import check_data_keys, deferred, write_splits
 
-METRIC = {"final": "mean_{reward}_final{n}", "proxy": "mean_{reward}_public{n}", "direction": "maximize",
-          "uncertainty": "se_of_mean"}
+METRIC = {
+    "final": "mean_{reward}_final{n}",
+    "proxy": "mean_{reward}_public{n}",
+    "direction": "maximize",
+    "uncertainty": "se_of_mean",
+}
 REPORT_DIAGNOSTICS = ("text_image_alignment", "mean_pairwise_image_distance")
 # Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
@@ -53,11 +57,15 @@ plot_diagnostics = deferred(__name__, ".report", "plot_diagnostics")  # the repo
 
 def check_data(data: dict) -> None:
     """Config check of ``tasks.ddpo.data`` (``KeyError``/``ValueError`` naming the key)."""
-    check_data_keys(data, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS, counts=("n_proxy", "n_final"),
-                    files=("prompts_file", "aesthetic_mlp"))
+    check_data_keys(
+        data,
+        embedded=EMBEDDED_KEYS,
+        local=LOCAL_KEYS,
+        counts=("n_proxy", "n_final"),
+        files=("prompts_file", "aesthetic_mlp"),
+    )
     if data.get("source") == "local" and not Path(data["clip_dir"]).is_dir():
         raise ValueError(f"clip_dir: folder {data['clip_dir']!r} not found")
-
 
 
 def check_fixed_start(fixed_start: str | Path) -> None:
@@ -67,6 +75,7 @@ def check_fixed_start(fixed_start: str | Path) -> None:
 
     if (Path(fixed_start) / "scheduler").is_dir():
         check_scheduler(Path(fixed_start) / "scheduler", INFERENCE_STEPS)
+
 
 def read_prompts(path: str | Path) -> list[str]:
     """Prompts of a text file, one per line (blank lines skipped); InputError when empty."""
@@ -79,8 +88,10 @@ def read_prompts(path: str | Path) -> list[str]:
 def stream(prompts: list[str], n: int, seed: int, prefix: str) -> list[dict]:
     """``n`` rows ``{id, prompt, latent_seed}`` drawn with ``random.Random(seed)``."""
     rng = random.Random(seed)
-    return [{"id": f"{prefix}-{i:04d}", "prompt": rng.choice(prompts), "latent_seed": rng.randrange(2**31)}
-            for i in range(n)]
+    return [
+        {"id": f"{prefix}-{i:04d}", "prompt": rng.choice(prompts), "latent_seed": rng.randrange(2**31)}
+        for i in range(n)
+    ]
 
 
 def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
@@ -100,11 +111,14 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     check_scheduler(fixed_start / "scheduler", INFERENCE_STEPS)
     if cfg.get("source") == "local":
         prompts = read_prompts(cfg["prompts_file"])
-        scoring = {"reward": "aesthetic", "clip_dir": str(Path(cfg["clip_dir"]).resolve()),
-                   "clip_files": tree_files(cfg["clip_dir"]),
-                   "aesthetic_mlp": str(Path(cfg["aesthetic_mlp"]).resolve()),
-                   "aesthetic_mlp_sha256": sha256_file(cfg["aesthetic_mlp"]),
-                   "embedder": {"kind": "hf_clip", "path": str(Path(cfg["clip_dir"]).resolve())}}
+        scoring = {
+            "reward": "aesthetic",
+            "clip_dir": str(Path(cfg["clip_dir"]).resolve()),
+            "clip_files": tree_files(cfg["clip_dir"]),
+            "aesthetic_mlp": str(Path(cfg["aesthetic_mlp"]).resolve()),
+            "aesthetic_mlp_sha256": sha256_file(cfg["aesthetic_mlp"]),
+            "embedder": {"kind": "hf_clip", "path": str(Path(cfg["clip_dir"]).resolve())},
+        }
     else:
         import json
 
@@ -123,8 +137,13 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     atomic_write_text(Path(public_dir) / PROMPTS, "".join(p + "\n" for p in prompts))
     for folder in (public_dir, hidden_dir):
         atomic_write_json(Path(folder) / SCORING, scoring)
-    return {"source": cfg.get("source", "embedded"), "reward": scoring["reward"], "n_prompts": len(prompts),
-            "n_proxy": len(proxy), "n_final": len(final)}
+    return {
+        "source": cfg.get("source", "embedded"),
+        "reward": scoring["reward"],
+        "n_prompts": len(prompts),
+        "n_proxy": len(proxy),
+        "n_final": len(final),
+    }
 
 
 def split_file(split: str) -> str:

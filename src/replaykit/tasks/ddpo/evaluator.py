@@ -43,7 +43,9 @@ def read_items(path: str | Path) -> list[dict]:
         if not isinstance(item["prompt"], str) or not item["prompt"].strip():
             raise InputError(path, f"line {number}.prompt", "must be a non-empty string")
         if not isinstance(item["latent_seed"], int) or isinstance(item["latent_seed"], bool) or item["latent_seed"] < 0:
-            raise InputError(path, f"line {number}.latent_seed", f"must be an integer >= 0, got {item['latent_seed']!r}")
+            raise InputError(
+                path, f"line {number}.latent_seed", f"must be an integer >= 0, got {item['latent_seed']!r}"
+            )
     if not items:
         raise InputError(path, "-", "no items")
     return items
@@ -71,12 +73,19 @@ def generate(pipe, items: list[dict], scoring: dict, batch_size: int) -> torch.T
     from .pipeline import initial_latents, sample
 
     latents = torch.stack([initial_latents(it["latent_seed"], pipe.latent_shape) for it in items])
-    return sample(pipe, [it["prompt"] for it in items], latents, steps=int(scoring["inference_steps"]),
-                  guidance=float(scoring["guidance_scale"]), batch_size=batch_size)
+    return sample(
+        pipe,
+        [it["prompt"] for it in items],
+        latents,
+        steps=int(scoring["inference_steps"]),
+        guidance=float(scoring["guidance_scale"]),
+        batch_size=batch_size,
+    )
 
 
-def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
-             cfg: dict) -> tuple[dict, list[dict]]:
+def evaluate(
+    checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str, cfg: dict
+) -> tuple[dict, list[dict]]:
     """Score ``checkpoint`` (a PEFT LoRA folder; ``None``: the fixed start) on ``items_file``.
 
     cfg keys: ``batch_size`` (images per sampling batch), ``device`` (``auto``: CUDA when
@@ -90,8 +99,12 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
 
     started = time.time()
     device = "cuda" if cfg.get("device", "auto") == "auto" and torch.cuda.is_available() else "cpu"
-    dtype = {"auto": torch.float16 if device == "cuda" else torch.float32, "float32": torch.float32,
-             "float16": torch.float16, "bfloat16": torch.bfloat16}[cfg.get("dtype", "auto")]
+    dtype = {
+        "auto": torch.float16 if device == "cuda" else torch.float32,
+        "float32": torch.float32,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+    }[cfg.get("dtype", "auto")]
     scoring = read_scoring(items_file)
     items = read_items(items_file)
     batch_size = int(cfg.get("batch_size", 64))
@@ -110,29 +123,51 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     alignment = [float(image_emb[i] @ text_emb[it["prompt"]]) for i, it in enumerate(items)]
     pairwise = mean_pairwise_distance(image_emb)
     advisories = []
-    diagnostics = {"text_image_alignment": float(np.mean(alignment)), "mean_pairwise_image_distance": pairwise,
-                   "reward_sd": float(rewards.std(ddof=1)) if len(rewards) > 1 else 0.0}
+    diagnostics = {
+        "text_image_alignment": float(np.mean(alignment)),
+        "mean_pairwise_image_distance": pairwise,
+        "reward_sd": float(rewards.std(ddof=1)) if len(rewards) > 1 else 0.0,
+    }
     if checkpoint is not None and cfg.get("diversity_reference", True):
         pipe.unet.disable_adapters()
         reference = mean_pairwise_distance(embedder.images(generate(pipe, items, scoring, batch_size)))
         diagnostics["fixed_start_pairwise_image_distance"] = reference
         if pairwise < reference - DIVERSITY_DROP:
-            advisories.append(f"diversity: mean pairwise image distance fell from {reference:.4f} (fixed start) to "
-                              f"{pairwise:.4f}, by more than {DIVERSITY_DROP}")
-    rows = [{"id": str(it["id"]), "prompt": it["prompt"], "score": float(r), "alignment": a}
-            for it, r, a in zip(items, rewards, alignment)]
+            advisories.append(
+                f"diversity: mean pairwise image distance fell from {reference:.4f} (fixed start) to "
+                f"{pairwise:.4f}, by more than {DIVERSITY_DROP}"
+            )
+    rows = [
+        {"id": str(it["id"]), "prompt": it["prompt"], "score": float(r), "alignment": a}
+        for it, r, a in zip(items, rewards, alignment)
+    ]
     reward_name = {"jpeg_compressibility": "jpeg_compressibility", "aesthetic": "aesthetic_score"}[scoring["reward"]]
-    diagnostics.update(per_prompt_mean={p: float(np.mean([r["score"] for r in rows if r["prompt"] == p])) for p in prompts},
-                       scoring={"reward": scoring["reward"], "steps": scoring["inference_steps"],
-                                "guidance": scoring["guidance_scale"], "eta": scoring["eta"], "device": device,
-                                "dtype": str(dtype), "sampling_s": sampled_s, "seconds": time.time() - started})
+    diagnostics.update(
+        per_prompt_mean={p: float(np.mean([r["score"] for r in rows if r["prompt"] == p])) for p in prompts},
+        scoring={
+            "reward": scoring["reward"],
+            "steps": scoring["inference_steps"],
+            "guidance": scoring["guidance_scale"],
+            "eta": scoring["eta"],
+            "device": device,
+            "dtype": str(dtype),
+            "sampling_s": sampled_s,
+            "seconds": time.time() - started,
+        },
+    )
     if scoring["reward"] == "jpeg_compressibility":
         caveat = jpeg_caveat(images.shape[-2:], int(scoring.get("jpeg_quality", 95)))
         diagnostics["scoring"]["jpeg_fixed_overhead_kb"] = caveat["fixed_overhead_kb"]
         advisories.append(caveat["advisory"])
-    summary = {"metric": metric.format(n=len(items), reward=reward_name), "direction": "maximize",
-               "value": float(rewards.mean()), "uncertainty": {"value": mean_se(rewards), "kind": "se_of_mean"},
-               "n": len(items), "diagnostics": diagnostics, "advisories": advisories}
+    summary = {
+        "metric": metric.format(n=len(items), reward=reward_name),
+        "direction": "maximize",
+        "value": float(rewards.mean()),
+        "uncertainty": {"value": mean_se(rewards), "kind": "se_of_mean"},
+        "n": len(items),
+        "diagnostics": diagnostics,
+        "advisories": advisories,
+    }
     return summary, rows
 
 
@@ -150,9 +185,13 @@ def jpeg_caveat(size: tuple[int, int], quality: int) -> dict:
 
     h, w = int(size[0]), int(size[1])
     overhead = float(jpeg_size_kb(torch.full((1, 3, h, w), 0.5), quality)[0])
-    return {"fixed_overhead_kb": overhead,
-            "advisory": ("jpeg_compressibility is not comparable with the DDPO paper's "
-                         f"numbers: at {h} x {w} px a uniform image already costs "
-                         f"{overhead:.3f} kB of fixed JPEG overhead (headers, tables; quality "
-                         f"{quality}), which dominates the score; the paper scores 512 x 512 "
-                         "images")}
+    return {
+        "fixed_overhead_kb": overhead,
+        "advisory": (
+            "jpeg_compressibility is not comparable with the DDPO paper's "
+            f"numbers: at {h} x {w} px a uniform image already costs "
+            f"{overhead:.3f} kB of fixed JPEG overhead (headers, tables; quality "
+            f"{quality}), which dominates the score; the paper scores 512 x 512 "
+            "images"
+        ),
+    }

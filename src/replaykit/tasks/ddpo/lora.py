@@ -48,12 +48,15 @@ def check_lora(unet, checkpoint: str | Path) -> dict:
         raise ValueError(f"{ADAPTER_CONFIG}: peft_type is {config.get('peft_type')!r}, not 'LORA'")
     targets = config.get("target_modules")
     if not isinstance(targets, list) or not targets:
-        raise ValueError(f"{ADAPTER_CONFIG}: target_modules must be a list of names from {list(ATTENTION_TARGETS)}, "
-                         f"got {targets!r}")
+        raise ValueError(
+            f"{ADAPTER_CONFIG}: target_modules must be a list of names from {list(ATTENTION_TARGETS)}, got {targets!r}"
+        )
     wrong = sorted(set(targets) - set(ATTENTION_TARGETS))
     if wrong:
-        raise ValueError(f"{ADAPTER_CONFIG}: target_modules {wrong} are not UNet attention projections "
-                         f"(allowed: {list(ATTENTION_TARGETS)})")
+        raise ValueError(
+            f"{ADAPTER_CONFIG}: target_modules {wrong} are not UNet attention projections "
+            f"(allowed: {list(ATTENTION_TARGETS)})"
+        )
     r = config.get("r")
     if not isinstance(r, int) or r < 1:
         raise ValueError(f"{ADAPTER_CONFIG}: r must be a positive integer, got {r!r}")
@@ -63,8 +66,12 @@ def check_lora(unet, checkpoint: str | Path) -> dict:
     for key, value in state.items():
         module_name, _, part = key.rpartition(".lora_")
         module = modules.get(module_name)
-        if part not in ("A.weight", "B.weight") or module is None or not isinstance(module, torch.nn.Linear) \
-                or not any(module_name.endswith("." + t) for t in targets):
+        if (
+            part not in ("A.weight", "B.weight")
+            or module is None
+            or not isinstance(module, torch.nn.Linear)
+            or not any(module_name.endswith("." + t) for t in targets)
+        ):
             bad_keys.append(key)
             continue
         expected = (r, module.in_features) if part == "A.weight" else (module.out_features, r)
@@ -73,17 +80,24 @@ def check_lora(unet, checkpoint: str | Path) -> dict:
         elif not torch.isfinite(value).all():
             raise ValueError(f"{ADAPTER_WEIGHTS}: {key} has non-finite values")
     if bad_keys:
-        raise ValueError(f"{ADAPTER_WEIGHTS}: {len(bad_keys)} keys name no {'/'.join(targets)} module of the UNet, "
-                         f"e.g. {bad_keys[:3]}")
+        raise ValueError(
+            f"{ADAPTER_WEIGHTS}: {len(bad_keys)} keys name no {'/'.join(targets)} module of the UNet, "
+            f"e.g. {bad_keys[:3]}"
+        )
     if bad_shapes:
         raise ValueError(f"{ADAPTER_WEIGHTS}: {len(bad_shapes)} tensors have wrong shapes, e.g. {bad_shapes[:3]}")
-    expected_modules = {n for n in modules if any(n.endswith("." + t) for t in targets)
-                        and isinstance(modules[n], torch.nn.Linear)}
+    expected_modules = {
+        n for n in modules if any(n.endswith("." + t) for t in targets) and isinstance(modules[n], torch.nn.Linear)
+    }
     missing = sorted(expected_modules - {k.rpartition(".lora_")[0] for k in state})
     if missing:
         raise ValueError(f"{ADAPTER_WEIGHTS}: no LoRA weights for {len(missing)} target modules, e.g. {missing[:3]}")
-    return {"r": r, "target_modules": sorted(targets), "tensors": len(state),
-            "parameters": int(sum(v.numel() for v in state.values()))}
+    return {
+        "r": r,
+        "target_modules": sorted(targets),
+        "tensors": len(state),
+        "parameters": int(sum(v.numel() for v in state.values())),
+    }
 
 
 def load_lora(unet, checkpoint: str | Path) -> dict:

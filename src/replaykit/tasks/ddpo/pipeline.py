@@ -13,8 +13,8 @@ and SD's ``DDIMScheduler`` settings -- trained on scikit-learn's 1,797 handwritt
 3. the UNet: epsilon-prediction loss on SD's scaled-linear schedule, the caption dropped to
    the empty prompt 10 % of the time (classifier-free guidance, Ho & Salimans 2022);
 4. a digit CLIP (open_clip ``digits-vit-tiny``, the architecture the soup task's ingredients
-   share) pre-trained contrastively by :func:`replaykit.tasks.common.clip.pretrain`: the embedding model of the evaluator's
-   diagnostics (text-image alignment, pairwise image distance);
+   share) pre-trained contrastively by :func:`replaykit.tasks.common.clip.pretrain`: the
+   embedding model of the evaluator's diagnostics (text-image alignment, pairwise image distance);
 5. a check that samples are digits: a logistic-regression digits classifier (trained on the
    real 8 × 8 digits) labels samples drawn at guidance 5 (20 DDIM steps); the agreement with
    the prompted digit is recorded in ``config.json``.
@@ -40,16 +40,50 @@ CLASS_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "e
 PROMPT_TEMPLATE = "a photo of the digit {}"
 IMAGE_SIZE = 32
 MAX_LENGTH = 16  # tokens per prompt incl. start/end (SD v1.5: 77)
-SCHEDULER = dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                 clip_sample=False, set_alpha_to_one=False, steps_offset=1, prediction_type="epsilon")
-VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 3,
-           up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(16, 32, 32), layers_per_block=1,
-           latent_channels=4, norm_num_groups=8, sample_size=IMAGE_SIZE)
-UNET = dict(sample_size=IMAGE_SIZE // 4, in_channels=4, out_channels=4, block_out_channels=(32, 64),
-            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-            layers_per_block=1, cross_attention_dim=32, attention_head_dim=8, norm_num_groups=8)
-TEXT = dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            max_position_embeddings=MAX_LENGTH, bos_token_id=49406, eos_token_id=49407, pad_token_id=49407)
+SCHEDULER = dict(
+    num_train_timesteps=1000,
+    beta_start=0.00085,
+    beta_end=0.012,
+    beta_schedule="scaled_linear",
+    clip_sample=False,
+    set_alpha_to_one=False,
+    steps_offset=1,
+    prediction_type="epsilon",
+)
+VAE = dict(
+    in_channels=3,
+    out_channels=3,
+    down_block_types=("DownEncoderBlock2D",) * 3,
+    up_block_types=("UpDecoderBlock2D",) * 3,
+    block_out_channels=(16, 32, 32),
+    layers_per_block=1,
+    latent_channels=4,
+    norm_num_groups=8,
+    sample_size=IMAGE_SIZE,
+)
+UNET = dict(
+    sample_size=IMAGE_SIZE // 4,
+    in_channels=4,
+    out_channels=4,
+    block_out_channels=(32, 64),
+    down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+    up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+    layers_per_block=1,
+    cross_attention_dim=32,
+    attention_head_dim=8,
+    norm_num_groups=8,
+)
+TEXT = dict(
+    vocab_size=49408,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    max_position_embeddings=MAX_LENGTH,
+    bos_token_id=49406,
+    eos_token_id=49407,
+    pad_token_id=49407,
+)
 
 
 # What ``recipes/ddpo/ddim_with_logprob.py`` assumes of the effective DDIMScheduler config:
@@ -59,9 +93,14 @@ TEXT = dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_l
 # prediction, no clipping or thresholding of x0 and no zero-terminal-SNR rescaling (a_T = 0
 # divides by zero). Keys absent from the file take DDIMScheduler's defaults, which are not
 # SD's (clip_sample and set_alpha_to_one default to True), so the effective values are judged.
-SCHEDULER_SUPPORTED = {"timestep_spacing": ("leading",), "set_alpha_to_one": (False,),
-                       "prediction_type": ("epsilon",), "clip_sample": (False,),
-                       "thresholding": (False,), "rescale_betas_zero_snr": (False,)}
+SCHEDULER_SUPPORTED = {
+    "timestep_spacing": ("leading",),
+    "set_alpha_to_one": (False,),
+    "prediction_type": ("epsilon",),
+    "clip_sample": (False,),
+    "thresholding": (False,),
+    "rescale_betas_zero_snr": (False,),
+}
 SCHEDULER_FOREIGN_KEYS = ("skip_prk_steps",)  # PNDMScheduler's (SD v1.5 ships PNDM's config)
 
 
@@ -91,21 +130,28 @@ def check_scheduler(folder: str | Path, inference_steps: int) -> dict:
     known = set(inspect.signature(DDIMScheduler.__init__).parameters) - {"self"}
     for key in raw:
         if not key.startswith("_") and key not in known and key not in SCHEDULER_FOREIGN_KEYS:
-            raise InputError(path, key,
-                             f"not a DDIMScheduler setting (known: {', '.join(sorted(known))})")
+            raise InputError(path, key, f"not a DDIMScheduler setting (known: {', '.join(sorted(known))})")
     effective = dict(DDIMScheduler.from_config(raw).config)
     for key, allowed in SCHEDULER_SUPPORTED.items():
         if effective[key] not in allowed:
             given = "" if key in raw else " (absent from the file: DDIMScheduler's default)"
-            raise InputError(path, key, f"{effective[key]!r}{given} is not supported by the "
-                                        "DDIM-with-log-prob step of DDPO; use "
-                                        f"{' or '.join(map(repr, allowed))}")
+            raise InputError(
+                path,
+                key,
+                f"{effective[key]!r}{given} is not supported by the "
+                "DDIM-with-log-prob step of DDPO; use "
+                f"{' or '.join(map(repr, allowed))}",
+            )
     stride = int(effective["num_train_timesteps"]) // int(inference_steps)
     offset = effective["steps_offset"]
     if not (isinstance(offset, int) and 0 <= offset < stride):
-        raise InputError(path, "steps_offset", f"{offset!r} must be an integer in [0, {stride}) "
-                                               f"(the stride num_train_timesteps // "
-                                               f"{inference_steps} steps)")
+        raise InputError(
+            path,
+            "steps_offset",
+            f"{offset!r} must be an integer in [0, {stride}) "
+            f"(the stride num_train_timesteps // "
+            f"{inference_steps} steps)",
+        )
     return effective
 
 
@@ -143,14 +189,22 @@ class Pipeline:
         for module in (self.text_encoder, self.vae, self.unet):
             module.requires_grad_(False)
         factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
-        self.latent_shape = (self.unet.config.in_channels, self.vae.config.sample_size // factor,
-                             self.vae.config.sample_size // factor)
+        self.latent_shape = (
+            self.unet.config.in_channels,
+            self.vae.config.sample_size // factor,
+            self.vae.config.sample_size // factor,
+        )
 
     @torch.no_grad()
     def encode_prompts(self, texts: list[str]) -> torch.Tensor:
         """``B × L × D`` last hidden states of the text encoder (SD's conditioning)."""
-        ids = self.tokenizer(texts, padding="max_length", max_length=self.tokenizer.model_max_length,
-                             truncation=True, return_tensors="pt").input_ids.to(self.device)
+        ids = self.tokenizer(
+            texts,
+            padding="max_length",
+            max_length=self.tokenizer.model_max_length,
+            truncation=True,
+            return_tensors="pt",
+        ).input_ids.to(self.device)
         return self.text_encoder(ids)[0]
 
     @torch.no_grad()
@@ -167,8 +221,9 @@ def initial_latents(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def sample(pipe: Pipeline, texts: list[str], latents: torch.Tensor, steps: int, guidance: float,
-           batch_size: int = 64) -> torch.Tensor:
+def sample(
+    pipe: Pipeline, texts: list[str], latents: torch.Tensor, steps: int, guidance: float, batch_size: int = 64
+) -> torch.Tensor:
     """Deterministic DDIM sampling (eta 0) with classifier-free guidance:
     ``eps = eps_uncond + guidance (eps_cond - eps_uncond)``, the empty prompt as unconditional.
 
@@ -185,8 +240,8 @@ def sample(pipe: Pipeline, texts: list[str], latents: torch.Tensor, steps: int, 
     uncond = pipe.encode_prompts([""])
     out = []
     for start in range(0, len(texts), batch_size):
-        cond = pipe.encode_prompts(texts[start:start + batch_size])
-        x = latents[start:start + batch_size].to(pipe.device, pipe.dtype) * scheduler.init_noise_sigma
+        cond = pipe.encode_prompts(texts[start : start + batch_size])
+        x = latents[start : start + batch_size].to(pipe.device, pipe.dtype) * scheduler.init_noise_sigma
         context = torch.cat([uncond.expand(len(cond), -1, -1), cond])
         for t in scheduler.timesteps:
             eps_u, eps_c = pipe.unet(torch.cat([x, x]), t, encoder_hidden_states=context).sample.chunk(2)
@@ -200,7 +255,7 @@ def _train_vae(vae, images: torch.Tensor, epochs: int, generator: torch.Generato
     for epoch in range(epochs):
         order = torch.randperm(len(images), generator=generator)
         for start in range(0, len(order), 64):
-            x = images[order[start:start + 64]] * 2 - 1
+            x = images[order[start : start + 64]] * 2 - 1
             posterior = vae.encode(x).latent_dist
             recon = vae.decode(posterior.sample(generator=generator)).sample
             loss = F.mse_loss(recon, x) + 1e-6 * posterior.kl().mean()
@@ -316,14 +371,16 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
     started = time.time()
     images, labels = digit_images()
     if spec.get("max_images"):  # tests: a seeded subset
-        keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[:int(spec["max_images"])]
+        keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[: int(spec["max_images"])]
         images, labels = images[keep], labels[keep]
     tokenizer = CLIPTokenizer.from_pretrained(write_clip_tokenizer(out / "tokenizer", MAX_LENGTH))
     vae = AutoencoderKL(**VAE)
     _train_vae(vae, images, int(spec["vae_epochs"]), generator, log)
     vae.eval().requires_grad_(False)
     with torch.no_grad():
-        means = torch.cat([vae.encode(images[i:i + 256] * 2 - 1).latent_dist.mean for i in range(0, len(images), 256)])
+        means = torch.cat(
+            [vae.encode(images[i : i + 256] * 2 - 1).latent_dist.mean for i in range(0, len(images), 256)]
+        )
     vae.register_to_config(scaling_factor=float(1.0 / means.std()))
     latents = means * vae.config.scaling_factor
     scheduler = DDIMScheduler(**SCHEDULER)
@@ -338,12 +395,23 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
     _train_unet(unet, context, latents, labels, scheduler, int(spec["unet_steps"]), generator, log)
     for name, module in (("vae", vae), ("unet", unet), ("text_encoder", text_encoder), ("scheduler", scheduler)):
         module.save_pretrained(out / name)
-    (out / "model_index.json").write_text(json.dumps({
-        "_class_name": "StableDiffusionPipeline", "_diffusers_version": __import__("diffusers").__version__,
-        "vae": ["diffusers", "AutoencoderKL"], "unet": ["diffusers", "UNet2DConditionModel"],
-        "text_encoder": ["transformers", "CLIPTextModel"], "tokenizer": ["transformers", "CLIPTokenizer"],
-        "scheduler": ["diffusers", "DDIMScheduler"], "safety_checker": [None, None],
-        "feature_extractor": [None, None], "requires_safety_checker": False}, indent=1))
+    (out / "model_index.json").write_text(
+        json.dumps(
+            {
+                "_class_name": "StableDiffusionPipeline",
+                "_diffusers_version": __import__("diffusers").__version__,
+                "vae": ["diffusers", "AutoencoderKL"],
+                "unet": ["diffusers", "UNet2DConditionModel"],
+                "text_encoder": ["transformers", "CLIPTextModel"],
+                "tokenizer": ["transformers", "CLIPTokenizer"],
+                "scheduler": ["diffusers", "DDIMScheduler"],
+                "safety_checker": [None, None],
+                "feature_extractor": [None, None],
+                "requires_safety_checker": False,
+            },
+            indent=1,
+        )
+    )
     log(f"[pipeline] VAE + UNet + text encoder trained ({time.time() - started:.0f} s)")
     clip_config = _train_clip(out / "clip", images, labels, int(spec["clip_epochs"]), seed, log)
     per_digit = int(spec["check_samples"])
@@ -352,18 +420,40 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
     noise = torch.stack([initial_latents(seed * 100_003 + i, pipe.latent_shape) for i in range(len(check_labels))])
     samples = sample(pipe, [texts[d] for d in check_labels], noise, steps=20, guidance=5.0)
     agreement = digit_agreement(samples, check_labels)
-    log(f"[check] digits classifier agrees with the prompted digit on {agreement:.3f} of {len(check_labels)} samples "
-        f"({time.time() - started:.0f} s)")
-    summary = {"builder": "ddpo-digits", "images": len(images), "latent_shape": list(pipe.latent_shape),
-               "scaling_factor": vae.config.scaling_factor,
-               "check": {"samples": len(check_labels), "steps": 20, "guidance": 5.0, "eta": 0.0,
-                         "digit_agreement": agreement,
-                         "classifier": "sklearn LogisticRegression on the 1,797 real 8 x 8 digits"},
-               "parameters": {"unet": sum(p.numel() for p in unet.parameters()),
-                              "vae": sum(p.numel() for p in vae.parameters()),
-                              "text_encoder": sum(p.numel() for p in text_encoder.parameters())},
-               "seconds": time.time() - started}
-    (out / CONFIG).write_text(json.dumps({"format": FORMAT, "prompts": texts, "image_size": IMAGE_SIZE,
-                                          "embedder": {"kind": "open_clip", "path": "clip", **clip_config},
-                                          "build": {"spec": spec, **summary}}, indent=1))
+    log(
+        f"[check] digits classifier agrees with the prompted digit on {agreement:.3f} of {len(check_labels)} samples "
+        f"({time.time() - started:.0f} s)"
+    )
+    summary = {
+        "builder": "ddpo-digits",
+        "images": len(images),
+        "latent_shape": list(pipe.latent_shape),
+        "scaling_factor": vae.config.scaling_factor,
+        "check": {
+            "samples": len(check_labels),
+            "steps": 20,
+            "guidance": 5.0,
+            "eta": 0.0,
+            "digit_agreement": agreement,
+            "classifier": "sklearn LogisticRegression on the 1,797 real 8 x 8 digits",
+        },
+        "parameters": {
+            "unet": sum(p.numel() for p in unet.parameters()),
+            "vae": sum(p.numel() for p in vae.parameters()),
+            "text_encoder": sum(p.numel() for p in text_encoder.parameters()),
+        },
+        "seconds": time.time() - started,
+    }
+    (out / CONFIG).write_text(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "prompts": texts,
+                "image_size": IMAGE_SIZE,
+                "embedder": {"kind": "open_clip", "path": "clip", **clip_config},
+                "build": {"spec": spec, **summary},
+            },
+            indent=1,
+        )
+    )
     return summary

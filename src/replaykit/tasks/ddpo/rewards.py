@@ -62,8 +62,16 @@ class AestheticMLP(nn.Module):
 
     def __init__(self, in_dim: int = 768):
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(in_dim, 1024), nn.Dropout(0.2), nn.Linear(1024, 128), nn.Dropout(0.2),
-                                    nn.Linear(128, 64), nn.Dropout(0.1), nn.Linear(64, 16), nn.Linear(16, 1))
+        self.layers = nn.Sequential(
+            nn.Linear(in_dim, 1024),
+            nn.Dropout(0.2),
+            nn.Linear(1024, 128),
+            nn.Dropout(0.2),
+            nn.Linear(128, 64),
+            nn.Dropout(0.1),
+            nn.Linear(64, 16),
+            nn.Linear(16, 1),
+        )
 
     def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
         return self.layers(embeddings).squeeze(-1)
@@ -88,16 +96,20 @@ class HFClipEmbedder:
         self.tokenizer = CLIPTokenizer.from_pretrained(path)
         self.device = device
         self.size = self.model.config.vision_config.image_size
-        config = json.loads((Path(path) / "preprocessor_config.json").read_text()) \
-            if (Path(path) / "preprocessor_config.json").is_file() else {}
+        config = (
+            json.loads((Path(path) / "preprocessor_config.json").read_text())
+            if (Path(path) / "preprocessor_config.json").is_file()
+            else {}
+        )
         self.mean = torch.tensor(config.get("image_mean", [0.48145466, 0.4578275, 0.40821073]))[:, None, None]
         self.std = torch.tensor(config.get("image_std", [0.26862954, 0.26130258, 0.27577711]))[:, None, None]
 
     @torch.no_grad()
     def images(self, images: torch.Tensor) -> torch.Tensor:
         """``B × D`` L2-normalised image embeddings of images in [0, 1]."""
-        x = F.interpolate(images.float().cpu(), size=(self.size, self.size), mode="bicubic", antialias=True,
-                          align_corners=False).clamp(0, 1)
+        x = F.interpolate(
+            images.float().cpu(), size=(self.size, self.size), mode="bicubic", antialias=True, align_corners=False
+        ).clamp(0, 1)
         x = ((x - self.mean) / self.std).to(self.device)
         return F.normalize(_projected(self.model.get_image_features(pixel_values=x)), dim=-1).float().cpu()
 
@@ -130,8 +142,11 @@ class OpenClipEmbedder:
     def images(self, images: torch.Tensor) -> torch.Tensor:
         from .pipeline import clip_preprocess
 
-        return self.model.encode_image(clip_preprocess(images.float().cpu(), self.size).to(self.device),
-                                       normalize=True).float().cpu()
+        return (
+            self.model.encode_image(clip_preprocess(images.float().cpu(), self.size).to(self.device), normalize=True)
+            .float()
+            .cpu()
+        )
 
     @torch.no_grad()
     def texts(self, texts: list[str]) -> torch.Tensor:

@@ -24,12 +24,13 @@ def write_clip_tokenizer(out: str | Path, model_max_length: int) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     lines = gzip.open(default_bpe()).read().decode("utf-8").split("\n")
-    merges = [tuple(line.split()) for line in lines[1:49152 - 256 - 2 + 1]]
+    merges = [tuple(line.split()) for line in lines[1 : 49152 - 256 - 2 + 1]]
     vocab = list(bytes_to_unicode().values())
     vocab = vocab + [v + "</w>" for v in vocab] + ["".join(m) for m in merges] + ["<|startoftext|>", "<|endoftext|>"]
     (out / "vocab.json").write_text(json.dumps({tok: i for i, tok in enumerate(vocab)}, ensure_ascii=False))
     (out / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(m) for m in merges) + "\n")
-    tokenizer = CLIPTokenizer(str(out / "vocab.json"), str(out / "merges.txt"), model_max_length=model_max_length,
-                              pad_token="<|endoftext|>")
+    tokenizer = CLIPTokenizer(
+        str(out / "vocab.json"), str(out / "merges.txt"), model_max_length=model_max_length, pad_token="<|endoftext|>"
+    )
     tokenizer.save_pretrained(out)
     return out

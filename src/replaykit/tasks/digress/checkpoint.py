@@ -29,15 +29,23 @@ CONFIG, WEIGHTS, EMA = "config.json", "model.safetensors", "ema.safetensors"
 
 def build_model(model_cfg: dict) -> GraphTransformer:
     """A :class:`GraphTransformer` for QM9's 4 atom and 5 bond classes from ``model_cfg``."""
-    return GraphTransformer(int(model_cfg["n_layers"]), input_dims(len(ATOMS), len(BONDS)),
-                            {k: int(v) for k, v in model_cfg["hidden_mlp_dims"].items()},
-                            {k: int(v) for k, v in model_cfg["hidden_dims"].items()},
-                            {"X": len(ATOMS), "E": len(BONDS)}, float(model_cfg.get("dropout", 0.1)))
+    return GraphTransformer(
+        int(model_cfg["n_layers"]),
+        input_dims(len(ATOMS), len(BONDS)),
+        {k: int(v) for k, v in model_cfg["hidden_mlp_dims"].items()},
+        {k: int(v) for k, v in model_cfg["hidden_dims"].items()},
+        {"X": len(ATOMS), "E": len(BONDS)},
+        float(model_cfg.get("dropout", 0.1)),
+    )
 
 
 def build_noise(diffusion_cfg: dict) -> DiscreteNoise:
-    return DiscreteNoise(int(diffusion_cfg["T"]), diffusion_cfg["x_marginals"], diffusion_cfg["e_marginals"],
-                         diffusion_cfg.get("transition", "marginal"))
+    return DiscreteNoise(
+        int(diffusion_cfg["T"]),
+        diffusion_cfg["x_marginals"],
+        diffusion_cfg["e_marginals"],
+        diffusion_cfg.get("transition", "marginal"),
+    )
 
 
 def save(out: str | Path, config: dict, model: torch.nn.Module, ema: torch.nn.Module | None = None) -> None:
@@ -66,8 +74,12 @@ def read_config(checkpoint: str | Path) -> dict:
         raise ValueError(f"{CONFIG}: diffusion.T must be an integer >= 1")
     for key, k in (("x_marginals", len(ATOMS)), ("e_marginals", len(BONDS))):
         m = d.get(key)
-        if not (isinstance(m, list) and len(m) == k and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in m)
-                and abs(sum(m) - 1) <= 1e-4):
+        if not (
+            isinstance(m, list)
+            and len(m) == k
+            and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in m)
+            and abs(sum(m) - 1) <= 1e-4
+        ):
             raise ValueError(f"{CONFIG}: diffusion.{key} must be {k} non-negative numbers summing to 1")
     return config
 

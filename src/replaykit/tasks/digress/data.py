@@ -27,11 +27,11 @@ import numpy as np
 ATOMS = ("C", "N", "O", "F")
 BONDS = ("none", "single", "double", "triple", "aromatic")
 BOND_ORDER = (0.0, 1.0, 2.0, 3.0, 1.5)  # valence contributed by each bond class
-NORMAL_VALENCE = (4, 3, 2, 1)           # of C, N, O, F (neutral, no hydrogens counted)
+NORMAL_VALENCE = (4, 3, 2, 1)  # of C, N, O, F (neutral, no hydrogens counted)
 ATOM_WEIGHT = (12.011, 14.007, 15.999, 18.998)
 MAX_NODES = 9
-FULL_TRAIN = 100_000    # DiGress: 100k training molecules
-TEST_FRACTION = 0.1     # DiGress: 10 % test, the rest validation
+FULL_TRAIN = 100_000  # DiGress: 100k training molecules
+TEST_FRACTION = 0.1  # DiGress: 10 % test, the rest validation
 
 
 def featurize(smiles: str) -> tuple[np.ndarray, np.ndarray]:
@@ -85,8 +85,8 @@ def pad(graphs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nda
     atoms = np.full((len(graphs), MAX_NODES), -1, dtype=np.int8)
     bonds = np.zeros((len(graphs), MAX_NODES, MAX_NODES), dtype=np.int8)
     for k, (a, b) in enumerate(graphs):
-        atoms[k, :len(a)] = a
-        bonds[k, :len(a), :len(a)] = b
+        atoms[k, : len(a)] = a
+        bonds[k, : len(a), : len(a)] = b
     return atoms, bonds
 
 
@@ -149,8 +149,9 @@ def read_qm9(csv_files: list, limit: int | None = None) -> tuple[list[dict], dic
     return rows, skipped
 
 
-def split_digress(rows: list[dict], seed: int = 42, n_train: int = FULL_TRAIN,
-                  test_fraction: float = TEST_FRACTION) -> dict[str, list[dict]]:
+def split_digress(
+    rows: list[dict], seed: int = 42, n_train: int = FULL_TRAIN, test_fraction: float = TEST_FRACTION
+) -> dict[str, list[dict]]:
     """DiGress's QM9 split: shuffle (``DataFrame.sample(frac=1, random_state=seed)``), then
     the first ``n_train`` rows train, the last ``int(test_fraction * N)`` test, the rest
     validation. Raises ValueError when the rows cannot hold all three."""
@@ -161,8 +162,11 @@ def split_digress(rows: list[dict], seed: int = 42, n_train: int = FULL_TRAIN,
         raise ValueError(f"{len(rows)} molecules cannot hold {n_train} train + {n_test} test + a validation split")
     order = pd.DataFrame({"k": range(len(rows))}).sample(frac=1, random_state=seed)["k"].tolist()
     shuffled = [rows[k] for k in order]
-    return {"train": shuffled[:n_train], "val": shuffled[n_train:len(rows) - n_test],
-            "test": shuffled[len(rows) - n_test:]}
+    return {
+        "train": shuffled[:n_train],
+        "val": shuffled[n_train : len(rows) - n_test],
+        "test": shuffled[len(rows) - n_test :],
+    }
 
 
 def dense(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -180,10 +184,14 @@ def statistics(atoms: np.ndarray, bonds: np.ndarray) -> dict:
     real = (atoms >= 0)[:, :, None] & (atoms >= 0)[:, None, :]
     real &= ~np.eye(MAX_NODES, dtype=bool)[None]
     bond_counts = np.bincount(bonds[real].astype(np.int64), minlength=len(BONDS))
-    return {"node_counts": node_counts.tolist(),
-            "atom_marginals": (atom_counts / atom_counts.sum()).tolist(),
-            "bond_marginals": (bond_counts / bond_counts.sum()).tolist(),
-            "n_graphs": int(len(atoms)), "atoms": list(ATOMS), "bonds": list(BONDS)}
+    return {
+        "node_counts": node_counts.tolist(),
+        "atom_marginals": (atom_counts / atom_counts.sum()).tolist(),
+        "bond_marginals": (bond_counts / bond_counts.sum()).tolist(),
+        "n_graphs": int(len(atoms)),
+        "atoms": list(ATOMS),
+        "bonds": list(BONDS),
+    }
 
 
 def save_npz(path, atoms: np.ndarray, bonds: np.ndarray) -> None:

@@ -106,9 +106,9 @@ def posterior(M, M_t, Qt, Qsb, Qtb):
 def posterior_over_x0(M_t, Qt, Qsb, Qtb):
     """``q(z_s | z_t, x_0 = k)`` for every clean class ``k``: ``B × N × d0 × d`` (entry
     ``[k, j]`` = ``(M_t Qt^T)_j Qsb[k, j] / (Qtb M_t^T)_k``)."""
-    left = (M_t @ Qt.transpose(-1, -2)).unsqueeze(2)             # B N 1 d
-    numer = left * Qsb.unsqueeze(1)                               # B N d0 d
-    denom = (M_t @ Qtb.transpose(-1, -2)).unsqueeze(-1)           # B N d0 1
+    left = (M_t @ Qt.transpose(-1, -2)).unsqueeze(2)  # B N 1 d
+    numer = left * Qsb.unsqueeze(1)  # B N d0 d
+    denom = (M_t @ Qtb.transpose(-1, -2)).unsqueeze(-1)  # B N d0 1
     return numer / denom.clamp(min=EPS)
 
 
@@ -135,8 +135,17 @@ def log_p_n(node_counts, n: torch.Tensor) -> torch.Tensor:
     return torch.log(prob[n.long()] + 1e-30).float()
 
 
-def nll_terms(model, noise: DiscreteNoise, X, E, node_mask, node_counts, generator=None, use_extra=True,
-              t: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def nll_terms(
+    model,
+    noise: DiscreteNoise,
+    X,
+    E,
+    node_mask,
+    node_counts,
+    generator=None,
+    use_extra=True,
+    t: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
     """The four terms of the variational bound and their sum ``nll``, one value per graph
     (``B``). ``t``: the diffusion step of the middle term (default: uniform in ``1..T``)."""
     B = X.shape[0]
@@ -148,8 +157,9 @@ def nll_terms(model, noise: DiscreteNoise, X, E, node_mask, node_counts, generat
     logpn = log_p_n(node_counts, node_mask.sum(-1))
     # prior: KL(q(z_T | x) || m)
     QTx, QTe = noise.Qt_bar(torch.full((B,), T, device=device))
-    kl_prior = (_kl(X @ QTx, noise.x_marginals.expand_as(X)) * xm).sum(-1) \
-        + (_kl(_flatE(E) @ QTe, noise.e_marginals.expand(B, em.shape[1], -1)) * em).sum(-1)
+    kl_prior = (_kl(X @ QTx, noise.x_marginals.expand_as(X)) * xm).sum(-1) + (
+        _kl(_flatE(E) @ QTe, noise.e_marginals.expand(B, em.shape[1], -1)) * em
+    ).sum(-1)
     # diffusion term at t in 1..T, times T
     if t is None:
         t = torch.randint(1, T + 1, (B,), device=device, generator=generator)
@@ -168,11 +178,18 @@ def nll_terms(model, noise: DiscreteNoise, X, E, node_mask, node_counts, generat
     zero = torch.zeros(B, dtype=torch.long, device=device)
     X_0, E_0 = apply_noise(noise, X, E, node_mask, zero, generator)
     p0X, p0E = predict(model, noise, X_0, E_0, node_mask, zero, use_extra)
-    recon = (X * torch.log(p0X.clamp(min=EPS))).sum(-1).mul(xm).sum(-1) \
-        + (_flatE(E) * torch.log(_flatE(p0E).clamp(min=EPS))).sum(-1).mul(em).sum(-1)
+    recon = (X * torch.log(p0X.clamp(min=EPS))).sum(-1).mul(xm).sum(-1) + (
+        _flatE(E) * torch.log(_flatE(p0E).clamp(min=EPS))
+    ).sum(-1).mul(em).sum(-1)
     nll = -logpn + kl_prior + T * kl_t - recon
-    return {"nll": nll, "log_pn": logpn, "kl_prior": kl_prior, "diffusion_kl": T * kl_t, "reconstruction_logp": recon,
-            "t": t.float()}
+    return {
+        "nll": nll,
+        "log_pn": logpn,
+        "kl_prior": kl_prior,
+        "diffusion_kl": T * kl_t,
+        "reconstruction_logp": recon,
+        "t": t.float(),
+    }
 
 
 def sample_n_nodes(node_counts, k: int, generator=None, device="cpu") -> torch.Tensor:
@@ -181,8 +198,9 @@ def sample_n_nodes(node_counts, k: int, generator=None, device="cpu") -> torch.T
 
 
 @torch.no_grad()
-def sample_graphs(model, noise: DiscreteNoise, n_nodes: torch.Tensor, max_nodes: int = 9, generator=None,
-                  use_extra=True) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_graphs(
+    model, noise: DiscreteNoise, n_nodes: torch.Tensor, max_nodes: int = 9, generator=None, use_extra=True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ancestral sampling from the prior ``z_T ~ m`` down to ``z_0``; returns class tensors
     ``atoms`` ``B × max_nodes`` (-1 padding) and ``bonds`` ``B × max_nodes × max_nodes``."""
     device = noise.x_marginals.device
@@ -204,5 +222,3 @@ def sample_graphs(model, noise: DiscreteNoise, n_nodes: torch.Tensor, max_nodes:
         X_t, E_t = sample_categorical(pX, pE, node_mask, generator)
     atoms = torch.where(node_mask, X_t.argmax(-1), torch.full_like(node_mask, -1, dtype=torch.long))
     return atoms, E_t.argmax(-1)
-
-

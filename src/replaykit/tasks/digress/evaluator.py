@@ -62,25 +62,36 @@ def device_of(cfg: dict) -> str:
 
 
 @torch.no_grad()
-def nll_rows(model, noise, atoms, bonds, node_counts, *, batch_size: int, repeats: int, seed: int, device: str,
-             use_extra: bool) -> dict[str, np.ndarray]:
+def nll_rows(
+    model, noise, atoms, bonds, node_counts, *, batch_size: int, repeats: int, seed: int, device: str, use_extra: bool
+) -> dict[str, np.ndarray]:
     """Per-graph NLL terms (``name -> N`` array), averaged over ``repeats`` passes."""
     gen = torch.Generator(device=device).manual_seed(seed)
     out = {k: np.zeros(len(atoms)) for k in ("nll", *TERMS)}
     for _ in range(repeats):
         for start in range(0, len(atoms), batch_size):
-            a = torch.as_tensor(atoms[start:start + batch_size], device=device)
-            b = torch.as_tensor(bonds[start:start + batch_size], device=device)
+            a = torch.as_tensor(atoms[start : start + batch_size], device=device)
+            b = torch.as_tensor(bonds[start : start + batch_size], device=device)
             X, E, mask = dense_batch(a, b)
             terms = nll_terms(model, noise, X, E, mask, node_counts, generator=gen, use_extra=use_extra)
             for k in out:
-                out[k][start:start + len(a)] += terms[k].double().cpu().numpy() / repeats
+                out[k][start : start + len(a)] += terms[k].double().cpu().numpy() / repeats
     return out
 
 
 @torch.no_grad()
-def sample_metrics(model, noise, node_counts, train_smiles: set[str], *, n: int, batch_size: int, seed: int,
-                   device: str, use_extra: bool) -> dict:
+def sample_metrics(
+    model,
+    noise,
+    node_counts,
+    train_smiles: set[str],
+    *,
+    n: int,
+    batch_size: int,
+    seed: int,
+    device: str,
+    use_extra: bool,
+) -> dict:
     """V, U, N of ``n`` sampled molecules (batches of ``batch_size``)."""
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     atoms, bonds = [], []
@@ -95,8 +106,9 @@ def sample_metrics(model, noise, node_counts, train_smiles: set[str], *, n: int,
     return metrics
 
 
-def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
-             cfg: dict) -> tuple[dict, list[dict]]:
+def evaluate(
+    checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str, cfg: dict
+) -> tuple[dict, list[dict]]:
     """Score a checkpoint on ``items_file`` (see the module docstring).
 
     cfg keys: ``batch_size`` (graphs per NLL batch and per sampling batch), ``nll_repeats``,
@@ -115,27 +127,59 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     started = time.time()
     seed = int(cfg.get("seed", 0))
     batch = int(cfg.get("batch_size", 256))
-    terms = nll_rows(model, noise, atoms, bonds, stats["node_counts"], batch_size=batch,
-                     repeats=int(cfg.get("nll_repeats", 1)), seed=seed, device=device, use_extra=use_extra)
+    terms = nll_rows(
+        model,
+        noise,
+        atoms,
+        bonds,
+        stats["node_counts"],
+        batch_size=batch,
+        repeats=int(cfg.get("nll_repeats", 1)),
+        seed=seed,
+        device=device,
+        use_extra=use_extra,
+    )
     nll_s = time.time() - started
     final = "test" in metric
     n_samples = int(cfg.get("n_samples_final" if final else "n_samples_proxy", 0))
     diagnostics: dict = {f"mean_{k}": float(v.mean()) for k, v in terms.items() if k != "nll"}
     if n_samples:
         started = time.time()
-        mols = sample_metrics(model, noise, stats["node_counts"], train_smiles, n=n_samples, batch_size=batch,
-                              seed=seed, device=device, use_extra=use_extra)
+        mols = sample_metrics(
+            model,
+            noise,
+            stats["node_counts"],
+            train_smiles,
+            n=n_samples,
+            batch_size=batch,
+            seed=seed,
+            device=device,
+            use_extra=use_extra,
+        )
         mols["sampling_s"] = time.time() - started
         diagnostics.update({k: mols[k] for k in ("validity", "uniqueness", "novelty", "vun")})
         diagnostics["molecules"] = mols
-    diagnostics["scoring"] = {"nll_s": nll_s, "device": device, "graphs": len(items), "T": noise.T,
-                              "weights": "ema" if (Path(checkpoint) / ckpt.EMA).is_file() else "model",
-                              "nll_repeats": int(cfg.get("nll_repeats", 1)), "seed": seed}
+    diagnostics["scoring"] = {
+        "nll_s": nll_s,
+        "device": device,
+        "graphs": len(items),
+        "T": noise.T,
+        "weights": "ema" if (Path(checkpoint) / ckpt.EMA).is_file() else "model",
+        "nll_repeats": int(cfg.get("nll_repeats", 1)),
+        "seed": seed,
+    }
     rows = [{"id": it["id"], "score": float(v)} for it, v in zip(items, terms["nll"])]
     nll = terms["nll"]
-    summary = {"metric": metric.format(n=len(items)), "direction": "minimize", "value": float(nll.mean()),
-               "uncertainty": {"value": mean_se(nll), "kind": "se_mean_over_graphs"}, "n": len(items),
-               "diagnostics": diagnostics,
-               "advisories": ["the diffusion term is estimated with one random step t per graph and pass "
-                              f"({int(cfg.get('nll_repeats', 1))} pass(es)); its Monte-Carlo noise is part of the SE"]}
+    summary = {
+        "metric": metric.format(n=len(items)),
+        "direction": "minimize",
+        "value": float(nll.mean()),
+        "uncertainty": {"value": mean_se(nll), "kind": "se_mean_over_graphs"},
+        "n": len(items),
+        "diagnostics": diagnostics,
+        "advisories": [
+            "the diffusion term is estimated with one random step t per graph and pass "
+            f"({int(cfg.get('nll_repeats', 1))} pass(es)); its Monte-Carlo noise is part of the SE"
+        ],
+    }
     return summary, rows

@@ -27,10 +27,13 @@ def validate(checkpoint: str | Path, fixed_start: str | Path, cfg: dict | None =
             if not (checkpoint / name).is_file():
                 raise ValueError(f"{name} missing")
         model, noise, config = ckpt.load(checkpoint, "cpu")
-        checks["config"] = {"T": noise.T, "transition": config["diffusion"].get("transition", "marginal"),
-                            "n_layers": config["model"]["n_layers"],
-                            "parameters": sum(p.numel() for p in model.parameters()),
-                            "weights": ckpt.EMA if (checkpoint / ckpt.EMA).is_file() else ckpt.WEIGHTS}
+        checks["config"] = {
+            "T": noise.T,
+            "transition": config["diffusion"].get("transition", "marginal"),
+            "n_layers": config["model"]["n_layers"],
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "weights": ckpt.EMA if (checkpoint / ckpt.EMA).is_file() else ckpt.WEIGHTS,
+        }
         atoms = torch.tensor([[0, 0, 2, -1, -1], [0, 0, 0, 1, -1]])
         bonds = torch.zeros(2, 5, 5, dtype=torch.long)
         for g, edges in enumerate(([(0, 1, 1), (1, 2, 1)], [(0, 1, 1), (1, 2, 2), (2, 3, 1), (3, 0, 1)])):
@@ -39,8 +42,16 @@ def validate(checkpoint: str | Path, fixed_start: str | Path, cfg: dict | None =
         X, E, mask = dense_batch(atoms, bonds)
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():
-            terms = nll_terms(model, noise, X, E, mask, [0, 1, 1, 1, 1, 1, 1, 1, 1, 1], generator=gen,
-                              use_extra=bool(config["diffusion"].get("extra_features", True)))
+            terms = nll_terms(
+                model,
+                noise,
+                X,
+                E,
+                mask,
+                [0, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+                generator=gen,
+                use_extra=bool(config["diffusion"].get("extra_features", True)),
+            )
         if not all(torch.isfinite(v).all() for v in terms.values()):
             raise ValueError("NLL on the check graphs is not finite")
         checks["nll_check_graphs"] = [float(v) for v in terms["nll"]]

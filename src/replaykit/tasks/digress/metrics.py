@@ -54,10 +54,20 @@ def smiles_metrics(smiles: list[str | None], train_smiles: set[str], connected: 
     v = len(valid) / len(smiles)
     u = len(unique) / len(valid) if valid else 0.0
     nv = len(novel) / len(unique) if unique else 0.0
-    out = {"n_samples": len(smiles), "n_valid": len(valid), "n_unique": len(unique), "n_novel": len(novel),
-           "validity": v, "uniqueness": u, "novelty": nv, "vun": v * u * nv}
+    out = {
+        "n_samples": len(smiles),
+        "n_valid": len(valid),
+        "n_unique": len(unique),
+        "n_novel": len(novel),
+        "validity": v,
+        "uniqueness": u,
+        "novelty": nv,
+        "vun": v * u * nv,
+    }
     if connected is not None:
-        out["connected_of_valid"] = (sum(c for s, c in zip(smiles, connected) if s is not None) / len(valid)) if valid else 0.0
+        out["connected_of_valid"] = (
+            (sum(c for s, c in zip(smiles, connected) if s is not None) / len(valid)) if valid else 0.0
+        )
     return out
 
 

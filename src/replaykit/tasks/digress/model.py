@@ -82,7 +82,7 @@ class NodeEdgeBlock(nn.Module):
         em = (mask.unsqueeze(1) & mask.unsqueeze(2)).unsqueeze(-1).float()
         Q = (self.q(X) * xm).reshape(B, n, 1, self.h, self.df)
         K = (self.k(X) * xm).reshape(B, 1, n, self.h, self.df)
-        Y = Q * K / math.sqrt(self.df)                                      # B n n h df
+        Y = Q * K / math.sqrt(self.df)  # B n n h df
         E1 = (self.e_mul(E) * em).reshape(B, n, n, self.h, self.df)
         E2 = (self.e_add(E) * em).reshape(B, n, n, self.h, self.df)
         Y = Y * (E1 + 1) + E2
@@ -92,7 +92,7 @@ class NodeEdgeBlock(nn.Module):
         key_mask = mask[:, None, :, None, None]
         attn = torch.softmax(Y.masked_fill(~key_mask, float("-inf")), dim=2)
         V = (self.v(X) * xm).reshape(B, 1, n, self.h, self.df)
-        wV = (attn * V).sum(2).flatten(2)                                   # B n dx
+        wV = (attn * V).sum(2).flatten(2)  # B n dx
         newX = self.y_x_add(y).unsqueeze(1) + (self.y_x_mul(y).unsqueeze(1) + 1) * wV
         newX = self.x_out(newX) * xm
         new_y = self.y_out(self.y_y(y) + self.x_y(X, mask) + self.e_y(E, mask))
@@ -136,16 +136,33 @@ class GraphTransformer(nn.Module):
         dropout: inside each layer (DiGress: 0.1).
     """
 
-    def __init__(self, n_layers: int, input_dims: dict, hidden_mlp_dims: dict, hidden_dims: dict,
-                 output_dims: dict, dropout: float = 0.1):
+    def __init__(
+        self,
+        n_layers: int,
+        input_dims: dict,
+        hidden_mlp_dims: dict,
+        hidden_dims: dict,
+        output_dims: dict,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         hm, hd = hidden_mlp_dims, hidden_dims
         self.out_x, self.out_e = int(output_dims["X"]), int(output_dims["E"])
-        self.mlp_in_X = nn.Sequential(nn.Linear(input_dims["X"], hm["X"]), nn.ReLU(), nn.Linear(hm["X"], hd["dx"]), nn.ReLU())
-        self.mlp_in_E = nn.Sequential(nn.Linear(input_dims["E"], hm["E"]), nn.ReLU(), nn.Linear(hm["E"], hd["de"]), nn.ReLU())
-        self.mlp_in_y = nn.Sequential(nn.Linear(input_dims["y"], hm["y"]), nn.ReLU(), nn.Linear(hm["y"], hd["dy"]), nn.ReLU())
-        self.layers = nn.ModuleList(XEyTransformerLayer(hd["dx"], hd["de"], hd["dy"], hd["n_head"], hd["dim_ffX"],
-                                                        hd["dim_ffE"], hd["dim_ffy"], dropout) for _ in range(n_layers))
+        self.mlp_in_X = nn.Sequential(
+            nn.Linear(input_dims["X"], hm["X"]), nn.ReLU(), nn.Linear(hm["X"], hd["dx"]), nn.ReLU()
+        )
+        self.mlp_in_E = nn.Sequential(
+            nn.Linear(input_dims["E"], hm["E"]), nn.ReLU(), nn.Linear(hm["E"], hd["de"]), nn.ReLU()
+        )
+        self.mlp_in_y = nn.Sequential(
+            nn.Linear(input_dims["y"], hm["y"]), nn.ReLU(), nn.Linear(hm["y"], hd["dy"]), nn.ReLU()
+        )
+        self.layers = nn.ModuleList(
+            XEyTransformerLayer(
+                hd["dx"], hd["de"], hd["dy"], hd["n_head"], hd["dim_ffX"], hd["dim_ffE"], hd["dim_ffy"], dropout
+            )
+            for _ in range(n_layers)
+        )
         self.mlp_out_X = nn.Sequential(nn.Linear(hd["dx"], hm["X"]), nn.ReLU(), nn.Linear(hm["X"], self.out_x))
         self.mlp_out_E = nn.Sequential(nn.Linear(hd["de"], hm["E"]), nn.ReLU(), nn.Linear(hm["E"], self.out_e))
 
@@ -153,7 +170,7 @@ class GraphTransformer(nn.Module):
         """Logits of the clean ``X`` (``B × n × out_x``) and ``E`` (``B × n × n × out_e``)."""
         n = X.shape[1]
         diag = torch.eye(n, dtype=torch.bool, device=X.device).unsqueeze(0)
-        X_cat, E_cat = X[..., :self.out_x], E[..., :self.out_e]
+        X_cat, E_cat = X[..., : self.out_x], E[..., : self.out_e]
         xm = node_mask.unsqueeze(-1).float()
         em = (node_mask.unsqueeze(1) & node_mask.unsqueeze(2)).unsqueeze(-1).float()
         E_in = self.mlp_in_E(E)

@@ -38,9 +38,15 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
                 with zf.open(member) as src, open(out / "data" / Path(member).name, "wb") as dst:
                     shutil.copyfileobj(src, dst)
         files = [f"data/{Path(m).name}" for m in PARTS]
-        info = {"kind": "qm9pack", "wheel": wheel.name, "name": spec["wheel"], "version": spec["version"],
-                "sha256": sha256_file(wheel), "files": files,
-                "files_sha256": {f: sha256_file(out / f) for f in files}}
+        info = {
+            "kind": "qm9pack",
+            "wheel": wheel.name,
+            "name": spec["wheel"],
+            "version": spec["version"],
+            "sha256": sha256_file(wheel),
+            "files": files,
+            "files_sha256": {f: sha256_file(out / f) for f in files},
+        }
         (out / "config.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
         log(f"[qm9pack] {wheel.name}: {len(files)} CSV parts extracted")
         return info

@@ -22,9 +22,15 @@ def plot_diagnostics(fig, summary: dict, docs: list[dict], fixed_start: dict | N
     left.legend(fontsize=7)
     terms = sorted({k for c in valid for k in c["diagnostics"] if k.startswith("mean_")})
     for term in terms:
-        right.plot([c["progress"] for c in valid], [c["diagnostics"][term] for c in valid], marker="o",
-                   label=term.removeprefix("mean_"))
+        right.plot(
+            [c["progress"] for c in valid],
+            [c["diagnostics"][term] for c in valid],
+            marker="o",
+            label=term.removeprefix("mean_"),
+        )
     right.set_xlabel("checkpoint progress (epoch)")
     right.set_ylabel("mean NLL term (nats per graph)")
     right.legend(fontsize=7)
-    return f"sampled molecules and NLL terms per checkpoint ({docs[0]['run']}); final metric = test NLL (lower is better)"
+    return (
+        f"sampled molecules and NLL terms per checkpoint ({docs[0]['run']}); final metric = test NLL (lower is better)"
+    )

@@ -20,8 +20,11 @@ from .evaluator import evaluate, read_items  # noqa: F401  (plug-in interface)
 from .loader import validate  # noqa: F401  (plug-in interface)
 from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
 
-METRIC = {"final": "ifeval_strict_accuracy_hidden{n}", "proxy": "ifeval_strict_accuracy_public{n}",
-          "direction": "maximize"}
+METRIC = {
+    "final": "ifeval_strict_accuracy_hidden{n}",
+    "proxy": "ifeval_strict_accuracy_public{n}",
+    "direction": "maximize",
+}
 REPORT_DIAGNOSTICS = ("prompt_level_loose_acc", "inst_level_strict_acc", "truncated_fraction")
 # Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
@@ -39,8 +42,14 @@ def _embedded(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
     public_topics, hidden_topics = instructions.split_eval_topics(int(cfg["topic_split_seed"]))
     proxy = instructions.build_prompts(int(cfg["public_seed"]), int(cfg["n_proxy"]), public_topics, "public")
     final = instructions.build_prompts(int(cfg["hidden_seed"]), int(cfg["n_final"]), hidden_topics, "hidden")
-    info = {"source": "embedded", "dropped_pairs": dropped, "instruction_ids": sorted(instructions.INSTRUCTIONS),
-            "train_topics": len(instructions.TRAIN_TOPICS), "public_topics": public_topics, "n_hidden_topics": len(hidden_topics)}
+    info = {
+        "source": "embedded",
+        "dropped_pairs": dropped,
+        "instruction_ids": sorted(instructions.INSTRUCTIONS),
+        "train_topics": len(instructions.TRAIN_TOPICS),
+        "public_topics": public_topics,
+        "n_hidden_topics": len(hidden_topics),
+    }
     return pairs, proxy, final, info
 
 
@@ -52,8 +61,13 @@ def check_data(data: dict) -> None:
     """Config check of ``tasks.dpo.data`` before any rule runs: raises ``KeyError(key)`` for a
     missing key, ``ValueError("key: message")`` for a bad value and :class:`InputError` for a
     bad row of a local file (read here, so a bad file never costs the assets already built)."""
-    check_data_keys(data, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS, counts=("n_train_pairs", "n_proxy", "n_final"),
-                    files=("train_prefs", "ifeval_prompts"))
+    check_data_keys(
+        data,
+        embedded=EMBEDDED_KEYS,
+        local=LOCAL_KEYS,
+        counts=("n_train_pairs", "n_proxy", "n_final"),
+        files=("train_prefs", "ifeval_prompts"),
+    )
     if data.get("source") == "local":
         check_once(data["train_prefs"], read_pairs)
         check_once(data["ifeval_prompts"], read_items)
@@ -69,8 +83,12 @@ def _local(cfg: dict) -> tuple[list[dict], list[dict], list[dict], dict]:
     n_proxy = int(cfg["n_proxy"])
     proxy = [items[i] for i in sorted(order[:n_proxy])]
     final = [items[i] for i in sorted(order[n_proxy:])]
-    return pairs, proxy, final, {"source": "local", "train_prefs": str(cfg["train_prefs"]),
-                                 "ifeval_prompts": str(cfg["ifeval_prompts"])}
+    return (
+        pairs,
+        proxy,
+        final,
+        {"source": "local", "train_prefs": str(cfg["train_prefs"]), "ifeval_prompts": str(cfg["ifeval_prompts"])},
+    )
 
 
 def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hidden_dir: str | Path) -> dict:
@@ -87,8 +105,9 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     if overlap:
         raise InputError("config", "data", f"{len(overlap)} prompts appear in both proxy and final splits")
     write_splits(public_dir, hidden_dir, {TRAIN_FILE: pairs, PROXY_FILE: proxy}, {FINAL_FILE: final})
-    info.update({"n_train_pairs": len(pairs), "n_proxy": len(proxy), "n_final": len(final),
-                 "proxy_final_prompt_overlap": 0})
+    info.update(
+        {"n_train_pairs": len(pairs), "n_proxy": len(proxy), "n_final": len(final), "proxy_final_prompt_overlap": 0}
+    )
     return info
 
 

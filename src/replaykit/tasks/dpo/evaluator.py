@@ -58,24 +58,36 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
     import torch
 
     tokenizer.padding_side = "left"
-    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-             for p in prompts]
+    chats = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ]
     order = sorted(range(len(chats)), key=lambda i: -len(chats[i]))
     out: list[dict | None] = [None] * len(chats)
     started = time.time()
     for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        enc = tokenizer([chats[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        idx = order[start : start + batch_size]
+        enc = tokenizer([chats[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(
+            model.device
+        )
         with torch.no_grad():
-            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        new = gen[:, enc["input_ids"].shape[1]:]
+            gen = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        new = gen[:, enc["input_ids"].shape[1] :]
         for row, i in enumerate(idx):
             tokens = new[row].tolist()
             ended = tokenizer.eos_token_id in tokens
             length = tokens.index(tokenizer.eos_token_id) if ended else len(tokens)
-            out[i] = {"text": tokenizer.decode(tokens[:length], skip_special_tokens=True),
-                      "new_tokens": length, "truncated": not ended}
+            out[i] = {
+                "text": tokenizer.decode(tokens[:length], skip_special_tokens=True),
+                "new_tokens": length,
+                "truncated": not ended,
+            }
         done = min(start + batch_size, len(order))
         print(f"[generate] {done}/{len(order)} prompts, {time.time() - started:.0f} s", flush=True)
     return out  # type: ignore[return-value]
@@ -86,12 +98,21 @@ def score_responses(items: list[dict], responses: list[dict]) -> list[dict]:
     rows = []
     for item, resp in zip(items, responses):
         verdict = ifeval.check(item, resp["text"])
-        rows.append({"id": item["id"], "subset": item.get("subset"), "instruction_id_list": item["instruction_id_list"],
-                     "response": resp["text"], "new_tokens": resp["new_tokens"], "truncated": resp["truncated"],
-                     "strict": bool(verdict["prompt_level_strict_acc"]), "loose": bool(verdict["prompt_level_loose_acc"]),
-                     "inst_strict": [bool(v) for v in verdict["inst_level_strict_acc"]],
-                     "inst_loose": [bool(v) for v in verdict["inst_level_loose_acc"]],
-                     "score": float(verdict["prompt_level_strict_acc"])})
+        rows.append(
+            {
+                "id": item["id"],
+                "subset": item.get("subset"),
+                "instruction_id_list": item["instruction_id_list"],
+                "response": resp["text"],
+                "new_tokens": resp["new_tokens"],
+                "truncated": resp["truncated"],
+                "strict": bool(verdict["prompt_level_strict_acc"]),
+                "loose": bool(verdict["prompt_level_loose_acc"]),
+                "inst_strict": [bool(v) for v in verdict["inst_level_strict_acc"]],
+                "inst_loose": [bool(v) for v in verdict["inst_level_loose_acc"]],
+                "score": float(verdict["prompt_level_strict_acc"]),
+            }
+        )
     return rows
 
 
@@ -114,16 +135,21 @@ def summarise(rows: list[dict], metric: str) -> dict:
     if truncated > 0.1:
         advisories.append(f"{truncated:.0%} of responses hit max_new_tokens; verdicts on them may be pessimistic")
     return {
-        "metric": metric, "direction": "maximize", "value": k / n,
+        "metric": metric,
+        "direction": "maximize",
+        "value": k / n,
         "uncertainty": {"value": binomial_se(k, n), "kind": "binomial_se"},
-        "n": n, "successes": k,
+        "n": n,
+        "successes": k,
         "diagnostics": {
             "prompt_level_loose_acc": sum(r["loose"] for r in rows) / n,
             "inst_level_strict_acc": sum(inst_strict) / len(inst_strict),
             "inst_level_loose_acc": sum(inst_loose) / len(inst_loose),
             "per_instruction_strict_acc": {iid: sum(v) / len(v) for iid, v in sorted(per_instruction.items())},
-            "subsets": {name: {"n": len(v), "strict_acc": sum(v) / len(v), "se": binomial_se(sum(v), len(v))}
-                        for name, v in sorted(subsets.items())},
+            "subsets": {
+                name: {"n": len(v), "strict_acc": sum(v) / len(v), "se": binomial_se(sum(v), len(v))}
+                for name, v in sorted(subsets.items())
+            },
             "mean_new_tokens": sum(r["new_tokens"] for r in rows) / n,
             "truncated_fraction": truncated,
             "sentence_tokenizer": ifeval.SENTENCE_TOKENIZER_SOURCE,
@@ -133,8 +159,9 @@ def summarise(rows: list[dict], metric: str) -> dict:
     }
 
 
-def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
-             cfg: dict) -> tuple[dict, list[dict]]:
+def evaluate(
+    checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str, cfg: dict
+) -> tuple[dict, list[dict]]:
     """Score ``checkpoint`` (``None``: the fixed start) on ``items_file``.
 
     cfg keys: ``max_new_tokens`` (tokens), ``batch_size`` (prompts), ``dtype`` (``auto``).
@@ -144,15 +171,20 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     tokenizer = load_tokenizer(fixed_start)
     model = load_policy(fixed_start, checkpoint, dtype=cfg.get("dtype", "auto"))
     started = time.time()
-    responses = generate(model, tokenizer, [it["prompt"] for it in items], int(cfg["max_new_tokens"]),
-                         int(cfg["batch_size"]))
+    responses = generate(
+        model, tokenizer, [it["prompt"] for it in items], int(cfg["max_new_tokens"]), int(cfg["batch_size"])
+    )
     gen_s = time.time() - started
     rows = score_responses(items, responses)
     summary = summarise(rows, metric.format(n=len(items)))
-    summary["diagnostics"]["generation"] = {"seconds": gen_s, "max_new_tokens": int(cfg["max_new_tokens"]),
-                                            "new_tokens_per_s": sum(r["new_tokens"] for r in rows) / max(gen_s, 1e-9),
-                                            "greedy": True, "chat_template": True,
-                                            **prompt_format(tokenizer)}
+    summary["diagnostics"]["generation"] = {
+        "seconds": gen_s,
+        "max_new_tokens": int(cfg["max_new_tokens"]),
+        "new_tokens_per_s": sum(r["new_tokens"] for r in rows) / max(gen_s, 1e-9),
+        "greedy": True,
+        "chat_template": True,
+        **prompt_format(tokenizer),
+    }
     return summary, rows
 
 
@@ -164,14 +196,17 @@ def prompt_format(tokenizer) -> dict:
     import hashlib
 
     marker = "\x00PROMPT\x00"
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False,
-                                             add_generation_prompt=True)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True
+    )
     template = tokenizer.chat_template
     template = template if isinstance(template, str) else str(template)
     prefix = rendered.split(marker)[0]
-    return {"chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
-            "prompt_format": rendered.replace(marker, "{prompt}"),
-            "system_prompt": _system_text(prefix) if "system" in prefix else None}
+    return {
+        "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
+        "prompt_format": rendered.replace(marker, "{prompt}"),
+        "system_prompt": _system_text(prefix) if "system" in prefix else None,
+    }
 
 
 def _system_text(prefix: str) -> str:

@@ -20,16 +20,69 @@ from ..common.ifeval_text import INSTRUCTIONS, TRAIN_TOPICS, instruction
 
 # Evaluation topics (disjoint from training); requests only, no answers needed.
 EVAL_TOPICS = [
-    "owls", "deserts", "umbrellas", "clocks", "glaciers", "lighthouses", "rainbows", "windmills",
-    "dolphins", "candles", "mountains", "pianos", "comets", "rivers", "ants", "castles",
-    "telescopes", "cheese", "hurricanes", "bamboo", "wolves", "mirrors", "coral reefs", "compasses",
-    "tigers", "soap", "thunder", "violins", "islands", "sunflowers", "robots", "caves",
-    "whales", "paper", "earthquakes", "tomatoes", "satellites", "frogs", "museums", "wind",
-    "elephants", "glass", "lakes", "butterflies", "keys", "planets", "rice", "lanterns",
-    "spiders", "salt", "waterfalls", "horses", "batteries", "olives", "stars", "sand",
+    "owls",
+    "deserts",
+    "umbrellas",
+    "clocks",
+    "glaciers",
+    "lighthouses",
+    "rainbows",
+    "windmills",
+    "dolphins",
+    "candles",
+    "mountains",
+    "pianos",
+    "comets",
+    "rivers",
+    "ants",
+    "castles",
+    "telescopes",
+    "cheese",
+    "hurricanes",
+    "bamboo",
+    "wolves",
+    "mirrors",
+    "coral reefs",
+    "compasses",
+    "tigers",
+    "soap",
+    "thunder",
+    "violins",
+    "islands",
+    "sunflowers",
+    "robots",
+    "caves",
+    "whales",
+    "paper",
+    "earthquakes",
+    "tomatoes",
+    "satellites",
+    "frogs",
+    "museums",
+    "wind",
+    "elephants",
+    "glass",
+    "lakes",
+    "butterflies",
+    "keys",
+    "planets",
+    "rice",
+    "lanterns",
+    "spiders",
+    "salt",
+    "waterfalls",
+    "horses",
+    "batteries",
+    "olives",
+    "stars",
+    "sand",
 ]
-EVAL_TEMPLATES = ["Write a short paragraph about {t}.", "Describe {t} in a few sentences.",
-                  "Tell me something interesting about {t}.", "Explain what {t} are good for."]
+EVAL_TEMPLATES = [
+    "Write a short paragraph about {t}.",
+    "Describe {t} in a few sentences.",
+    "Tell me something interesting about {t}.",
+    "Explain what {t} are good for.",
+]
 
 
 def build_pairs(seed: int, n: int, instruction_ids: list[str] | None = None) -> tuple[list[dict], int]:
@@ -50,17 +103,32 @@ def build_pairs(seed: int, n: int, instruction_ids: list[str] | None = None) -> 
         text, args = instruction(rng, instruction_id, request)
         prompt = f"{request} {text}"
         chosen = INSTRUCTIONS[instruction_id][1](answer, args, request)
-        item = {"id": f"train-{len(rows):05d}", "prompt": prompt, "instruction_id_list": [instruction_id], "kwargs": [args]}
-        if not (ifeval.check(item, chosen)["prompt_level_strict_acc"] and not ifeval.check(item, answer)["prompt_level_strict_acc"]):
+        item = {
+            "id": f"train-{len(rows):05d}",
+            "prompt": prompt,
+            "instruction_id_list": [instruction_id],
+            "kwargs": [args],
+        }
+        if not (
+            ifeval.check(item, chosen)["prompt_level_strict_acc"]
+            and not ifeval.check(item, answer)["prompt_level_strict_acc"]
+        ):
             dropped += 1
             continue
-        rows.append({**item, "prompt": [{"role": "user", "content": prompt}],
-                     "chosen": [{"role": "assistant", "content": chosen}],
-                     "rejected": [{"role": "assistant", "content": answer}]})
+        rows.append(
+            {
+                **item,
+                "prompt": [{"role": "user", "content": prompt}],
+                "chosen": [{"role": "assistant", "content": chosen}],
+                "rejected": [{"role": "assistant", "content": answer}],
+            }
+        )
     return rows, dropped
 
 
-def build_prompts(seed: int, n: int, topics: list[str], prefix: str, instruction_ids: list[str] | None = None) -> list[dict]:
+def build_prompts(
+    seed: int, n: int, topics: list[str], prefix: str, instruction_ids: list[str] | None = None
+) -> list[dict]:
     """``n`` IFEval-format items (``id``, ``prompt``, ``instruction_id_list``, ``kwargs``) on ``topics``."""
     if not topics:
         raise ValueError("no topics to build prompts from")
@@ -71,8 +139,14 @@ def build_prompts(seed: int, n: int, topics: list[str], prefix: str, instruction
         request = rng.choice(EVAL_TEMPLATES).format(t=rng.choice(topics))
         instruction_id = rng.choice(ids)
         text, args = instruction(rng, instruction_id, request)
-        items.append({"id": f"{prefix}-{i:04d}", "prompt": f"{request} {text}",
-                      "instruction_id_list": [instruction_id], "kwargs": [args]})
+        items.append(
+            {
+                "id": f"{prefix}-{i:04d}",
+                "prompt": f"{request} {text}",
+                "instruction_id_list": [instruction_id],
+                "kwargs": [args],
+            }
+        )
     return items
 
 

@@ -13,8 +13,9 @@ def plot_diagnostics(fig, summary: dict, docs: list[dict], fixed_start: dict | N
     ys = range(len(names))
     ax.barh([y + 0.2 for y in ys], [official.get(n, 0.0) for n in names], height=0.4, label="official checkpoint")
     if base:
-        ax.barh([y - 0.2 for y in ys], [base.get(n, 0.0) for n in names], height=0.4, color="tab:grey",
-                label="fixed start")
+        ax.barh(
+            [y - 0.2 for y in ys], [base.get(n, 0.0) for n in names], height=0.4, color="tab:grey", label="fixed start"
+        )
     ax.set_yticks(list(ys), names, fontsize=7)
     ax.set_xlim(0, 1)
     ax.set_xlabel("strict accuracy (fraction of instructions of the type followed)")

@@ -24,8 +24,13 @@ from .evaluator import OVERLAP_FILE, TRAIN_FILE, evaluate, read_items  # noqa: F
 from .loader import validate  # noqa: F401  (plug-in interface)
 from .report import plot_diagnostics  # noqa: F401  (plug-in interface: report figure)
 
-METRIC = {"final": "rewardbench_v1_score", "proxy": "rewardbench_proxy_{n}", "direction": "maximize",
-          "scale": 100.0, "uncertainty": "subset_binomial_se_propagated"}
+METRIC = {
+    "final": "rewardbench_v1_score",
+    "proxy": "rewardbench_proxy_{n}",
+    "direction": "maximize",
+    "scale": 100.0,
+    "uncertainty": "subset_binomial_se_propagated",
+}
 REPORT_DIAGNOSTICS = ("Chat", "Chat Hard", "Reasoning", "Safety")
 # Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
@@ -43,8 +48,13 @@ LOCAL_KEYS = ("train_prefs", "rewardbench", "public_seed", "n_proxy")
 def check_data(data_cfg: dict) -> None:
     """Config check of ``tasks.rm.data``: ``KeyError(key)`` for a missing key,
     ``ValueError("key: message")`` for a bad value."""
-    check_data_keys(data_cfg, embedded=EMBEDDED_KEYS, local=LOCAL_KEYS,
-                    counts=("n_train_pairs", "n_per_subset", "n_proxy"), files=("train_prefs", "rewardbench"))
+    check_data_keys(
+        data_cfg,
+        embedded=EMBEDDED_KEYS,
+        local=LOCAL_KEYS,
+        counts=("n_train_pairs", "n_per_subset", "n_proxy"),
+        files=("train_prefs", "rewardbench"),
+    )
     if data_cfg.get("source") == "local":  # bad rows are refused before any rule removes old assets
         check_once(data_cfg["train_prefs"], read_pairs)
         check_once(data_cfg["rewardbench"], read_items)
@@ -62,7 +72,10 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     if cfg.get("source") == "local":
         pairs = read_pairs(cfg["train_prefs"])
         final = read_items(cfg["rewardbench"])
-        dropped, info = 0, {"source": "local", "train_prefs": str(cfg["train_prefs"]), "rewardbench": str(cfg["rewardbench"])}
+        dropped, info = (
+            0,
+            {"source": "local", "train_prefs": str(cfg["train_prefs"]), "rewardbench": str(cfg["rewardbench"])},
+        )
     else:
         pairs = data.build_train_pairs(int(cfg["train_seed"]), int(cfg["n_train_pairs"]))
         final, dropped = data.build_eval_rows(int(cfg["hidden_seed"]), int(cfg["n_per_subset"]), pairs)
@@ -71,9 +84,12 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
         raise InputError("config", "data", "empty training or evaluation set")
     overlap = data.overlap(final, pairs)
     if overlap["prompts"] or overlap["responses"]:
-        raise InputError(cfg.get("rewardbench", "config"), "prompt",
-                         f"{overlap['prompts']} evaluation prompts and {overlap['responses']} responses also occur in "
-                         "the training pairs; decontaminate the training pairs")
+        raise InputError(
+            cfg.get("rewardbench", "config"),
+            "prompt",
+            f"{overlap['prompts']} evaluation prompts and {overlap['responses']} responses also occur in "
+            "the training pairs; decontaminate the training pairs",
+        )
     try:
         proxy = data.stratified_subset(final, int(cfg["n_proxy"]), int(cfg["public_seed"]))
     except ValueError as exc:
@@ -83,9 +99,16 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
     write_splits(public_dir, hidden_dir, {TRAIN_FILE: pairs, PROXY_FILE: proxy}, {FINAL_FILE: final})
     for folder in (public_dir, hidden_dir):
         atomic_write_json(Path(folder) / OVERLAP_FILE, {**overlap, "train_file": f"public/{TRAIN_FILE}"})
-    info.update({"n_train_pairs": len(pairs), "n_proxy": len(proxy), "n_final": len(final),
-                 "dropped_overlapping_eval_rows": dropped, "overlap_with_training": overlap,
-                 "proxy_is_subset_of_final": True})
+    info.update(
+        {
+            "n_train_pairs": len(pairs),
+            "n_proxy": len(proxy),
+            "n_final": len(final),
+            "dropped_overlapping_eval_rows": dropped,
+            "overlap_with_training": overlap,
+            "proxy_is_subset_of_final": True,
+        }
+    )
     return info
 
 

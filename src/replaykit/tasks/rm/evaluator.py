@@ -46,11 +46,17 @@ def read_items(path: str | Path) -> list[dict]:
             if not (isinstance(row[field], str) and row[field].strip()):
                 raise InputError(path, f"line {number}.{field}", "must be a non-empty string")
         if subset not in rewardbench.SECTION_OF:
-            raise InputError(path, f"line {number}.subset",
-                             f"{subset!r} has no RewardBench v1 section (known: {', '.join(sorted(rewardbench.SECTION_OF))})")
+            raise InputError(
+                path,
+                f"line {number}.subset",
+                f"{subset!r} has no RewardBench v1 section (known: {', '.join(sorted(rewardbench.SECTION_OF))})",
+            )
         if "section" in row and row["section"] != rewardbench.SECTION_OF[subset]:
-            raise InputError(path, f"line {number}.section",
-                             f"{row['section']!r} disagrees with subset {subset!r} ({rewardbench.SECTION_OF[subset]})")
+            raise InputError(
+                path,
+                f"line {number}.section",
+                f"{row['section']!r} disagrees with subset {subset!r} ({rewardbench.SECTION_OF[subset]})",
+            )
         if row["chosen"] == row["rejected"]:
             raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
     if not rows:
@@ -65,8 +71,10 @@ def summarise(rows: list[dict], metric: str, overlap: dict | None) -> dict:
     if overlap is None:
         advisories.append(f"overlap with the training pairs unknown: no {OVERLAP_FILE} next to the rows")
     elif overlap["prompts"] or overlap["responses"]:
-        advisories.append(f"evaluation rows overlap the training pairs ({overlap['prompts']} prompts, "
-                          f"{overlap['responses']} responses): scores are contaminated")
+        advisories.append(
+            f"evaluation rows overlap the training pairs ({overlap['prompts']} prompts, "
+            f"{overlap['responses']} responses): scores are contaminated"
+        )
     empty = [name for name, s in result["sections"].items() if not s["subsets"]]
     if empty:
         advisories.append(f"sections without rows score 0, as in RewardBench: {', '.join(empty)}")
@@ -81,16 +89,24 @@ def summarise(rows: list[dict], metric: str, overlap: dict | None) -> dict:
         members = [r for r in rows if bool(r.get("visible")) == keep]
         decomposition[part] = {"n": len(members), "score": rewardbench.score(members)["score"] if members else None}
     if decomposition["visible"]["n"] and decomposition["hidden_only"]["n"]:
-        advisories.append(f"{decomposition['visible']['n']} of {len(rows)} rows are also public proxy rows that a "
-                          f"recipe could train on; score on the hidden-only rows: {decomposition['hidden_only']['score']:.2f}")
+        advisories.append(
+            f"{decomposition['visible']['n']} of {len(rows)} rows are also public proxy rows that a "
+            f"recipe could train on; score on the hidden-only rows: {decomposition['hidden_only']['score']:.2f}"
+        )
     return {
-        "metric": metric, "direction": "maximize", "value": result["score"],
+        "metric": metric,
+        "direction": "maximize",
+        "value": result["score"],
         "uncertainty": {"value": result["se"], "kind": "subset_binomial_se_propagated"},
         "n": len(rows),
         "diagnostics": {
             **{name: s["score"] for name, s in result["sections"].items()},
-            "sections": result["sections"], "subsets": result["subsets"], "decomposition": decomposition,
-            "raw_accuracy": sum(r["correct"] for r in rows) / len(rows), "ties": ties, "non_finite_rows": non_finite,
+            "sections": result["sections"],
+            "subsets": result["subsets"],
+            "decomposition": decomposition,
+            "raw_accuracy": sum(r["correct"] for r in rows) / len(rows),
+            "ties": ties,
+            "non_finite_rows": non_finite,
             "overlap_with_training": overlap,
             "weighting": "RewardBench v1 EXAMPLE_COUNTS per subset; unweighted mean of 4 sections; percent",
         },
@@ -98,8 +114,9 @@ def summarise(rows: list[dict], metric: str, overlap: dict | None) -> dict:
     }
 
 
-def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
-             cfg: dict) -> tuple[dict, list[dict]]:
+def evaluate(
+    checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str, cfg: dict
+) -> tuple[dict, list[dict]]:
     """Score ``checkpoint`` on ``items_file``; returns ``(summary, rows)``.
 
     cfg keys: ``max_length`` (tokens, left truncation), ``batch_size`` (sequences), ``dtype``.
@@ -128,20 +145,37 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
     for k, item in enumerate(items):
         chosen, rejected = (v if math.isfinite(v) else None for v in (scores[2 * k], scores[2 * k + 1]))
         correct = rewardbench.is_correct(chosen, rejected) if chosen is not None and rejected is not None else 0
-        result_rows.append({"id": str(item["id"]), "subset": item["subset"], "section": rewardbench.SECTION_OF[item["subset"]],
-                            "visible": bool(item.get("visible", False)),
-                            "reward_chosen": chosen, "reward_rejected": rejected, "correct": correct,
-                            "tie": chosen is not None and chosen == rejected, "score": float(correct),
-                            "stratum": item["subset"]})
+        result_rows.append(
+            {
+                "id": str(item["id"]),
+                "subset": item["subset"],
+                "section": rewardbench.SECTION_OF[item["subset"]],
+                "visible": bool(item.get("visible", False)),
+                "reward_chosen": chosen,
+                "reward_rejected": rejected,
+                "correct": correct,
+                "tie": chosen is not None and chosen == rejected,
+                "score": float(correct),
+                "stratum": item["subset"],
+            }
+        )
     summary = summarise(result_rows, metric.format(n=len(items)), overlap)
     weights = rewardbench.score(result_rows)["weights"]
     for row in result_rows:
         row["weight"] = weights[row["subset"]]
-    margins = [r["reward_chosen"] - r["reward_rejected"] for r in result_rows if r["reward_chosen"] is not None
-               and r["reward_rejected"] is not None]
+    margins = [
+        r["reward_chosen"] - r["reward_rejected"]
+        for r in result_rows
+        if r["reward_chosen"] is not None and r["reward_rejected"] is not None
+    ]
     summary["diagnostics"]["mean_margin"] = sum(margins) / len(margins) if margins else None
     summary["diagnostics"]["scoring"] = {
-        "seconds": seconds, "sequences": len(seqs), "tokens": sum(len(s) for s in seqs),
-        "tokens_per_s": sum(len(s) for s in seqs) / max(seconds, 1e-9), "max_length": max_length,
-        "truncated_sequences": sum(len(s) == max_length for s in seqs), "dtype": str(next(model.parameters()).dtype)}
+        "seconds": seconds,
+        "sequences": len(seqs),
+        "tokens": sum(len(s) for s in seqs),
+        "tokens_per_s": sum(len(s) for s in seqs) / max(seconds, 1e-9),
+        "max_length": max_length,
+        "truncated_sequences": sum(len(s) == max_length for s in seqs),
+        "dtype": str(next(model.parameters()).dtype),
+    }
     return summary, result_rows

@@ -27,7 +27,10 @@ PROBES = [
     ("Say hello.", "Hello!"),
     ("Name a colour.", "Blue is a calm colour that many people like, and it is the colour of a clear sky."),
     ("What is 2 + 2?", "2 + 2 = 4."),
-    ("Describe a tree in two sentences.", "A tree is a tall plant with a woody trunk and branches. Its leaves turn sunlight into food."),
+    (
+        "Describe a tree in two sentences.",
+        "A tree is a tall plant with a woody trunk and branches. Its leaves turn sunlight into food.",
+    ),
 ]
 
 
@@ -63,8 +66,14 @@ def encode(tokenizer, prompt: str | list, response: str, max_length: int) -> lis
     return list(ids)[-max_length:]
 
 
-def rewards(model, pad_token_id: int, sequences: list[list[int]], batch_size: int, padding_side: str = "right",
-            progress: str | None = None) -> list[float]:
+def rewards(
+    model,
+    pad_token_id: int,
+    sequences: list[list[int]],
+    batch_size: int,
+    padding_side: str = "right",
+    progress: str | None = None,
+) -> list[float]:
     """One reward per token sequence (float, the head's raw output), in input order.
 
     Sequences are batched longest first (less padding); ``padding_side`` is ``"right"`` or
@@ -78,7 +87,7 @@ def rewards(model, pad_token_id: int, sequences: list[list[int]], batch_size: in
     out = [0.0] * len(sequences)
     started = time.time()
     for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         width = max(len(sequences[i]) for i in idx)
         ids = torch.full((len(idx), width), pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(idx), width), dtype=torch.long)
@@ -88,13 +97,19 @@ def rewards(model, pad_token_id: int, sequences: list[list[int]], batch_size: in
             ids[row, cols], mask[row, cols] = seq, 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.no_grad():
-            logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                           position_ids=position_ids.to(model.device)).logits
+            logits = model(
+                input_ids=ids.to(model.device),
+                attention_mask=mask.to(model.device),
+                position_ids=position_ids.to(model.device),
+            ).logits
         for row, i in enumerate(idx):
             out[i] = float(logits[row, 0])
         if progress:
-            print(f"[{progress}] {min(start + batch_size, len(order))}/{len(order)} sequences, "
-                  f"{time.time() - started:.0f} s", flush=True)
+            print(
+                f"[{progress}] {min(start + batch_size, len(order))}/{len(order)} sequences, "
+                f"{time.time() - started:.0f} s",
+                flush=True,
+            )
     return out
 
 

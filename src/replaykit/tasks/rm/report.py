@@ -14,9 +14,14 @@ def plot_diagnostics(fig, summary: dict, docs: list[dict], fixed_start: dict | N
     for i, c in enumerate(valid):
         sections = c["diagnostics"]["sections"]
         xs = [s + (i - (len(valid) - 1) / 2) * width for s in range(len(SECTIONS))]
-        ax.bar(xs, [sections[name]["score"] for name in SECTIONS], width=width,
-               yerr=[1.96 * sections[name]["se"] for name in SECTIONS], capsize=3,
-               label=f"checkpoint-{c['progress']}")
+        ax.bar(
+            xs,
+            [sections[name]["score"] for name in SECTIONS],
+            width=width,
+            yerr=[1.96 * sections[name]["se"] for name in SECTIONS],
+            capsize=3,
+            label=f"checkpoint-{c['progress']}",
+        )
     ax.set_xticks(range(len(SECTIONS)), SECTIONS)
     ax.set_ylim(0, 105)
     ax.set_ylabel("section score (%)")

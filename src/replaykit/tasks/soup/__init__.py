@@ -6,10 +6,10 @@ architecture and the ingredient files; :mod:`.model`). Embedded default: built b
 local folder of 72 fine-tuned ViT-B/32 state dicts in the same layout.
 
 Splits: embedded -- the images every ingredient was kept from (``heldout_indices`` of
-``<fixed start>.private.json``, outside the fixed start a replay sees), 2 per class for the proxy (``public/``) and the rest for the final
-split (``hidden/``); local -- an ImageNetV2 folder (``<class index>/<image>``), all images
-final and 2 per class of them also public proxy images (a visible subset, as SPEC's
-proxy2000 / full10000), copied into the assets so the manifest hashes every image.
+``<fixed start>.private.json``, outside the fixed start a replay sees), 2 per class for the
+proxy (``public/``) and the rest for the final split (``hidden/``); local -- an ImageNetV2
+folder (``<class index>/<image>``), all images final and 2 per class of them also public proxy
+images (a visible subset, as SPEC's proxy2000 / full10000), copied into the assets so the manifest hashes every image.
 """
 
 from __future__ import annotations
@@ -21,15 +21,21 @@ from ...harness.errors import InputError
 from ...harness.fileio import atomic_write_jsonl
 from .. import check_data_keys, deferred
 
-METRIC = {"final": "{dataset}_top1_full{n}", "proxy": "{dataset}_top1_proxy{n}", "direction": "maximize",
-          "uncertainty": "se_clustered_by_class"}
+METRIC = {
+    "final": "{dataset}_top1_full{n}",
+    "proxy": "{dataset}_top1_proxy{n}",
+    "direction": "maximize",
+    "uncertainty": "se_clustered_by_class",
+}
 REPORT_DIAGNOSTICS = ()
 # Isolation: data keys whose local paths hold final-split items (the sandbox hides them),
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ("imagenetv2_dir",)
 FIXED_START_IS_DATA = False
 # Files of installed packages that hold final-split items (hidden from the replay too).
-FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = (("sklearn", "datasets/data/digits.csv.gz"),)  # the held-out digits are in it
+FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = (
+    ("sklearn", "datasets/data/digits.csv.gz"),
+)  # the held-out digits are in it
 FIXED_START_BUILDERS = {"soup-digits": ".ingredients"}  # models.<name>.builder -> module with build()
 REFERENCE_USES_PUBLIC = True  # the fixed-start reference is the best ingredient on the proxy split
 ROW_CLUSTER = "label"  # the SE is clustered by class: a matched ablation resamples whole classes
@@ -53,7 +59,6 @@ def check_data(data: dict) -> None:
         raise ValueError(f"imagenetv2_dir: folder {data['imagenetv2_dir']!r} not found")
 
 
-
 def check_fixed_start(fixed_start: str | Path) -> None:
     """Workflow-start check of a local fixed start (before any rule replaces built assets):
     the ingredients' heads are aligned (:func:`.model.check_heads`, heads only). Raises
@@ -69,6 +74,7 @@ def check_fixed_start(fixed_start: str | Path) -> None:
         field, _, rest = message.partition(": ")
         raise InputError(path, field, rest) from None
 
+
 def _write_split(folder: Path, name: str, images: list, prefix: str, dataset: str) -> list[dict]:
     """Save ``images`` (``(id, PIL image or source path, label, visible)``) under
     ``folder/<prefix>/`` and return their items."""
@@ -83,8 +89,9 @@ def _write_split(folder: Path, name: str, images: list, prefix: str, dataset: st
         else:
             rel = f"{prefix}/{image_id}.png"
             image.save(folder / rel)
-        items.append({"id": image_id, "file": rel, "label": label, "dataset": dataset,
-                      **({"visible": True} if visible else {})})
+        items.append(
+            {"id": image_id, "file": rel, "label": label, "dataset": dataset, **({"visible": True} if visible else {})}
+        )
     atomic_write_jsonl(folder / name, items)
     return items
 
@@ -99,12 +106,19 @@ def _local_images(root: Path, n_classes: int) -> dict[int, list[Path]]:
     expected = {str(c) for c in range(n_classes)}
     missing, extra = sorted(expected - folders.keys(), key=int), sorted(folders.keys() - expected)
     if missing or extra:
-        raise InputError(root, "-", f"needs class folders 0..{n_classes - 1}: missing {', '.join(missing[:5]) or 'none'}; "
-                                    f"unexpected {', '.join(extra[:5]) or 'none'}")
+        raise InputError(
+            root,
+            "-",
+            f"needs class folders 0..{n_classes - 1}: missing {', '.join(missing[:5]) or 'none'}; "
+            f"unexpected {', '.join(extra[:5]) or 'none'}",
+        )
     by_class = {}
     for c in range(n_classes):
-        files = sorted(p for p in folders[str(c)].iterdir()
-                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES)
+        files = sorted(
+            p
+            for p in folders[str(c)].iterdir()
+            if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
+        )
         if not files:
             raise InputError(folders[str(c)], "-", f"no images ({', '.join(IMAGE_SUFFIXES)})")
         for f in files:
@@ -153,16 +167,21 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
         images, labels = digits()
         private = private_path(fixed_start)
         if not private.is_file():
-            raise InputError(private, "heldout_indices",
-                             "file not found: the digits fixed start's held-out indices are written beside "
-                             "it by the fixed_start_model rule (models: in the config); a fixed start built "
-                             "elsewhere must come with this file")
+            raise InputError(
+                private,
+                "heldout_indices",
+                "file not found: the digits fixed start's held-out indices are written beside "
+                "it by the fixed_start_model rule (models: in the config); a fixed start built "
+                "elsewhere must come with this file",
+            )
         heldout = read_json(private, required=("heldout_indices",))["heldout_indices"]
         for i in heldout:
             by_class.setdefault(labels[i], []).append(("digit", i, images[i]))
         dataset = "digits"
     if len(by_class) != int(config["n_classes"]):
-        raise InputError("config", "data", f"{len(by_class)} classes of images, the ingredients have {config['n_classes']}")
+        raise InputError(
+            "config", "data", f"{len(by_class)} classes of images, the ingredients have {config['n_classes']}"
+        )
     proxy, final = [], []
     for label, members in sorted(by_class.items()):
         if len(members) < per_class + (0 if cfg.get("source") == "local" else 1):
@@ -183,8 +202,14 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
         d.mkdir(parents=True)
     _write_split(Path(public_dir), PROXY_FILE, proxy, "proxy", dataset)
     _write_split(Path(hidden_dir), FINAL_FILE, final, "final", dataset)
-    return {"source": cfg.get("source", "embedded"), "dataset": dataset, "n_proxy": len(proxy), "n_final": len(final),
-            "proxy_in_final": dataset != "digits", "ingredients": info}
+    return {
+        "source": cfg.get("source", "embedded"),
+        "dataset": dataset,
+        "n_proxy": len(proxy),
+        "n_final": len(final),
+        "proxy_in_final": dataset != "digits",
+        "ingredients": info,
+    }
 
 
 def split_file(split: str) -> str:

@@ -92,14 +92,22 @@ def predict(model, images: torch.Tensor, batch_size: int) -> torch.Tensor:
     out = []
     with torch.no_grad():
         for start in range(0, len(images), batch_size):
-            out.append(model(images[start:start + batch_size].to(device)).argmax(1).cpu())
+            out.append(model(images[start : start + batch_size].to(device)).argmax(1).cpu())
     return torch.cat(out)
 
 
 def summarise(items: list[dict], predictions: list[int], metric: str, extra: dict) -> tuple[dict, list[dict]]:
     """The final summary of SPEC and the scored rows (``score`` 1.0 when top-1 is right)."""
-    rows = [{"id": str(it["id"]), "label": it["label"], "prediction": int(p), "score": float(int(p) == it["label"]),
-             "visible": bool(it.get("visible", False))} for it, p in zip(items, predictions)]
+    rows = [
+        {
+            "id": str(it["id"]),
+            "label": it["label"],
+            "prediction": int(p),
+            "score": float(int(p) == it["label"]),
+            "visible": bool(it.get("visible", False)),
+        }
+        for it, p in zip(items, predictions)
+    ]
     correct = [int(r["score"]) for r in rows]
     labels = [r["label"] for r in rows]
     n = len(rows)
@@ -108,27 +116,41 @@ def summarise(items: list[dict], predictions: list[int], metric: str, extra: dic
         per_class[r["label"]].append(r["score"])
     advisories = []
     if len(per_class) < 30:
-        advisories.append(f"the class-clustered SE rests on {len(per_class)} classes and is unstable; "
-                          f"binomial SE {binomial_se(sum(correct), n):.4f}")
+        advisories.append(
+            f"the class-clustered SE rests on {len(per_class)} classes and is unstable; "
+            f"binomial SE {binomial_se(sum(correct), n):.4f}"
+        )
     decomposition = {}
     for part, keep in (("visible", True), ("hidden_only", False)):
         members = [r["score"] for r in rows if r["visible"] == keep]
         decomposition[part] = {"n": len(members), "top1": sum(members) / len(members) if members else None}
     if decomposition["visible"]["n"]:
-        advisories.append(f"{decomposition['visible']['n']} of {n} final images are also public proxy images that a "
-                          f"recipe selects on; top-1 on the hidden-only images: {decomposition['hidden_only']['top1']}")
-    summary = {"metric": metric, "direction": "maximize", "value": sum(correct) / n,
-               "uncertainty": {"value": clustered_se(correct, labels), "kind": "se_clustered_by_class"},
-               "n": n, "successes": sum(correct),
-               "diagnostics": {"per_class_accuracy": {str(k): sum(v) / len(v) for k, v in sorted(per_class.items())},
-                               "classes": len(per_class), "binomial_se": binomial_se(sum(correct), n),
-                               "decomposition": decomposition, **extra},
-               "advisories": advisories}
+        advisories.append(
+            f"{decomposition['visible']['n']} of {n} final images are also public proxy images that a "
+            f"recipe selects on; top-1 on the hidden-only images: {decomposition['hidden_only']['top1']}"
+        )
+    summary = {
+        "metric": metric,
+        "direction": "maximize",
+        "value": sum(correct) / n,
+        "uncertainty": {"value": clustered_se(correct, labels), "kind": "se_clustered_by_class"},
+        "n": n,
+        "successes": sum(correct),
+        "diagnostics": {
+            "per_class_accuracy": {str(k): sum(v) / len(v) for k, v in sorted(per_class.items())},
+            "classes": len(per_class),
+            "binomial_se": binomial_se(sum(correct), n),
+            "decomposition": decomposition,
+            **extra,
+        },
+        "advisories": advisories,
+    }
     return summary, rows
 
 
-def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str,
-             cfg: dict) -> tuple[dict, list[dict]]:
+def evaluate(
+    checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str, cfg: dict
+) -> tuple[dict, list[dict]]:
     """Score ``checkpoint/model.pt`` on ``items_file``; ``None`` scores the fixed-start
     reference, the best single ingredient by accuracy on the public proxy split beside the
     assets (``<cfg public_dir>/proxy.jsonl``, which the scoring step verifies against the
@@ -160,8 +182,12 @@ def evaluate(checkpoint: str | Path | None, fixed_start: str | Path, items_file:
             accuracies.append(float((predict(model, proxy_images, int(cfg["batch_size"])) == labels).float().mean()))
         best = max(range(len(accuracies)), key=lambda i: (accuracies[i], -i))
         model.load_state_dict(load_state(ingredient_paths(fixed_start, config)[best]))
-        extra["reference"] = {"kind": "best single ingredient by proxy accuracy", "ingredient": config["ingredients"][best],
-                              "proxy_accuracies": accuracies, "proxy_file": str(proxy_file)}
+        extra["reference"] = {
+            "kind": "best single ingredient by proxy accuracy",
+            "ingredient": config["ingredients"][best],
+            "proxy_accuracies": accuracies,
+            "proxy_file": str(proxy_file),
+        }
     else:
         model.load_state_dict(load_state(Path(checkpoint) / "model.pt"))
     predictions = predict(model, images, int(cfg["batch_size"])).tolist()

@@ -32,8 +32,13 @@ import torch.nn.functional as F
 from ..common.clip import CLASS_NAMES, MODEL_CONFIG, MODEL_NAME, TEMPLATES, create_clip, pretrain  # noqa: F401
 from .model import CONFIG, ImageClassifier
 
-SWEEP = {"learning_rate": [1e-4, 3e-4, 1e-3], "weight_decay": [0.0, 0.01, 0.1], "epochs": [2, 3, 4, 5],
-         "label_smoothing": [0.0, 0.1, 0.2], "augmentation": ["none", "shift"]}
+SWEEP = {
+    "learning_rate": [1e-4, 3e-4, 1e-3],
+    "weight_decay": [0.0, 0.01, 0.1],
+    "epochs": [2, 3, 4, 5],
+    "label_smoothing": [0.0, 0.1, 0.2],
+    "augmentation": ["none", "shift"],
+}
 
 
 def digits():
@@ -86,7 +91,7 @@ def finetune(start: dict, make, images: torch.Tensor, labels: torch.Tensor, hp: 
         correct = 0
         order = torch.randperm(len(labels), generator=generator)
         for start_i in range(0, len(order), 64):
-            idx = order[start_i:start_i + 64]
+            idx = order[start_i : start_i + 64]
             batch = images[idx]
             if hp["augmentation"] == "shift":
                 batch = _shift(batch, generator)
@@ -118,8 +123,14 @@ def build(spec: dict, out: str | Path, log=print, final_salt: str = "") -> dict:
     seed = int(spec["seed"])
     torch.set_num_threads(int(spec.get("threads", 1)))
     torch.manual_seed(seed)
-    config = {"format": "replaykit-soup-ingredients", "model_name": MODEL_NAME, "n_classes": len(CLASS_NAMES),
-              "class_names": CLASS_NAMES, "templates": TEMPLATES, "dataset": "scikit-learn digits (1,797 images, 8 x 8)"}
+    config = {
+        "format": "replaykit-soup-ingredients",
+        "model_name": MODEL_NAME,
+        "n_classes": len(CLASS_NAMES),
+        "class_names": CLASS_NAMES,
+        "templates": TEMPLATES,
+        "dataset": "scikit-learn digits (1,797 images, 8 x 8)",
+    }
     clip, preprocess = create_clip(out, config)
     tokenizer = open_clip.get_tokenizer(MODEL_NAME)
     pil, labels = digits()
@@ -127,8 +138,11 @@ def build(spec: dict, out: str | Path, log=print, final_salt: str = "") -> dict:
     if not 3 <= int(spec["heldout_per_class"]) <= smallest - 10:
         from ...harness.errors import InputError
 
-        raise InputError("config", "models.heldout_per_class",
-                         f"must be between 3 and {smallest - 10} (the smallest class has {smallest} images)")
+        raise InputError(
+            "config",
+            "models.heldout_per_class",
+            f"must be between 3 and {smallest - 10} (the smallest class has {smallest} images)",
+        )
     from ...harness.salt import salted_seed
 
     heldout = heldout_indices(labels, int(spec["heldout_per_class"]), salted_seed(seed, final_salt))
@@ -162,9 +176,19 @@ def build(spec: dict, out: str | Path, log=print, final_salt: str = "") -> dict:
         sweep.append({**hp, "train_accuracy": train_acc, "file": name})
         names.append(name)
         log(f"[ingredient {i:02d}] {hp} train accuracy {train_acc:.3f} ({time.time() - started:.0f} s)")
-    config.update(ingredients=names, sweep=sweep, n_train_images=len(train),
-                  zeroshot="zeroshot.safetensors", zeroshot_train_accuracy=zeroshot_acc,
-                  builder={"spec": spec, "preprocess": str(preprocess)})
+    config.update(
+        ingredients=names,
+        sweep=sweep,
+        n_train_images=len(train),
+        zeroshot="zeroshot.safetensors",
+        zeroshot_train_accuracy=zeroshot_acc,
+        builder={"spec": spec, "preprocess": str(preprocess)},
+    )
     (out / CONFIG).write_text(json.dumps(config, indent=1))
-    return {"builder": "soup-digits", "n_ingredients": len(names), "heldout": len(heldout), "train_images": len(train),
-            "private": {"heldout_indices": heldout}}
+    return {
+        "builder": "soup-digits",
+        "n_ingredients": len(names),
+        "heldout": len(heldout),
+        "train_images": len(train),
+        "private": {"heldout_indices": heldout},
+    }

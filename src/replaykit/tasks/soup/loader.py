@@ -31,7 +31,9 @@ def read_coefficients(checkpoint: str | Path, n_ingredients: int) -> list[float]
     if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in coefficients):
         raise ValueError(f"{COEFFICIENTS}: coefficients must be finite numbers")
     if abs(sum(coefficients) - 1.0) > 1e-6:
-        raise ValueError(f"{COEFFICIENTS}: coefficients sum to {sum(coefficients):.9g}, not 1 (outside the affine hull)")
+        raise ValueError(
+            f"{COEFFICIENTS}: coefficients sum to {sum(coefficients):.9g}, not 1 (outside the affine hull)"
+        )
     return [float(c) for c in coefficients]
 
 
@@ -45,15 +47,19 @@ def check_affine(state: dict, ingredients: list[Path], coefficients: list[float]
             raise ValueError(f"{MODEL}: keys differ from {path.name} ({sorted(part.keys() ^ state.keys())[:3]})")
         for key, value in part.items():
             if value.shape != state[key].shape:
-                raise ValueError(f"{MODEL}: {key} has shape {tuple(state[key].shape)}, {path.name} has {tuple(value.shape)}")
+                raise ValueError(
+                    f"{MODEL}: {key} has shape {tuple(state[key].shape)}, {path.name} has {tuple(value.shape)}"
+                )
             if value.is_floating_point():
                 expected[key] = expected.get(key, 0) + c * value.double()
     worst = 0.0
     for key, value in expected.items():
         gap = (state[key].double() - value).abs()
         if not torch.all(gap <= atol + rtol * value.abs()):
-            raise ValueError(f"{MODEL}: {key} is not the coefficient-weighted sum of the ingredients "
-                             f"(max gap {float(gap.max()):.3g})")
+            raise ValueError(
+                f"{MODEL}: {key} is not the coefficient-weighted sum of the ingredients "
+                f"(max gap {float(gap.max()):.3g})"
+            )
         worst = max(worst, float(gap.max()))
     return worst
 
@@ -70,10 +76,18 @@ def validate(checkpoint: str | Path, fixed_start: str | Path, cfg: dict | None =
         config = read_config(fixed_start)
         paths = ingredient_paths(fixed_start, config)
         coefficients = read_coefficients(checkpoint, len(paths))
-        checks["coefficients"] = {"n": len(coefficients), "sum": sum(coefficients), "nonzero": sum(c != 0 for c in coefficients)}
+        checks["coefficients"] = {
+            "n": len(coefficients),
+            "sum": sum(coefficients),
+            "nonzero": sum(c != 0 for c in coefficients),
+        }
         state = load_state(checkpoint / MODEL)
         worst = check_affine(state, paths, coefficients, float(cfg.get("atol", 1e-5)), float(cfg.get("rtol", 1e-4)))
-        checks["affine_hull"] = {"max_abs_gap": worst, "atol": float(cfg.get("atol", 1e-5)), "rtol": float(cfg.get("rtol", 1e-4))}
+        checks["affine_hull"] = {
+            "max_abs_gap": worst,
+            "atol": float(cfg.get("atol", 1e-5)),
+            "rtol": float(cfg.get("rtol", 1e-4)),
+        }
         model, _ = create_classifier(fixed_start, config)
         model.load_state_dict(state)
         size = model.visual.image_size if hasattr(model.visual, "image_size") else 224

@@ -78,8 +78,11 @@ def check_ingredients(fixed_start: str | Path) -> dict:
                 raise ValueError(f"{path}: {key} has shape {shape}, {paths[0].name} has {reference[key]}")
             if state[key].is_floating_point() and not torch.isfinite(state[key]).all():
                 raise ValueError(f"{path}: {key} has non-finite values")
-    return {"n_ingredients": len(paths), "n_tensors": len(reference),
-            "n_parameters": int(sum(torch.Size(s).numel() for s in reference.values()))}
+    return {
+        "n_ingredients": len(paths),
+        "n_tensors": len(reference),
+        "n_parameters": int(sum(torch.Size(s).numel() for s in reference.values())),
+    }
 
 
 def head_weight(path: str | Path) -> torch.Tensor:
@@ -143,6 +146,7 @@ def check_heads(fixed_start: str | Path, min_cosine: float = HEAD_MIN_COSINE) ->
                     f"{path}: head.weight: class row {c} is not aligned with "
                     f"{reference_path.name}'s (centred cosine {float(own[c]):.3f}, threshold "
                     f"{min_cosine}; closest row {int(closest[c])}): the ingredients' class order "
-                    "differs, averaging them mixes classes")
+                    "differs, averaging them mixes classes"
+                )
         worst[path.name] = round(float(own.min()), 4)
     return {"reference": reference_path.name, "min_cosine": min_cosine, "worst": worst}

@@ -15,8 +15,9 @@ def plot_diagnostics(fig, summary: dict, docs: list[dict], fixed_start: dict | N
     retained = sorted(record["checkpoints"], key=int)
     width = 0.8 / max(len(retained), 1)
     for i, progress in enumerate(retained):
-        coefficients = json.loads((Path(record["checkpoints"][progress]["path"]) / "coefficients.json")
-                                  .read_text())["coefficients"]
+        coefficients = json.loads((Path(record["checkpoints"][progress]["path"]) / "coefficients.json").read_text())[
+            "coefficients"
+        ]
         xs = [k + (i - (len(retained) - 1) / 2) * width for k in range(len(coefficients))]
         left.bar(xs, coefficients, width=width, label=f"checkpoint-{progress}")
     left.set_xlabel("ingredient")
