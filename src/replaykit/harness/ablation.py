@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jinja2
 
+from ..report import templates
 from .errors import InputError
 from .fileio import atomic_write_text, read_json, read_jsonl
 from .receipts import read_complete_summary, write_summary
@@ -199,64 +200,6 @@ def compare(
     }
 
 
-REPORT = jinja2.Template("""\
-# {{ s.task }}: matched ablation of `{{ s.candidate }}` against the shipped recipe
-
-{{ s.sentence }}
-
-Seeds {{ s.seeds | join(', ') }} (K = {{ s.seeds | length }}); {{ s.n }} final rows
-({{ s.metric }}, {{ s.direction }}); differences are candidate − shipped.
-{% for c in s.comparisons.values() %}
-## {{ c.description }}
-{% if not c.available %}
-Not available: {{ c.reason }}.
-{% else %}
-| seed | candidate | shipped | difference | normalised |
-|---|---|---|---|---|
-{% for p in c.per_seed -%}
-| {{ p.seed }} | {{ f(p.candidate.value) }} (checkpoint-{{ p.candidate.progress }}, \
-`{{ p.candidate.official }}`) \
-| {{ f(p.shipped.value) }} (checkpoint-{{ p.shipped.progress }}, `{{ p.shipped.official }}`) \
-| {{ sf(p.difference) }} | {{ f(p.normalised) }} |
-{% endfor %}
-- mean difference **{{ sf(c.mean_difference) }}**; 95 % CI, two-stage bootstrap (seeds, then rows):
-  [{{ sf(c.hierarchical.ci_low) }}, {{ sf(c.hierarchical.ci_high) }}]
-  (SE {{ f(c.hierarchical.se) }},
-  {{ c.hierarchical.n_boot }} replicates, {{ c.hierarchical.clusters }} resampling units;
-  {{ c.hierarchical.method }})
-- 95 % t-interval over the {{ c.per_seed | length }} per-seed differences:
-  {% if c.t_interval %}[{{ sf(c.t_interval.ci_low) }}, {{ sf(c.t_interval.ci_high) }}]
-  (SD {{ f(c.t_interval.sd) }}, {{ c.t_interval.df }} df; {{ c.t_interval_verdict }})
-  {%- else %}- (one seed){% endif %}
-- verdict: **{{ c.verdict }}**
-- minimal detectable difference (α 0.05 two-sided, power 0.8) at K = {{ c.per_seed | length }},
-  n = {{ c.hierarchical.n }}: {{ f(c.detectable_difference) }}; seeds needed to detect
-  {{ sf(c.mean_difference) }} with power 0.8: {{ c.seeds_for_power if c.seeds_for_power is not none
-  else 'not reachable by seeds alone (see below)' }}
-- normalised score (fixed start = 0, each seed's shipped run = 1):
-  {% if c.normalised.mean is not none %}mean {{ f(c.normalised.mean) }}
-  {%- else %}none (no fixed-start reference, or undefined){% endif %}
-{% endif %}{% endfor %}
-## How these numbers are made
-
-- Rows: row i of the candidate with seed s is paired with row i of the shipped recipe with seed s
-  (the same final row); all seeds share the rows, so one bootstrap replicate draws the seeds and
-  then one set of rows for all of them{% if s.resampling %} ({{ s.resampling }}){% endif %}.
-- Power: SE(K) = sqrt(V_seed / K + V_rows), V_seed the variance of the per-seed differences,
-  V_rows the variance of their mean when only the rows are resampled (it does not shrink with
-  more seeds); detectable difference = (1.96 + 0.84) × SE(K); seeds needed = the least K ≥ 2
-  with a detectable difference ≤ |mean difference|, "not reachable" when V_rows alone is too
-  large (more rows needed), the seed variance is unknown (one seed) or the mean difference is 0.
-- Selection bias: the official result is the best of up to 3 checkpoints on the final split
-  itself; the last retained checkpoint involves no such choice. Official − last, mean over
-  seeds: candidate {{ f(s.selection_bias.candidate) }}, shipped {{ f(s.selection_bias.shipped) }}.
-{% if s.advisories %}
-## Advisories
-{% for a in s.advisories %}
-- {{ a }}{% endfor %}
-{% endif %}""")
-
-
 def _f(value) -> str:
     return "-" if value is None else f"{value + 0.0:.4f}"  # + 0.0: no "-0.0000"
 
@@ -399,7 +342,9 @@ def ablation_result(
     summary["sentence"] = SENTENCE.render(k=k, n=n, candidate=candidate, metric=metric, c=main, sf=_sf)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "report.md", REPORT.render(s=summary, f=_f, sf=_sf))
+    atomic_write_text(
+        out_dir / "report.md", templates(trim=False).get_template("ablation.md.j2").render(s=summary, f=_f, sf=_sf)
+    )
     if figure is not None:
         figure(summary, out_dir / "differences.png")
     write_summary(out_dir, summary)

@@ -138,17 +138,20 @@ def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: i
     return out
 
 
-def _fmt(value, se=None) -> str:
+def fmt_number(value, se=None) -> str:
+    """``0.1234`` or ``0.1234 ± 0.0100`` (4 decimals); ``-`` for no value (the reports' filter ``fmt``)."""
     if value is None:
         return "-"
     return f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else "")
 
 
-def _pct(value) -> str:
+def fmt_percent(value) -> str:
+    """A fraction as a percentage with one decimal; ``-`` for none (filter ``pct``)."""
     return "-" if value is None else f"{value:.1%}"
 
 
-def _sec(value) -> str:
+def fmt_seconds(value) -> str:
+    """Seconds as ``12 s``; ``-`` for none (filter ``sec``)."""
     return "-" if value is None else f"{value:.0f} s"
 
 
@@ -296,106 +299,15 @@ def _final_split(manifest_path: str | None) -> dict:
 
 
 def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple[str, ...] = ()) -> str:
-    """A Markdown run report: checkpoints (with the task's ``diagnostics`` as columns),
-    official result, references, paired comparisons, seeds, budget use and lineage."""
-    refs, comp = summary["references"], summary["comparisons"]
-    banner = [f"> **Warning**: {a}" for a in summary["advisories"][:1] if a.startswith("isolation")]
-    lines = [
-        f"# {task}: final result",
-        "",
-        *banner,
-        *([""] if banner else []),
-        f"**Official result**: {summary['metric']} = {_fmt(summary['value'], summary['uncertainty']['value'])} "
-        f"(n = {summary['n']}, {summary['direction']}), run `{summary['official']['run']}`, "
-        f"checkpoint-{summary['official']['progress']}.",
-        "",
-        f"Isolation of the replays: {summary['isolation']}; {summary['final_split']['note']}.",
-        "",
-        "## References",
-        "",
-        "| reference | value ± SE | source |",
-        "|---|---|---|",
-        (
-            f"| fixed start | {_fmt(refs['fixed_start']['value'], refs['fixed_start']['se'])} "
-            f"| `{refs['fixed_start']['scores']}` |"
-            if refs["fixed_start"]
-            else "| fixed start | - | none: the fixed start cannot be scored by itself |"
-        ),
-        f"| shipped recipe | {_fmt(refs['shipped']['value'], refs['shipped']['se'])} "
-        f"| `{refs['shipped']['official']}` |",
-    ]
-    for name, value in sorted(refs["published"].items()):
-        lines.append(f"| published {name} (full scale) | {_fmt(value)} | SPEC |")
-    same = summary["official"]["official"] == refs["shipped"]["official"]
-    if refs["fixed_start"] is None:
-        normalised = "Normalised score: none (no fixed-start reference to anchor it)" + (
-            "; this run is the shipped recipe, so its comparison with the shipped reference is 0" if same else ""
-        )
-    else:
-        normalised = f"Normalised score (fixed start = 0, shipped = 1): {_fmt(summary['normalised_score'])}" + (
-            " (this run is the shipped recipe, so it is 1 and its comparison with the shipped reference is 0)"
-            if same
-            else ""
-        )
-    lines += [
-        "",
-        normalised,
-        "",
-        "The official result is the best of the retained checkpoints on the final split itself, so it is "
-        "optimistically biased by the choice among them; every checkpoint's value is listed below.",
-        "",
-        "## Paired comparisons (same rows)",
-        "",
-        "| vs | difference | 95 % CI (bootstrap) | McNemar p |",
-        "|---|---|---|---|",
-    ]
-    for name, c in comp.items():
-        p = c.get("mcnemar", {}).get("p_value")
-        lines.append(
-            f"| {name.removeprefix('vs_')} | {c['difference']:+.4f} | [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}] | "
-            f"{'-' if p is None else f'{p:.4g}'} |"
-        )
-    seeds = summary["seeds"]
-    lines += ["", "## Seeds", "", f"n = {seeds['n']}, mean = {_fmt(seeds['mean'])}, SD = {_fmt(seeds['sd'])}", ""]
-    for doc in docs:
-        util = doc.get("utilisation") or {}
-        lines += [
-            f"## Run `{doc['run']}` (seed {doc['seed']})",
-            "",
-            f"Stopped: {doc.get('stop_reason')}; publications: {doc.get('publication_count')}; "
-            f"budget used: {_pct(util.get('budget_fraction'))} of the outer limit "
-            f"({_sec((doc.get('budget') or {}).get('outer_limit_s'))}) over all attempts "
-            f"(this attempt: setup {_sec(util.get('setup_s'))}, training {_sec(util.get('train_s'))} "
-            f"of which publishing {_sec(util.get('publish_s'))}, idle {_sec(util.get('idle_s'))}).",
-            "",
-            "| checkpoint | valid | final score ± SE | "
-            + " | ".join(diagnostics)
-            + (" | " if diagnostics else "")
-            + "marker | summary |",
-            "|---|---|---|" + "---|" * len(diagnostics) + "---|---|",
-        ]
-        for c in doc["checkpoints"]:
-            d = c.get("diagnostics") or {}
-            cells = "".join(f"{_fmt(d.get(name))} | " for name in diagnostics)
-            lines.append(
-                f"| checkpoint-{c['progress']} | {'valid' if c['valid'] else 'invalid: ' + c['reason']} | "
-                f"{_fmt(c['value'], c['se'])} | {cells}`{c['marker']}` | `{c['scores']}/summary.json` |"
-            )
-        lines.append("")
-    lin = summary["lineage"]
-    lines += [
-        "## Lineage",
-        "",
-        f"asset manifest `{lin['asset_manifest']}` (`{lin['asset_manifest_sha256']}`) → workspace "
-        f"`{lin['workspace_record']}` (patch `{lin['patch_sha256'] or 'none: the shipped recipe'}`) → "
-        f"replay record `{lin['record']}` (`{lin['record_sha256']}`) → `{summary['official']['official']}` → "
-        f"`{summary['official']['scores']}/summary.json`",
-        "",
-    ]
-    lines += render_exploration(summary.get("exploration"))
-    if summary["advisories"]:
-        lines += ["## Advisories", ""] + [f"- {a}" for a in summary["advisories"]] + [""]
-    return "\n".join(lines)
+    """A Markdown run report (template ``report/templates/final.md.j2``): official result,
+    references, paired comparisons, seeds, each run's checkpoints (with the task's
+    ``diagnostics`` as columns) and budget use, lineage, the exploration and advisories."""
+    from ..report import templates
+
+    text = (
+        templates().get_template("final.md.j2").render(task=task, summary=summary, docs=docs, diagnostics=diagnostics)
+    )
+    return text.rstrip("\n") + "\n"  # each section ends with a blank line; the file with one newline
 
 
 def exploration_section(official: dict, proxy_table: str | Path | None) -> dict | None:
@@ -416,33 +328,3 @@ def exploration_section(official: dict, proxy_table: str | Path | None) -> dict 
         for c in official["checkpoints"]
     ]
     return {**link, "proxy_table": str(proxy_table) if proxy_table else None, "formal": formal}
-
-
-def render_exploration(section: dict | None) -> list[str]:
-    """Report lines: the exploration's proxy receipts, then the formal proxy and final values
-    (did the proxy predict the final result?)."""
-    if not section:
-        return []
-    lines = ["## Exploration", ""]
-    if not section["linked"]:
-        return lines + [
-            f"`{section['sidecar']}` names patch `{section['patch_sha256']}`, not this "
-            "run's: the exploration is not linked.",
-            "",
-        ]
-    lines += [
-        f"The candidate patch (`{section['patch_sha256']}`) was submitted by exploration "
-        f"`{section['exploration']}` after {section['budget_used_s']:.0f} of "
-        f"{section['budget_s']:.0f} s and {section['probes']} probes (`{section['sidecar']}`).",
-        "",
-        "| source | checkpoint | proxy ± SE | final ± SE |",
-        "|---|---|---|---|",
-    ]
-    for r in section["proxy_receipts"]:
-        lines.append(f"| exploration receipt {r['id']} | `{r['checkpoint']}` | {_fmt(r['value'], r['se'])} | - |")
-    for f in section["formal"]:
-        lines.append(
-            f"| formal replay | {f['checkpoint']} | {_fmt(f['proxy'], f['proxy_se'])} | "
-            f"{_fmt(f['final'], f['final_se'])} |"
-        )
-    return lines + ["", "Proxy and final values are on different splits: compare them, never mix them.", ""]

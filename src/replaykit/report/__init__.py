@@ -12,3 +12,30 @@ run's ``official.json`` and ``replay/record.json``, the score directories), so a
 the report is the number in those files. A task plug-in may add ``plot_diagnostics`` and
 ``TRAINING_CURVE`` (see :mod:`replaykit.tasks.contract`).
 """
+
+from __future__ import annotations
+
+import functools
+
+import jinja2
+
+
+@functools.cache
+def templates(trim: bool = True) -> jinja2.Environment:
+    """The Jinja2 environment of ``report/templates/``: ``final.md.j2`` (``trim``: a block tag's
+    line leaves no blank line) and, written for Jinja's default whitespace, ``report.html.j2``,
+    ``checkpoints.html.j2``, ``ablation.html.j2`` and ``ablation.md.j2`` (``trim=False``).
+    Undefined names raise in the trimmed environment; ``*.html.j2`` is autoescaped. Filters:
+    ``fmt``, ``pct``, ``sec`` (:func:`replaykit.harness.results.fmt_number` and its siblings)."""
+    from ..harness.results import fmt_number, fmt_percent, fmt_seconds
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("replaykit.report", "templates"),
+        undefined=jinja2.StrictUndefined if trim else jinja2.Undefined,
+        trim_blocks=trim,
+        lstrip_blocks=trim,
+        keep_trailing_newline=False,
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
+    )
+    env.filters.update(fmt=fmt_number, pct=fmt_percent, sec=fmt_seconds)
+    return env

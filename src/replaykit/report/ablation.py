@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jinja2
-
 from .figures import COLOURS, plt, save
 
 MARKERS = {"official": ("o", "official result"), "last": ("s", "last retained checkpoint")}
@@ -62,25 +60,3 @@ def differences(summary: dict, path: str | Path) -> Path:
     )
     ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, path)
-
-
-SECTION = jinja2.Template(
-    """{% for a in ablations %}
-<h3 id="ablation-{{ a.candidate }}">Matched ablation: <code>{{ a.candidate }}</code> vs shipped</h3>
-<p class="verdict" data-verdict="{{ a.verdict }}">{{ a.sentence }}</p>
-<table class="ablation"><tr><th>selection</th><th>seed</th><th>candidate</th><th>shipped</th>
-<th>difference</th></tr>
-{% for c in a.comparisons.values() if c.available %}{% for p in c.per_seed %}<tr>
-<td>{{ c.selection }}</td><td class="num">{{ p.seed }}</td>
-<td class="num" data-value="{{ p.candidate.value }}">{{ '%.4f' % p.candidate.value }}</td>
-<td class="num" data-value="{{ p.shipped.value }}">{{ '%.4f' % p.shipped.value }}</td>
-<td class="num diff" data-value="{{ p.difference }}">{{ '%+.4f' % p.difference }}</td></tr>
-{% endfor %}<tr><td>{{ c.selection }}</td><td>mean</td><td colspan="2">95 % CI (seeds, then rows)
-[{{ '%+.4f' % c.hierarchical.ci_low }}, {{ '%+.4f' % c.hierarchical.ci_high }}]:
-{{ c.verdict }}</td>
-<td class="num" data-value="{{ c.mean_difference }}">{{ '%+.4f' % c.mean_difference }}</td></tr>
-{% endfor %}</table>
-<p>Summary: <a href="{{ a.href }}">{{ a.file }}</a>.</p>
-{% endfor %}""",
-    autoescape=True,
-)

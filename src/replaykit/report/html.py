@@ -16,12 +16,12 @@ import base64
 import os
 from pathlib import Path
 
-import jinja2
 from markupsafe import Markup
 
 from ..harness.fileio import atomic_write_text, read_json
 from ..harness.receipts import read_complete_summary
 from ..harness.results import paired_comparison
+from . import templates
 
 FIGURE_CAPTIONS = {
     "training": "Training curve from the replay record's per-step (or per-epoch) log; vertical lines mark "
@@ -37,96 +37,6 @@ FIGURE_CAPTIONS = {
     "two-stage bootstrap CI over seeds and rows (bar) and the t-interval over seeds "
     "(thin bar); 0 dashed.",
 }
-
-TEMPLATE = jinja2.Template(
-    """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>{{ task }}: replay report</title>
-<style>
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; vertical-align: top; }
-th { background: #f3f3f3; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.official { background: #fff7d6; }
-tr.invalid { color: #a00; }
-figure { margin: 1.5em 0; }
-figure img { max-width: 100%; border: 1px solid #ddd; }
-figcaption { font-size: 0.9em; color: #444; }
-code { font-size: 0.85em; }
-.advisory { color: #8a5a00; }
-</style></head>
-<body>
-<h1>{{ task }}: replay report</h1>
-{% if summary.advisories and summary.advisories[0].startswith("isolation") %}
-<p class="advisory" id="isolation-warning"><strong>Warning: {{ summary.advisories[0] }}</strong></p>{% endif %}
-<p><strong>Official result</strong>: {{ summary.metric }} =
-<span class="value" data-value="{{ summary.value }}">{{ fmt(summary.value) }}</span> ±
-<span data-value="{{ summary.uncertainty.value }}">{{ fmt(summary.uncertainty.value) }}</span>
-({{ summary.uncertainty.kind }}, n = {{ summary.n }}, {{ summary.direction }}),
-run <code>{{ summary.official.run }}</code>, checkpoint-{{ summary.official.progress }}.
-{% if summary.normalised_score is not none %}Normalised score (fixed start = 0, shipped = 1):
-<span data-value="{{ summary.normalised_score }}">{{ fmt(summary.normalised_score) }}</span>.{% endif %}</p>
-
-<p id="isolation">Isolation of the replays: {{ summary.isolation }};
-{{ summary.final_split.note if summary.final_split else "final split: not recorded" }}.</p>
-
-<h2>References</h2>
-<table id="references"><tr><th>reference</th><th>value ± SE</th><th>source</th></tr>
-{% for ref in references %}<tr><td>{{ ref.name }}</td>
-<td class="num" data-value="{{ ref.value }}">{{ fmt(ref.value) }}{% if ref.se is not none %} ± {{ fmt(ref.se) }}{% endif %}</td>
-<td>{% if ref.href %}<a href="{{ ref.href }}">{{ ref.source }}</a>{% else %}{{ ref.source }}{% endif %}</td></tr>
-{% endfor %}</table>
-
-<h2>Checkpoints</h2>
-{{ table }}
-
-<h2>Seeds</h2>
-<p>n = {{ summary.seeds.n }}, mean = {{ fmt(summary.seeds.mean) }}, SD across seeds = {{ fmt(summary.seeds.sd) }}.</p>
-
-{% if ablation_section %}<h2>Matched ablations</h2>
-{{ ablation_section }}{% endif %}
-
-{% if summary.advisories %}<h2>Advisories</h2><ul>
-{% for a in summary.advisories %}<li class="advisory">{{ a }}</li>{% endfor %}</ul>{% endif %}
-
-<h2>Figures</h2>
-{% for f in figures %}<figure id="{{ f.id }}"><figcaption><strong>{{ f.title }}</strong></figcaption>
-<img src="data:image/png;base64,{{ f.data }}" alt="{{ f.title }}">
-<figcaption>{{ f.caption }} (<a href="{{ f.href }}">{{ f.file }}</a>)</figcaption></figure>
-{% endfor %}
-<p>Final summary: <a href="{{ final_href }}">{{ final_file }}</a>.</p>
-<script>
-// After loading, record how many figures failed to decode (a headless browser's DOM dump shows it).
-window.addEventListener("load", () => {
-  const broken = [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length;
-  document.body.dataset.images = document.images.length;
-  document.body.dataset.brokenImages = broken;
-});
-</script>
-</body></html>
-""",
-    autoescape=True,
-)
-
-TABLE = jinja2.Template(
-    """<table id="checkpoints">
-<tr><th>run</th><th>seed</th><th>checkpoint</th><th>validity</th><th>final score ± SE</th><th>n</th>
-<th>paired difference vs shipped [95 % CI]</th><th>advisories</th><th>lineage</th></tr>
-{% for r in rows %}<tr class="{{ 'official' if r.official else '' }} {{ '' if r.valid else 'invalid' }}" data-run="{{ r.run }}" data-progress="{{ r.progress }}">
-<td><code>{{ r.run }}</code></td><td class="num">{{ r.seed }}</td><td>checkpoint-{{ r.progress }}{% if r.official %} (official){% endif %}</td>
-<td><a href="{{ r.links.marker }}">{{ 'valid' if r.valid else 'invalid: ' ~ r.reason }}</a></td>
-<td class="num score" data-value="{{ r.value }}" data-se="{{ r.se }}">{{ fmt(r.value) }}{% if r.se is not none %} ± {{ fmt(r.se) }}{% endif %}</td>
-<td class="num">{{ r.n if r.n is not none else '-' }}</td>
-<td class="num diff" data-value="{{ r.diff.difference if r.diff else '' }}" data-ci-low="{{ r.diff.ci_low if r.diff else '' }}" data-ci-high="{{ r.diff.ci_high if r.diff else '' }}">{% if r.diff %}{{ '%+.4f' % r.diff.difference }} [{{ '%+.4f' % r.diff.ci_low }}, {{ '%+.4f' % r.diff.ci_high }}]{% else %}-{% endif %}</td>
-<td>{% for a in r.advisories %}<div class="advisory">{{ a }}</div>{% endfor %}</td>
-<td><a href="{{ r.links.manifest }}">asset manifest</a> <code>{{ r.manifest_sha[:12] }}</code> →
-<a href="{{ r.links.workspace }}">workspace</a> (patch <code>{{ (r.patch_sha or 'none')[:12] }}</code>) →
-<a href="{{ r.links.record }}">replay record</a> →
-<a href="{{ r.links.summary }}">summary</a></td></tr>
-{% endfor %}</table>""",
-    autoescape=True,
-)
 
 
 def fmt(value) -> str:
@@ -179,7 +89,7 @@ def checkpoint_rows(docs: list[dict], summary: dict, shipped: dict, n_boot: int,
 def render_table(rows: list[dict], base: Path) -> str:
     for r in rows:
         r["links"] = {k: _href(v, base) for k, v in r["files"].items()}
-    return TABLE.render(rows=rows, fmt=fmt)
+    return templates(trim=False).get_template("checkpoints.html.j2").render(rows=rows, fmt=fmt)
 
 
 def write_report(
@@ -262,7 +172,6 @@ def write_report(
                 "data": base64.b64encode(Path(png).read_bytes()).decode("ascii"),
             }
         )
-    from .ablation import SECTION
 
     abl = [
         {
@@ -272,13 +181,17 @@ def write_report(
         }
         for folder in ablations
     ]
-    ablation_section = Markup(SECTION.render(ablations=abl)) if abl else ""
+    ablation_section = (
+        Markup(templates(trim=False).get_template("ablation.html.j2").render(ablations=abl)) if abl else ""
+    )
     atomic_write_text(out_table, render_table([dict(r) for r in rows], out_table.parent))
     table = Markup(render_table(rows, out_html.parent))
     final_file = str(Path(final_dir) / "summary.json")
     atomic_write_text(
         out_html,
-        TEMPLATE.render(
+        templates(trim=False)
+        .get_template("report.html.j2")
+        .render(
             task=task,
             summary=summary,
             references=references,
