@@ -47,6 +47,7 @@ import importlib.util
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -60,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def load_recipe_module():
     spec = importlib.util.spec_from_file_location("digress_train", ROOT / "recipes/digress/train.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -151,6 +153,7 @@ def main() -> int:
         atoms_np, bonds_np = atoms_np[: a.max_graphs], bonds_np[: a.max_graphs]
     stats = json.loads(Path(a.stats).read_text())
     train = load_recipe_module()
+    config = train.DigressConfig(**recipe)  # the recipe's typed knobs, as train.py's main() builds them
     model_cfg = {
         "n_layers": recipe["n_layers"],
         "hidden_mlp_dims": recipe["hidden_mlp_dims"],
@@ -216,7 +219,7 @@ def main() -> int:
 
         setup_s = time.time() - setup
         use_extra = bool(recipe["extra_features"])
-        stepper = train.GraphedStep(model, opt, recipe, autocast, int(recipe["batch_size"])) if graphed else None
+        stepper = train.GraphedStep(model, opt, config, autocast, int(recipe["batch_size"])) if graphed else None
 
         def prepare(X, E, m):
             return train.prepare_batch(noise, X, E, m, use_extra)
@@ -226,7 +229,7 @@ def main() -> int:
             steps = 0
             if stepper is None:
                 for X, E, m in batches():
-                    train.train_step(model, noise, opt, X, E, m, recipe, autocast)
+                    train.train_step(model, noise, opt, X, E, m, config, autocast)
                     steps += 1
                     if steps == limit:
                         break

@@ -429,6 +429,7 @@ def test_recipe_stops_at_the_deadline(assets, tmp_path):
 def test_dataloader_path_matches_device_path(assets):
     spec = importlib.util.spec_from_file_location("digress_train", RECIPE)
     train = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = train  # dataclasses look their module up there
     spec.loader.exec_module(train)
     atoms, bonds = data.load_npz(assets[0] / "public/train_graphs.npz")
     a, b = torch.as_tensor(atoms), torch.as_tensor(bonds)
@@ -467,11 +468,13 @@ def test_graphed_step_matches_the_plain_step(device, compiled):
     same initial weights and random numbers."""
     spec = importlib.util.spec_from_file_location("digress_train", RECIPE)
     train = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = train  # dataclasses look their module up there
     spec.loader.exec_module(train)
-    recipe = {**yaml.safe_load((RECIPE.parent / "configs/embedded.yaml").read_text()), **TINY, "dropout": 0.0}
-    model_cfg = {k: recipe[k] for k in ("n_layers", "hidden_mlp_dims", "hidden_dims", "dropout")}
+    knobs = {**yaml.safe_load((RECIPE.parent / "configs/embedded.yaml").read_text()), **TINY, "dropout": 0.0}
+    recipe = train.DigressConfig(**knobs)
+    model_cfg = {k: knobs[k] for k in ("n_layers", "hidden_mlp_dims", "hidden_dims", "dropout")}
     noise = ckpt.build_noise(
-        {"T": recipe["T"], "x_marginals": [0.7, 0.1, 0.15, 0.05], "e_marginals": [0.8, 0.12, 0.04, 0.01, 0.03]}
+        {"T": recipe.T, "x_marginals": [0.7, 0.1, 0.15, 0.05], "e_marginals": [0.8, 0.12, 0.04, 0.01, 0.03]}
     ).to(device)
     torch.manual_seed(0)
     plain = ckpt.build_model(model_cfg).to(device).train()

@@ -112,9 +112,11 @@ def make_dir(path: Path) -> Path:
 def probe_patch(dest: Path, task: str, port: int) -> Path:
     """A candidate patch for ``recipes/<task>``: add probe.py and call it first in train.py."""
     train = (ROOT / "recipes" / task / "train.py").read_text()
-    anchor = "    request = json.loads(Path(parser.parse_args().request).read_text())\n"
-    assert anchor in train
-    patched = train.replace(anchor, anchor + f"    import probe\n    probe.run(request, {task!r}, {port})\n")
+    # the line where the recipe has read the driver's request (a Trainer recipe, or a ReplaySession one)
+    trainer = "    request = json.loads(Path(parser.parse_args().request).read_text())\n"
+    anchor = trainer if trainer in train else next(l for l in train.splitlines(True) if "ReplaySession.start(" in l)
+    request = "request" if anchor == trainer else "session.request"
+    patched = train.replace(anchor, anchor + f"    import probe\n    probe.run({request}, {task!r}, {port})\n")
     diff = "".join(difflib.unified_diff(train.splitlines(True), patched.splitlines(True), "a/train.py", "b/train.py"))
     diff += "".join(difflib.unified_diff([], PROBE.splitlines(True), "/dev/null", "b/probe.py"))
     dest.write_text(diff)

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ RECIPE = ROOT / "recipes" / "soup" / "train.py"
 def recipe_module():
     spec = importlib.util.spec_from_file_location("soup_train", RECIPE)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -274,11 +276,11 @@ def test_soup_dag(fixed_start, tmp_path):
     assert "vs_fixed_start" in summary["comparisons"]
     # a candidate whose coefficients do not sum to 1: invalid, not scored, no official result
     train_py = (ROOT / "recipes/soup/train.py").read_text()
-    assert "publish(n, [1.0 / n] * n, {})" in train_py
+    assert "publish([1.0 / n] * n, {})" in train_py
     import difflib
 
     patch = tmp_path / "badsum.diff"
-    patched = train_py.replace("publish(n, [1.0 / n] * n, {})", "publish(n, [0.5] * n, {})")
+    patched = train_py.replace("publish([1.0 / n] * n, {})", "publish([0.5] * n, {})")
     patch.write_text(
         "".join(difflib.unified_diff(train_py.splitlines(True), patched.splitlines(True), "a/train.py", "b/train.py"))
     )

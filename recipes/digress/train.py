@@ -36,20 +36,18 @@ This directory is the editable workspace.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
-import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch.nn import functional as F
 
-from replaykit.harness.fileio import atomic_write_json
-from replaykit.harness.publish import publish_checkpoint
-from replaykit.harness.trainer import NAN_EXIT, load_recipe
+from replaykit.harness.session import ReplaySession, knob
 from replaykit.tasks.digress import checkpoint as ckpt
 from replaykit.tasks.digress.data import load_npz, to_pyg
 from replaykit.tasks.digress.diffusion import apply_noise, dense_batch, model_input
@@ -57,6 +55,36 @@ from replaykit.tasks.digress.model import count_parameters, cross_entropy
 
 HERE = Path(__file__).resolve().parent
 STATE = "train_state.pt"
+
+
+@dataclass(frozen=True)
+class DigressConfig:
+    """The recipe's knobs (``configs/<profile>.yaml``; a replay's ``overrides`` change them).
+    Units: epochs, graphs, diffusion steps."""
+
+    T: int = knob("diffusion steps (DiGress: 500)")
+    transition: Literal["marginal", "uniform"] = knob("noise transition: marginal (DiGress) or uniform")
+    extra_features: bool = knob("DiGress's cycle, spectral and molecular features of z_t as extra inputs")
+    n_layers: int = knob("graph Transformer layers")
+    hidden_mlp_dims: dict = knob("input/output MLP widths {X, E, y}")
+    hidden_dims: dict = knob("Transformer widths {dx, de, dy, n_head, dim_ffX, dim_ffE, dim_ffy}")
+    dropout: float = knob("dropout probability in the Transformer layers")
+    lambda_E: float = knob("weight of the edge cross-entropy in the loss (DiGress lambda_train)")
+    lr: float = knob("AdamW learning rate")
+    weight_decay: float = knob("AdamW weight decay")
+    grad_clip: float = knob("gradient-norm clipping threshold")
+    ema_decay: float = knob("EMA decay of the weights; 0: no EMA (else ema.safetensors is published too)")
+    batch_size: int = knob("graphs per optimizer step")
+    epochs: int = knob("training epochs (progress = epoch)")
+    save_every: int = knob("publish every N epochs, and at the end (3 retained)")
+    loader: Literal["device", "dataloader"] = knob(
+        "device: the split on the device, batches by indexing; dataloader: torch_geometric DataLoader"
+    )
+    num_workers: int = knob("DataLoader worker processes (loader: dataloader only)")
+    cuda_graph: bool = knob("on CUDA: the training step captured as one CUDA graph (GraphedStep)")
+    compile: bool = knob("with cuda_graph: torch.compile of the denoiser inside the graph")
+    dtype: Literal["bfloat16", "float32"] = knob("on CUDA: bfloat16 autocast (+ TF32) or float32; the CPU runs float32")
+    device: Literal["auto", "cpu"] = knob("auto: CUDA when available, else CPU")
 
 
 def device_batches(atoms: torch.Tensor, bonds: torch.Tensor, batch_size: int, generator: torch.Generator):
@@ -93,15 +121,15 @@ def prepare_batch(noise, X, E, node_mask, use_extra: bool) -> tuple:
     return Xi, Ei, yi, X, E, node_mask
 
 
-def train_step(model, noise, optimizer, X, E, node_mask, recipe: dict, autocast) -> tuple[float, dict]:
+def train_step(model, noise, optimizer, X, E, node_mask, recipe: DigressConfig, autocast) -> tuple[float, dict]:
     """One optimizer step on a dense batch; returns the loss and its parts."""
-    Xi, Ei, yi, X, E, node_mask = prepare_batch(noise, X, E, node_mask, bool(recipe["extra_features"]))
+    Xi, Ei, yi, X, E, node_mask = prepare_batch(noise, X, E, node_mask, recipe.extra_features)
     with autocast():
         pred_X, pred_E = model(Xi, Ei, yi, node_mask)
-    loss, parts = cross_entropy(pred_X, pred_E, X, E, node_mask, float(recipe["lambda_E"]))
+    loss, parts = cross_entropy(pred_X, pred_E, X, E, node_mask, recipe.lambda_E)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), float(recipe["grad_clip"]))
+    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
     optimizer.step()
     return float(loss.detach()), parts
 
@@ -132,9 +160,9 @@ class GraphedStep:
     (PyTorch registers the default CUDA generator with the graph).
     """
 
-    def __init__(self, model, optimizer, recipe: dict, autocast, batch_size: int, warmup: int = 3):
+    def __init__(self, model, optimizer, recipe: DigressConfig, autocast, batch_size: int, warmup: int = 3):
         self.model, self.optimizer, self.autocast = model, optimizer, autocast
-        self.lambda_E, self.clip = float(recipe["lambda_E"]), float(recipe["grad_clip"])
+        self.lambda_E, self.clip = recipe.lambda_E, recipe.grad_clip
         self.batch_size, self.warmup, self.eager_full = batch_size, warmup, 0
         self.graph, self.static_in, self.static_out = None, None, None
 
@@ -196,38 +224,31 @@ def prefetch(batches, prepare):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--request", required=True)
-    request = json.loads(Path(parser.parse_args().request).read_text())
-    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
-    torch.set_num_threads(int(request["threads"]))
-    seed = int(request["seed"])
-    torch.manual_seed(seed)
-    device = "cuda" if recipe["device"] == "auto" and torch.cuda.is_available() else "cpu"
+    session = ReplaySession.start(DigressConfig, HERE / "configs", __doc__)
+    recipe, seed, device = session.recipe, session.seed, session.device(session.recipe.device)
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    use_bf16 = device == "cuda" and recipe["dtype"] == "bfloat16"
+    use_bf16 = device == "cuda" and recipe.dtype == "bfloat16"
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16)
 
-    public, state_dir = Path(request["public_dir"]), Path(request["state_dir"])
-    stats = json.loads((public / "stats.json").read_text())
-    atoms_np, bonds_np = load_npz(public / "train_graphs.npz")
-    config = {"model": {"n_layers": recipe["n_layers"], "hidden_mlp_dims": recipe["hidden_mlp_dims"],
-                        "hidden_dims": recipe["hidden_dims"], "dropout": recipe["dropout"]},
-              "diffusion": {"T": int(recipe["T"]), "transition": recipe["transition"], "x_marginals": stats["atom_marginals"],
-                            "e_marginals": stats["bond_marginals"], "extra_features": bool(recipe["extra_features"])}}
+    stats = json.loads((session.public_dir / "stats.json").read_text())
+    atoms_np, bonds_np = load_npz(session.public_dir / "train_graphs.npz")
+    config = {"model": {"n_layers": recipe.n_layers, "hidden_mlp_dims": recipe.hidden_mlp_dims,
+                        "hidden_dims": recipe.hidden_dims, "dropout": recipe.dropout},
+              "diffusion": {"T": recipe.T, "transition": recipe.transition, "x_marginals": stats["atom_marginals"],
+                            "e_marginals": stats["bond_marginals"], "extra_features": recipe.extra_features}}
     model = ckpt.build_model(config["model"]).to(device)
     noise = ckpt.build_noise(config["diffusion"]).to(device)
-    graphed = bool(recipe["cuda_graph"]) and device == "cuda"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=float(recipe["lr"]), weight_decay=float(recipe["weight_decay"]),
+    graphed = recipe.cuda_graph and device == "cuda"
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay,
                                   amsgrad=True, capturable=graphed)
-    ema = copy.deepcopy(model).eval() if float(recipe["ema_decay"]) > 0 else None
+    ema = copy.deepcopy(model).eval() if recipe.ema_decay > 0 else None
     epoch, history = 0, []
     gen = torch.Generator().manual_seed(seed)
-    if request["resume"] and (state_dir / STATE).is_file():
-        state = torch.load(state_dir / STATE, map_location=device, weights_only=True)
+    state = session.load_state(STATE, map_location=device)
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         if ema is not None and state.get("ema") is not None:
@@ -239,60 +260,40 @@ def main() -> int:
             torch.cuda.set_rng_state(state["rng_cuda"].cpu())
         print(f"[train] resuming after epoch {epoch}", flush=True)
     print(f"[train] {len(atoms_np)} training graphs on {device}; {count_parameters(model):,} parameters; "
-          f"T={recipe['T']} loader={recipe['loader']} cuda_graph={graphed} "
-          f"compile={graphed and bool(recipe['compile'])}", flush=True)
-    if recipe["loader"] == "device":
+          f"T={recipe.T} loader={recipe.loader} cuda_graph={graphed} "
+          f"compile={graphed and recipe.compile}", flush=True)
+    if recipe.loader == "device":
         atoms, bonds = torch.as_tensor(atoms_np, device=device), torch.as_tensor(bonds_np, device=device)
     else:
         graphs = [to_pyg(a, b) for a, b in zip(atoms_np, bonds_np)]
 
-    def save_state() -> None:
-        tmp = state_dir / f".tmp-{STATE}"
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "ema": ema.state_dict() if ema is not None else None, "epoch": epoch, "history": history,
-                    "rng_cpu": torch.get_rng_state(), "rng_data": gen.get_state(),
-                    "rng_cuda": torch.cuda.get_rng_state() if device == "cuda" else None}, tmp)
-        tmp.replace(state_dir / STATE)
+    def save_and_publish() -> None:
+        """Save the training state after this epoch, then publish its model as checkpoint-<epoch>."""
+        session.save_state({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "ema": ema.state_dict() if ema is not None else None, "epoch": epoch,
+                            "history": history, "rng_cpu": torch.get_rng_state(), "rng_data": gen.get_state(),
+                            "rng_cuda": torch.cuda.get_rng_state() if device == "cuda" else None}, STATE)
+        session.publish(epoch, lambda out: ckpt.save(out, {**config, "epoch": epoch}, model, ema))
 
-    publish_s, published = 0.0, []
+    def nan_stop(where: str) -> int:
+        return session.finish("nan_loss", history, steps=epoch,
+                              error=f"NaN loss in epoch {epoch + 1}{where}; earlier checkpoints kept")
 
-    def publish() -> None:
-        nonlocal publish_s
-        t0 = time.time()
-        export = state_dir / f".export-{epoch}"
-        shutil.rmtree(export, ignore_errors=True)
-        ckpt.save(export, {**config, "epoch": epoch}, model, ema)
-        entry = publish_checkpoint(export, request["publish_dir"], epoch, keep=request["keep"])
-        shutil.rmtree(export, ignore_errors=True)
-        published.append(epoch)
-        publish_s += time.time() - t0
-        print(f"[publish] checkpoint-{epoch} (publication {entry['count']}, retained {entry['retained']})", flush=True)
-
-    def result(stop: str, error: str | None = None) -> dict:
-        doc = {"stop_reason": stop, "steps": epoch, "train_start_unix": train_start, "train_end_unix": time.time(),
-               "publish_s": publish_s, "history": history,
-               "metrics": {k: v for k, v in (history[-1] if history else {}).items() if k != "progress"}}
-        if error:
-            doc["error"] = error
-        atomic_write_json(state_dir / "train_result.json", doc)
-        return doc
-
-    use_extra = bool(recipe["extra_features"])
+    use_extra = recipe.extra_features
     stepper = None
     if graphed:  # the compiled module shares the parameters; checkpoints save the plain one (no prefixes)
-        step_model = torch.compile(model) if bool(recipe["compile"]) else model
-        stepper = GraphedStep(step_model, optimizer, recipe, autocast, int(recipe["batch_size"]))
-    train_start, stop = time.time(), "max_steps"
-    max_epochs, save_every = int(recipe["epochs"]), int(recipe["save_every"])
-    decay = float(recipe["ema_decay"])
-    while epoch < max_epochs:
-        if time.time() >= request["deadline_unix"]:
+        step_model = torch.compile(model) if recipe.compile else model
+        stepper = GraphedStep(step_model, optimizer, recipe, autocast, recipe.batch_size)
+    session.begin_training()
+    stop, decay = "max_steps", recipe.ema_decay
+    while epoch < recipe.epochs:
+        if session.past_deadline():
             stop = "deadline"
             break
         model.train()
         started, losses, parts_sum, steps = time.time(), 0.0, {"loss_X": 0.0, "loss_E": 0.0}, 0
-        batches = (device_batches(atoms, bonds, int(recipe["batch_size"]), gen) if recipe["loader"] == "device"
-                   else dataloader_batches(graphs, int(recipe["batch_size"]), gen, device, int(recipe["num_workers"])))
+        batches = (device_batches(atoms, bonds, recipe.batch_size, gen) if recipe.loader == "device"
+                   else dataloader_batches(graphs, recipe.batch_size, gen, device, recipe.num_workers))
         cut = False
         if graphed:  # losses summed on the device, checked once per epoch (no host sync per step)
             sums = torch.zeros(3, device=device)
@@ -302,22 +303,18 @@ def main() -> int:
                     with torch.no_grad():
                         torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 1 - decay)
                 steps += 1
-                if time.time() >= request["deadline_unix"]:
+                if session.past_deadline():
                     cut = True
                     break
             total, parts_sum["loss_X"], parts_sum["loss_E"] = sums.tolist()
             if not math.isfinite(total):
-                result("nan_loss", f"NaN loss in epoch {epoch + 1}; earlier checkpoints kept")
-                print(f"error: NaN loss in epoch {epoch + 1}; earlier checkpoints kept", flush=True)
-                return NAN_EXIT
+                return nan_stop("")
             losses = total
             batches = ()
         for X, E, node_mask in batches:
             loss, parts = train_step(model, noise, optimizer, X, E, node_mask, recipe, autocast)
             if not math.isfinite(loss):
-                result("nan_loss", f"NaN loss in epoch {epoch + 1} (step {steps + 1}); earlier checkpoints kept")
-                print(f"error: NaN loss in epoch {epoch + 1}; earlier checkpoints kept", flush=True)
-                return NAN_EXIT
+                return nan_stop(f" (step {steps + 1})")
             if ema is not None:
                 with torch.no_grad():
                     for pe, pm in zip(ema.parameters(), model.parameters()):
@@ -326,7 +323,7 @@ def main() -> int:
             for k in parts_sum:
                 parts_sum[k] += parts[k]
             steps += 1
-            if time.time() >= request["deadline_unix"]:
+            if session.past_deadline():
                 cut = True
                 break
         if cut:  # an unfinished epoch is not progress
@@ -334,24 +331,17 @@ def main() -> int:
             break
         epoch += 1
         entry = {"progress": epoch, "loss": losses / steps, **{k: v / steps for k, v in parts_sum.items()},
-                 "epoch_s": time.time() - started, "elapsed_s": time.time() - train_start}
+                 "epoch_s": time.time() - started, "elapsed_s": time.time() - session.train_start}
         history.append(entry)
-        print(f"[train] epoch {epoch}/{max_epochs} loss {entry['loss']:.4f} loss_X {entry['loss_X']:.4f} "
-              f"loss_E {entry['loss_E']:.4f} epoch_s {entry['epoch_s']:.1f} elapsed {entry['elapsed_s']:.0f} s", flush=True)
-        if epoch % save_every == 0 or epoch == max_epochs:
-            save_state()
-            publish()
-    if epoch and epoch not in published and (not published or epoch > max(published)):
-        from replaykit.harness.publish import published as on_disk
-
-        if epoch not in on_disk(request["publish_dir"]):
-            save_state()
-            publish()
-    result(stop)
-    if not published and not list(Path(request["publish_dir"]).glob("checkpoint-*")):
-        print("error: the deadline came before the first epoch ended: nothing to publish", flush=True)
-        return 1
-    return 0
+        print(f"[train] epoch {epoch}/{recipe.epochs} loss {entry['loss']:.4f} loss_X {entry['loss_X']:.4f} "
+              f"loss_E {entry['loss_E']:.4f} epoch_s {entry['epoch_s']:.1f} elapsed {entry['elapsed_s']:.0f} s",
+              flush=True)
+        if epoch % recipe.save_every == 0 or epoch == recipe.epochs:
+            save_and_publish()
+    # at the deadline (or a resume at the end), the last whole epoch is published if nothing later is
+    if epoch and epoch not in session.published_now and epoch > max(session.published_before(), default=0):
+        save_and_publish()
+    return session.finish(stop, history, steps=epoch)
 
 
 if __name__ == "__main__":

@@ -18,20 +18,32 @@ number of ingredients examined so far. This directory is the editable workspace.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from replaykit.harness.fileio import atomic_write_json
-from replaykit.harness.publish import publish_checkpoint
-from replaykit.harness.trainer import load_recipe
+from replaykit.harness.session import ReplaySession, knob
 from replaykit.tasks.soup.evaluator import load_images, read_items
 from replaykit.tasks.soup.model import create_classifier, ingredient_paths, load_state, read_config
 
 HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class SoupConfig:
+    """The recipe's knobs (``configs/<profile>.yaml``; a replay's ``overrides`` change them)."""
+
+    method: Literal["uniform", "greedy", "best_single"] = knob(
+        "uniform: coefficients 1/N (the shipped recipe); greedy: Algorithm 1 of Wortsman et al.; "
+        "best_single: the ingredient with the best proxy accuracy"
+    )
+    batch_size: int = knob("proxy images per forward pass (greedy and best_single only)")
+    device: Literal["auto", "cpu"] = knob("auto: CUDA when available, else CPU")
 
 
 def stack_ingredients(paths: list[Path], device: str) -> dict[str, torch.Tensor]:
@@ -72,56 +84,43 @@ def resumed_soup(request: dict, n: int) -> dict | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--request", required=True)
-    request = json.loads(Path(parser.parse_args().request).read_text())
-    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
-    torch.set_num_threads(int(request["threads"]))
-    torch.manual_seed(int(request["seed"]))
-    device = "cuda" if recipe["device"] == "auto" and torch.cuda.is_available() else "cpu"
-    fixed = Path(request["fixed_start"])
-    config = read_config(fixed)
-    paths = ingredient_paths(fixed, config)
+    session = ReplaySession.start(SoupConfig, HERE / "configs", __doc__)
+    recipe, device = session.recipe, session.device(session.recipe.device)
+    config = read_config(session.fixed_start)
+    paths = ingredient_paths(session.fixed_start, config)
     n = len(paths)
     started = time.time()
     stacked = stack_ingredients(paths, device)
-    model, preprocess = create_classifier(fixed, config)
+    model, preprocess = create_classifier(session.fixed_start, config)
     model.to(device).eval()
     print(f"[soup] {n} ingredients stacked on {device} in {time.time() - started:.1f} s", flush=True)
-    publish_s, published_at = 0.0, []
 
-    def publish(progress: int, coefficients: list[float], note: dict) -> None:
-        nonlocal publish_s
-        t0 = time.time()
-        export = Path(request["state_dir"]) / f".export-{progress}"
-        export.mkdir(parents=True, exist_ok=True)
-        state = soup(stacked, torch.tensor(coefficients, device=device))
-        torch.save({k: v.cpu().contiguous() for k, v in state.items()}, export / "model.pt")
-        atomic_write_json(export / "coefficients.json", {"coefficients": coefficients, "ingredients": config["ingredients"],
-                                                         "method": recipe["method"], **note})
-        entry = publish_checkpoint(export, request["publish_dir"], progress, keep=request["keep"])
-        for f in export.iterdir():
-            f.unlink()
-        export.rmdir()
-        published_at.append(progress)
-        publish_s += time.time() - t0
-        print(f"[publish] checkpoint-{progress} (publication {entry['count']}, retained {entry['retained']})", flush=True)
+    def publish(coefficients: list[float], note: dict) -> None:
+        """Publish the soup with these coefficients as checkpoint-<n> (n ingredients examined)."""
 
-    train_start, stop, curve = time.time(), "max_steps", []
-    done = resumed_soup(request, n)
+        def write(out: Path) -> None:
+            state = soup(stacked, torch.tensor(coefficients, device=device))
+            torch.save({k: v.cpu().contiguous() for k, v in state.items()}, out / "model.pt")
+            atomic_write_json(out / "coefficients.json", {"coefficients": coefficients,
+                                                          "ingredients": config["ingredients"],
+                                                          "method": recipe.method, **note})
+
+        session.publish(n, write)
+
+    session.begin_training()
+    stop, curve = "max_steps", []
+    done = resumed_soup(session.request, n)
     if done is not None:  # a kill came after the publication, before the record: nothing to redo
-        published_at.append(n)
-        curve = [{"progress": k + 1, "proxy_accuracy": acc}
-                 for k, acc in enumerate(done.get("history", []))]
-        print(f"[soup] resumed: checkpoint-{n} is already published; nothing to compute",
-              flush=True)
-    elif recipe["method"] == "uniform":
-        publish(n, [1.0 / n] * n, {})
+        curve = [{"progress": k + 1, "proxy_accuracy": acc} for k, acc in enumerate(done.get("history", []))]
+        print(f"[soup] resumed: checkpoint-{n} is already published; nothing to compute", flush=True)
+    elif recipe.method == "uniform":
+        publish([1.0 / n] * n, {})
     else:
-        proxy_file = Path(request["public_dir"]) / "proxy.jsonl"
+        proxy_file = session.public_dir / "proxy.jsonl"
         items = read_items(proxy_file, int(config["n_classes"]))
         images = load_images(proxy_file, items, preprocess).to(device)
         labels = torch.tensor([it["label"] for it in items], device=device)
+        size = recipe.batch_size
 
         def accuracy(members: list[int]) -> float:
             c = torch.zeros(n, device=device)
@@ -129,38 +128,33 @@ def main() -> int:
             params = soup(stacked, c)
             with torch.no_grad():
                 hits = 0
-                for s in range(0, len(images), int(recipe["batch_size"])):
-                    logits = torch.func.functional_call(model, params, (images[s:s + int(recipe["batch_size"])],))
-                    hits += int((logits.argmax(1) == labels[s:s + int(recipe["batch_size"])]).sum())
+                for s in range(0, len(images), size):
+                    logits = torch.func.functional_call(model, params, (images[s:s + size],))
+                    hits += int((logits.argmax(1) == labels[s:s + size]).sum())
             return hits / len(images)
 
         singles = []
         for i in range(n):
-            if time.time() >= request["deadline_unix"]:
+            if session.past_deadline():
                 stop = "deadline"
                 break
             singles.append(accuracy([i]))
             print(f"[soup] ingredient {i}: proxy accuracy {singles[-1]:.4f}", flush=True)
         if stop == "max_steps":
             ranking = sorted(range(n), key=lambda i: (-singles[i], i))
-            if recipe["method"] == "best_single":
+            if recipe.method == "best_single":
                 c = [0.0] * n
                 c[ranking[0]] = 1.0
-                publish(n, c, {"proxy_accuracy": singles[ranking[0]], "proxy_accuracies": singles})
+                publish(c, {"proxy_accuracy": singles[ranking[0]], "proxy_accuracies": singles})
             else:
                 members, history = greedy_soup(ranking, accuracy)
                 c = [1.0 / len(members) if i in members else 0.0 for i in range(n)]
                 print(f"[soup] greedy soup of {len(members)}: proxy accuracy {history[-1]:.4f}", flush=True)
-                publish(n, c, {"proxy_accuracy": history[-1], "members": members, "ranking": ranking, "history": history})
+                publish(c, {"proxy_accuracy": history[-1], "members": members, "ranking": ranking,
+                            "history": history})
                 curve = [{"progress": k + 1, "proxy_accuracy": acc} for k, acc in enumerate(history)]
-    train_end = time.time()
-    atomic_write_json(Path(request["state_dir"]) / "train_result.json",
-                      {"stop_reason": stop, "steps": max(published_at, default=0), "train_start_unix": train_start,
-                       "train_end_unix": train_end, "publish_s": publish_s, "history": curve})
-    if not published_at:
-        print("error: the deadline came before any soup was published", flush=True)
-        return 1
-    return 0
+    finished = done is not None or session.published_now
+    return session.finish(stop, curve, steps=n if finished else 0)
 
 
 if __name__ == "__main__":

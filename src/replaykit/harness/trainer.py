@@ -21,29 +21,7 @@ from transformers import TrainerCallback
 
 from .fileio import atomic_write_json
 from .publish import publish_checkpoint, published, read_ledger
-
-# exit status of a recipe stopped by a non-finite loss (the replay driver reports it)
-NAN_EXIT = 3
-
-
-def load_recipe(configs_dir: str | Path, profile: str, overrides: dict) -> dict:
-    """The recipe's knobs: ``<configs_dir>/<profile>.yaml`` updated by ``overrides``.
-
-    A dict-valued knob is updated key by key (``{"lora": {"r": 4}}`` keeps the other LoRA
-    keys). Raises ``SystemExit`` with ``<file>: <key>: <message>`` for a missing profile or
-    an override of a key the profile does not have.
-    """
-    import yaml
-
-    path = Path(configs_dir) / f"{profile}.yaml"
-    if not path.is_file():
-        raise SystemExit(f"{path}: -: recipe profile not found")
-    recipe = yaml.safe_load(path.read_text())
-    for key, value in overrides.items():
-        if key not in recipe:
-            raise SystemExit(f"{path}: {key}: unknown recipe key in overrides")
-        recipe[key] = {**recipe[key], **value} if isinstance(recipe[key], dict) else value
-    return recipe
+from .session import NAN_EXIT, load_recipe  # noqa: F401  (the protocol's, shared with ReplaySession; recipes import them here)
 
 
 def training_arguments(recipe: dict, request: dict) -> dict:
