@@ -127,10 +127,16 @@ def sync(device):
 
 
 def sd15(args) -> list[dict]:
+    import dataclasses
+
     import train
     from diffusers import DDIMScheduler
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
     from peft import LoraConfig
+
+    from replaykit.harness.session import load_config
+
+    full = load_config(train.DDPOConfig, ROOT / "recipes" / "ddpo" / "configs", "full", {})
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.float16 if device == "cuda" else torch.float32
@@ -156,16 +162,11 @@ def sd15(args) -> list[dict]:
         for name, sample_bs, train_bs, accum in configs:
             if attention == "unfused" and name == "large-batch" and not args.tiny:
                 continue  # 64 x 4096^2 attention maps per layer: the unfused path is measured at SPEC's batches
-            recipe = {
-                "sample_batch_size": sample_bs,
-                "guidance_scale": 5.0,
-                "eta": 1.0,
-                "train_batch_size": train_bs,
-                "gradient_accumulation_steps": accum,
-                "clip_range": 1e-4,
-                "adv_clip_max": 5.0,
-                "max_grad_norm": 1.0,
-            }
+            # SPEC's recipe (configs/full.yaml: guidance 5, eta 1, clip range 1e-4, advantages +-5,
+            # gradient norm 1) at this variant's batch sizes
+            recipe = dataclasses.replace(
+                full, sample_batch_size=sample_bs, train_batch_size=train_bs, gradient_accumulation_steps=accum
+            )
             generator = torch.Generator().manual_seed(0)
             prompts = [f"prompt {i}" for i in range(sample_bs)]
             warm = DDIMScheduler.from_config(pipe.scheduler.config)
@@ -229,13 +230,13 @@ def embedded(args) -> list[dict]:
     from peft import LoraConfig
     from stat_tracking import PerPromptStatTracker
 
-    from replaykit.harness.trainer import load_recipe
+    from replaykit.harness.session import load_config
     from replaykit.tasks.ddpo.pipeline import Pipeline
     from replaykit.tasks.ddpo.pipeline import prompts as digit_prompts
     from replaykit.tasks.ddpo.rewards import jpeg_compressibility
 
     torch.set_num_threads(args.threads)
-    recipe = load_recipe(ROOT / "recipes" / "ddpo" / "configs", "embedded", {})
+    recipe = load_config(train.DDPOConfig, ROOT / "recipes" / "ddpo" / "configs", "embedded", {})
     pipe = Pipeline(args.fixed_start)
     if args.unfused:
         from diffusers.models.attention_processor import AttnProcessor
@@ -243,23 +244,21 @@ def embedded(args) -> list[dict]:
         pipe.unet.set_attn_processor(AttnProcessor())
     pipe.unet.add_adapter(
         LoraConfig(
-            r=recipe["lora"]["r"],
-            lora_alpha=recipe["lora"]["alpha"],
+            r=recipe.lora["r"],
+            lora_alpha=recipe.lora["alpha"],
             init_lora_weights="gaussian",
-            target_modules=recipe["lora"]["target_modules"],
+            target_modules=recipe.lora["target_modules"],
         )
     )
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=recipe["learning_rate"])
+    optimizer = torch.optim.AdamW(params, lr=recipe.learning_rate)
     scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
-    scheduler.set_timesteps(recipe["num_steps"])
-    tracker = PerPromptStatTracker(recipe["stat_buffer_size"], recipe["stat_min_count"])
+    scheduler.set_timesteps(recipe.num_steps)
+    tracker = PerPromptStatTracker(recipe.stat_buffer_size, recipe.stat_min_count)
     reward, rng, generator = jpeg_compressibility(), random.Random(0), torch.Generator().manual_seed(0)
     rows = []
     for epoch in range(args.epochs):
-        prompts = [
-            rng.choice(digit_prompts()) for _ in range(recipe["sample_batch_size"] * recipe["num_batches_per_epoch"])
-        ]
+        prompts = [rng.choice(digit_prompts()) for _ in range(recipe.sample_batch_size * recipe.num_batches_per_epoch)]
         t0 = time.time()
         batch = train.sample_epoch(pipe, scheduler, prompts, recipe, generator)
         t1 = time.time()
@@ -280,7 +279,7 @@ def embedded(args) -> list[dict]:
         print(
             f"epoch {epoch + 1}: sampling {row['sampling_s']:.2f} s, reward {row['reward_s']:.2f} s, training "
             f"{row['training_s']:.2f} s -> {row['epoch_s']:.2f} s ({len(prompts)} samples, "
-            f"{recipe['num_steps']} steps, "
+            f"{recipe.num_steps} steps, "
             f"{args.threads} thread(s), {'unfused' if args.unfused else 'SDPA'} attention)",
             flush=True,
         )

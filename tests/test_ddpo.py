@@ -515,6 +515,8 @@ def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, m
     import time as real_time
     from types import SimpleNamespace
 
+    from replaykit.harness import session
+
     train = recipe_module("train")
     offset = [0.0]
     original = train.train_epoch
@@ -525,7 +527,9 @@ def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, m
         return out
 
     monkeypatch.setattr(train, "train_epoch", train_then_jump)
-    monkeypatch.setattr(train, "time", SimpleNamespace(time=lambda: real_time.time() + offset[0]))
+    clock = SimpleNamespace(time=lambda: real_time.time() + offset[0])
+    monkeypatch.setattr(train, "time", clock)
+    monkeypatch.setattr(session, "time", clock)  # the deadline is the ReplaySession's
     assert run_recipe(fixed_start, assets, tmp_path, {"save_freq": 5}) == 0  # deadline: exit 0
     result = json.loads((tmp_path / "state/train_result.json").read_text())
     assert result["stop_reason"] == "deadline" and result["steps"] == 1

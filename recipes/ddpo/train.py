@@ -28,13 +28,14 @@ editable workspace.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -46,11 +47,36 @@ from ddim_with_logprob import ddim_step_with_logprob  # noqa: E402
 from stat_tracking import PerPromptStatTracker  # noqa: E402
 
 from replaykit.harness.fileio import atomic_write_json  # noqa: E402
-from replaykit.harness.publish import publish_checkpoint  # noqa: E402
-from replaykit.harness.trainer import NAN_EXIT, load_recipe  # noqa: E402
+from replaykit.harness.session import ReplaySession, knob  # noqa: E402
 from replaykit.tasks.ddpo.lora import save_lora  # noqa: E402
 from replaykit.tasks.ddpo.pipeline import Pipeline  # noqa: E402
 from replaykit.tasks.ddpo.rewards import SCORING, reward_fn  # noqa: E402
+
+
+@dataclass(frozen=True)
+class DDPOConfig:
+    """The recipe's knobs (``configs/<profile>.yaml``; a replay's ``overrides`` change them).
+    Units: samples, denoising steps, epochs."""
+
+    num_epochs: int = knob("epochs; one epoch = sample, reward, train")
+    sample_batch_size: int = knob("images per sampling batch")
+    num_batches_per_epoch: int = knob("sampling batches per epoch (samples per epoch = this x sample_batch_size)")
+    num_steps: int = knob("DDIM steps of sampling and training")
+    eta: float = knob("DDIM noise weight (1: every step is a Gaussian policy)")
+    guidance_scale: float = knob("classifier-free guidance scale")
+    train_batch_size: int = knob("samples per PPO minibatch")
+    gradient_accumulation_steps: int = knob("minibatches per optimizer update")
+    learning_rate: float = knob("AdamW learning rate")
+    weight_decay: float = knob("AdamW weight decay")
+    max_grad_norm: float = knob("gradient-norm clipping threshold")
+    clip_range: float = knob("PPO ratio clip epsilon")
+    adv_clip_max: float = knob("advantages clipped to +-this")
+    stat_buffer_size: int = knob("per-prompt reward history length")
+    stat_min_count: int = knob("rewards a prompt needs before its own statistics replace the batch's")
+    save_freq: int = knob("epochs between published checkpoints (3 retained)")
+    lora: dict = knob("LoRA on the UNet's attention: {r, alpha, target_modules}")
+    device: Literal["auto", "cpu"] = knob("auto: CUDA when available, else CPU")
+    dtype: Literal["float32", "float16", "bfloat16"] = knob("base weights' dtype (LoRA weights train in float32)")
 
 
 class NonFiniteError(RuntimeError):
@@ -83,24 +109,24 @@ def guided_eps(unet, latents: torch.Tensor, t, context: torch.Tensor, guidance: 
 
 
 @torch.no_grad()
-def sample_epoch(pipe, scheduler, prompts: list[str], recipe: dict, generator: torch.Generator) -> dict:
-    """Step 1: trajectories of DDIM sampling (eta ``recipe["eta"]``) with log-probabilities.
+def sample_epoch(pipe, scheduler, prompts: list[str], recipe: DDPOConfig, generator: torch.Generator) -> dict:
+    """Step 1: trajectories of DDIM sampling (eta ``recipe.eta``) with log-probabilities.
 
     Noise comes from the CPU ``generator`` (reproducible on any device). Returns ``latents``
     (``N × (T + 1) × C × h × w``), ``log_probs`` (``N × T``), ``prompt_embeds``
     (``N × L × D``) and the decoded ``images`` (``N × 3 × H × W`` in [0, 1], CPU)."""
     uncond = pipe.encode_prompts([""])
     out: dict[str, list] = {"latents": [], "log_probs": [], "prompt_embeds": [], "images": []}
-    bs = int(recipe["sample_batch_size"])
+    bs = recipe.sample_batch_size
     for start in range(0, len(prompts), bs):
         cond = pipe.encode_prompts(prompts[start:start + bs])
         context = torch.cat([uncond.expand(len(cond), -1, -1), cond])
         x = torch.randn((len(cond), *pipe.latent_shape), generator=generator).to(pipe.device, pipe.dtype)
         trajectory, log_probs = [x], []
         for t in scheduler.timesteps:
-            eps = guided_eps(pipe.unet, x, t, context, float(recipe["guidance_scale"]))
+            eps = guided_eps(pipe.unet, x, t, context, recipe.guidance_scale)
             noise = torch.randn(x.shape, generator=generator)
-            x, log_prob = ddim_step_with_logprob(scheduler, eps, t, x, float(recipe["eta"]), noise=noise)
+            x, log_prob = ddim_step_with_logprob(scheduler, eps, t, x, recipe.eta, noise=noise)
             trajectory.append(x)
             log_probs.append(log_prob)
         out["latents"].append(torch.stack(trajectory, 1))
@@ -110,7 +136,7 @@ def sample_epoch(pipe, scheduler, prompts: list[str], recipe: dict, generator: t
     return {k: torch.cat(v) for k, v in out.items()}
 
 
-def train_epoch(pipe, scheduler, batch: dict, advantages: torch.Tensor, params: list, optimizer, recipe: dict,
+def train_epoch(pipe, scheduler, batch: dict, advantages: torch.Tensor, params: list, optimizer, recipe: DDPOConfig,
                 generator: torch.Generator) -> dict:
     """Step 3: PPO over the stored trajectories; returns mean loss, approx KL and clip fraction.
 
@@ -120,7 +146,7 @@ def train_epoch(pipe, scheduler, batch: dict, advantages: torch.Tensor, params: 
     n, steps = len(advantages), len(scheduler.timesteps)
     order = torch.randperm(n, generator=generator)
     uncond = pipe.encode_prompts([""])
-    bs, accum = int(recipe["train_batch_size"]), int(recipe["gradient_accumulation_steps"])
+    bs, accum = recipe.train_batch_size, recipe.gradient_accumulation_steps
     info = {"loss": [], "approx_kl": [], "clipfrac": []}
     pipe.unet.train()
     optimizer.zero_grad()
@@ -128,19 +154,19 @@ def train_epoch(pipe, scheduler, batch: dict, advantages: torch.Tensor, params: 
     for k, idx in enumerate(minibatches):
         context = torch.cat([uncond.expand(len(idx), -1, -1), batch["prompt_embeds"][idx]])
         for j, t in enumerate(scheduler.timesteps):
-            eps = guided_eps(pipe.unet, batch["latents"][idx, j], t, context, float(recipe["guidance_scale"]))
-            _, log_prob = ddim_step_with_logprob(scheduler, eps, t, batch["latents"][idx, j], float(recipe["eta"]),
+            eps = guided_eps(pipe.unet, batch["latents"][idx, j], t, context, recipe.guidance_scale)
+            _, log_prob = ddim_step_with_logprob(scheduler, eps, t, batch["latents"][idx, j], recipe.eta,
                                                  prev_sample=batch["latents"][idx, j + 1])
             loss, approx_kl, clipfrac = ppo_loss(advantages[idx].to(log_prob.device), log_prob,
-                                                 batch["log_probs"][idx, j].float(), float(recipe["clip_range"]),
-                                                 float(recipe["adv_clip_max"]))
+                                                 batch["log_probs"][idx, j].float(), recipe.clip_range,
+                                                 recipe.adv_clip_max)
             if not torch.isfinite(loss):
                 raise NonFiniteError(f"loss is {loss.item()} (minibatch {k}, step {j})")
             (loss / (accum * steps)).backward()
             for key, value in (("loss", loss), ("approx_kl", approx_kl), ("clipfrac", clipfrac)):
                 info[key].append(value.item())
         if (k + 1) % accum == 0 or k + 1 == len(minibatches):
-            torch.nn.utils.clip_grad_norm_(params, float(recipe["max_grad_norm"]))
+            torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad()
     pipe.unet.eval()
@@ -166,42 +192,36 @@ def save_state(state_dir: Path, pipe, optimizer, tracker, epoch: int, rng: rando
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--request", required=True)
-    request = json.loads(Path(parser.parse_args().request).read_text())
-    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
-    torch.set_num_threads(int(request["threads"]))
-    seed = int(request["seed"])
-    torch.manual_seed(seed)
+    session = ReplaySession.start(DDPOConfig, HERE / "configs", __doc__)
+    recipe, seed, state_dir = session.recipe, session.seed, session.state_dir
     rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
-    state_dir, public = Path(request["state_dir"]), Path(request["public_dir"])
-    device = "cuda" if recipe["device"] == "auto" and torch.cuda.is_available() else "cpu"
-    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[recipe["dtype"]]
+    device = session.device(recipe.device)
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[recipe.dtype]
     started = time.time()
 
     from diffusers import DDIMScheduler
     from peft import LoraConfig, set_peft_model_state_dict
 
-    pipe = Pipeline(request["fixed_start"], device, dtype)
-    scoring = json.loads((public / SCORING).read_text())
+    pipe = Pipeline(str(session.fixed_start), device, dtype)
+    scoring = json.loads((session.public_dir / SCORING).read_text())
     reward = reward_fn(scoring, device)
-    prompt_list = [p.strip() for p in (public / "prompts.txt").read_text().splitlines() if p.strip()]
+    prompt_list = [p.strip() for p in (session.public_dir / "prompts.txt").read_text().splitlines() if p.strip()]
     from diffusers.models.attention_processor import AttnProcessor2_0
 
     pipe.unet.set_attn_processor(AttnProcessor2_0())  # PyTorch SDPA (fused attention), diffusers' default
-    lora = recipe["lora"]
+    lora = recipe.lora
     pipe.unet.add_adapter(LoraConfig(r=int(lora["r"]), lora_alpha=int(lora["alpha"]), init_lora_weights="gaussian",
                                      target_modules=list(lora["target_modules"])))
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
     for p in params:
         p.data = p.data.float()  # LoRA weights train in float32 over a 16-bit base on GPU
-    optimizer = torch.optim.AdamW(params, lr=float(recipe["learning_rate"]), betas=(0.9, 0.999),
-                                  weight_decay=float(recipe["weight_decay"]), eps=1e-8)
-    tracker = PerPromptStatTracker(int(recipe["stat_buffer_size"]), int(recipe["stat_min_count"]))
+    optimizer = torch.optim.AdamW(params, lr=recipe.learning_rate, betas=(0.9, 0.999),
+                                  weight_decay=recipe.weight_decay, eps=1e-8)
+    tracker = PerPromptStatTracker(recipe.stat_buffer_size, recipe.stat_min_count)
     scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
-    scheduler.set_timesteps(int(recipe["num_steps"]))
-    start_epoch, history, published = 0, [], []
-    if request["resume"] and (state_dir / "state" / "train_state.pt").is_file():
+    scheduler.set_timesteps(recipe.num_steps)
+    start_epoch, history = 0, []
+    if session.resume and (state_dir / "state" / "train_state.pt").is_file():
         from safetensors.torch import load_file
 
         saved = torch.load(state_dir / "state" / "train_state.pt", weights_only=False)
@@ -217,35 +237,25 @@ def main() -> int:
     print(f"[train] {len(prompt_list)} prompts, reward {scoring['reward']}, {len(params)} LoRA tensors "
           f"({sum(p.numel() for p in params)} parameters) on {device}; set-up {time.time() - started:.1f} s", flush=True)
 
-    def publish(epoch: int) -> float:
-        """Save the state after ``epoch`` and publish its LoRA as ``checkpoint-<epoch>``; seconds."""
+    def publish(epoch: int) -> None:
+        """Save the state after ``epoch`` and publish its LoRA as ``checkpoint-<epoch>``."""
         t1 = time.time()
         lora_dir = save_state(state_dir, pipe, optimizer, tracker, epoch, rng, generator, history)
-        entry = publish_checkpoint(lora_dir, request["publish_dir"], epoch, keep=request["keep"])
-        published.append(epoch)
-        print(f"[publish] checkpoint-{epoch} (publication {entry['count']}, retained {entry['retained']})", flush=True)
-        return time.time() - t1
+        session.publish_folder(lora_dir, epoch, started=t1)
 
-    n_epochs = int(recipe["num_epochs"])
-    from replaykit.harness.publish import published as on_disk
-    from replaykit.harness.publish import read_ledger
-
-    pub = request["publish_dir"]
-    done = [e["progress"] for e in read_ledger(pub)] + on_disk(pub)
-    due = start_epoch % int(recipe["save_freq"]) == 0 or start_epoch == n_epochs
+    n_epochs, save_freq = recipe.num_epochs, recipe.save_freq
+    done = session.published_before()
+    due = start_epoch % save_freq == 0 or start_epoch == n_epochs
     if start_epoch and due and (not done or start_epoch > max(done)):
         # a kill came between saving this state and publishing it: publish the saved LoRA
-        lora_dir = state_dir / "state" / "lora"
-        entry = publish_checkpoint(lora_dir, pub, start_epoch, keep=request["keep"])
-        published.append(start_epoch)
-        print(f"[publish] checkpoint-{start_epoch} (publication {entry['count']}, "
-              f"retained {entry['retained']})", flush=True)
-    per_epoch = int(recipe["sample_batch_size"]) * int(recipe["num_batches_per_epoch"])
-    train_start, publish_s, stop, error, epoch_s = time.time(), 0.0, "max_steps", None, 0.0
+        session.publish_folder(state_dir / "state" / "lora", start_epoch)
+    per_epoch = recipe.sample_batch_size * recipe.num_batches_per_epoch
+    session.begin_training()
+    stop, error, epoch_s = "max_steps", None, 0.0
     epoch = start_epoch
     for epoch in range(start_epoch + 1, n_epochs + 1):
         t0 = time.time()
-        if t0 + epoch_s > request["deadline_unix"]:
+        if session.past_deadline(ahead_s=epoch_s):  # an epoch that would end past the deadline is not started
             stop, epoch = "deadline", epoch - 1
             break
         prompts = [rng.choice(prompt_list) for _ in range(per_epoch)]
@@ -265,22 +275,14 @@ def main() -> int:
         history.append(entry)
         print(f"[train] epoch {epoch}/{n_epochs} reward_mean {entry['reward_mean']:.4f} reward_std "
               f"{entry['reward_std']:.4f} loss {info['loss']:.5f} approx_kl {info['approx_kl']:.3g} clipfrac "
-              f"{info['clipfrac']:.3f} epoch {epoch_s:.1f} s elapsed {time.time() - train_start:.0f} s", flush=True)
-        if epoch % int(recipe["save_freq"]) == 0 or epoch == n_epochs:
-            publish_s += publish(epoch)
-    if stop == "deadline" and history and history[-1]["progress"] not in published and \
-            history[-1]["progress"] > start_epoch:
-        publish_s += publish(history[-1]["progress"])  # the export reserve covers this last save
-    result = {"stop_reason": stop, "steps": max(published, default=start_epoch), "train_start_unix": train_start,
-              "train_end_unix": time.time(), "publish_s": publish_s, "history": history,
-              "metrics": {k: v for k, v in (history[-1] if history else {}).items() if k != "progress"}}
-    if error:
-        result["error"] = error
-        atomic_write_json(state_dir / "train_result.json", result)
-        print(f"error: {error}", flush=True)
-        return NAN_EXIT
-    atomic_write_json(state_dir / "train_result.json", result)
-    return 0
+              f"{info['clipfrac']:.3f} epoch {epoch_s:.1f} s elapsed {time.time() - session.train_start:.0f} s",
+              flush=True)
+        if epoch % save_freq == 0 or epoch == n_epochs:
+            publish(epoch)
+    last = history[-1]["progress"] if history else None
+    if stop == "deadline" and last is not None and last not in session.published_now and last > start_epoch:
+        publish(last)  # the export reserve covers this last save
+    return session.finish(stop, history, steps=max(session.published_now, default=start_epoch), error=error)
 
 
 if __name__ == "__main__":
