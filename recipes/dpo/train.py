@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from datasets import Dataset
@@ -25,25 +27,45 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 from trl import DPOConfig, DPOTrainer
 
-from replaykit.harness.trainer import ReplayCallback, load_recipe, run_training, training_arguments
+from replaykit.harness.trainer import (
+    ReplayCallback,
+    TrainerKnobs,
+    knob,
+    load_config,
+    run_training,
+    training_arguments,
+)
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+@dataclass(frozen=True)
+class DPOKnobs(TrainerKnobs):
+    """The recipe's knobs (``configs/<profile>.yaml``; a replay's ``overrides`` change them):
+    the Trainer's (:class:`TrainerKnobs`) and DPO's. Units: steps, tokens, pairs."""
+
+    loss_type: str = knob("TRL DPO loss_type (sigmoid: the loss of Rafailov et al. 2023)")
+    beta: float = knob("β, strength of the KL regulariser towards the reference policy")
+    lora: dict = knob("LoRA {r, alpha, dropout, target_modules}")
+    quantization: Literal["nf4"] | None = knob("nf4: 4-bit base weights (bitsandbytes, GPU only); null: none")
+    max_length: int = knob("tokens per sequence, prompt + response")
+    warmup_ratio: float = knob("share of max_steps with a linear learning-rate warm-up")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--request", required=True, help="request.json written by the replay driver")
     request = json.loads(Path(parser.parse_args().request).read_text())
-    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
+    recipe = load_config(DPOKnobs, HERE / "configs", request["profile"], request["overrides"])
     torch.set_num_threads(int(request["threads"]))
     set_seed(int(request["seed"]))
 
     tokenizer = AutoTokenizer.from_pretrained(request["fixed_start"])
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model_kwargs = {"dtype": getattr(torch, recipe["dtype"])}
-    if recipe.get("quantization") == "nf4":
+    model_kwargs = {"dtype": getattr(torch, recipe.dtype)}
+    if recipe.quantization == "nf4":
         from transformers import BitsAndBytesConfig
 
         model_kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -55,12 +77,12 @@ def main() -> int:
             if line.strip()]
     dataset = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows])
 
-    lora = recipe["lora"]
+    lora = recipe.lora
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                              target_modules=lora["target_modules"], bias="none", task_type="CAUSAL_LM")
-    max_steps = int(recipe["max_steps"])
-    args = DPOConfig(beta=recipe["beta"], loss_type=[recipe["loss_type"]], max_length=recipe["max_length"],
-                     warmup_steps=math.ceil(recipe["warmup_ratio"] * max_steps), **training_arguments(recipe, request))
+    max_steps = recipe.max_steps
+    args = DPOConfig(beta=recipe.beta, loss_type=[recipe.loss_type], max_length=recipe.max_length,
+                     warmup_steps=math.ceil(recipe.warmup_ratio * max_steps), **training_arguments(recipe, request))
     callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
                               log_keys={"reward_margin": "rewards/margins", "reward_acc": "rewards/accuracies"})
     trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,10 +29,30 @@ from peft import LoraConfig
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 from trl import RewardConfig, RewardTrainer
 
-from replaykit.harness.trainer import ReplayCallback, load_recipe, run_training, training_arguments
+from replaykit.harness.trainer import (
+    ReplayCallback,
+    TrainerKnobs,
+    knob,
+    load_config,
+    run_training,
+    training_arguments,
+)
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+@dataclass(frozen=True)
+class RewardKnobs(TrainerKnobs):
+    """The recipe's knobs (``configs/<profile>.yaml``; a replay's ``overrides`` change them):
+    the Trainer's (:class:`TrainerKnobs`) and the reward model's. Units: steps, tokens, pairs."""
+
+    lora: dict = knob("LoRA {r, alpha, dropout, target_modules, modules_to_save} (the new score head is saved)")
+    margin: float = knob("subtracted inside the loss: -log σ(r_chosen - r_rejected - margin)")
+    center_rewards_coefficient: float = knob("weight of mean((r_chosen + r_rejected)^2), Eisenstein et al. (2023)")
+    max_length: int = knob("tokens per sequence; longer ones keep their last tokens (left truncation)")
+    weight_decay: float = knob("AdamW weight decay")
+    warmup_steps: int = knob("optimizer steps of linear learning-rate warm-up")
 
 
 def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:
@@ -53,7 +74,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--request", required=True, help="request.json written by the replay driver")
     request = json.loads(Path(parser.parse_args().request).read_text())
-    recipe = load_recipe(HERE / "configs", request["profile"], request["overrides"])
+    recipe = load_config(RewardKnobs, HERE / "configs", request["profile"], request["overrides"])
     torch.set_num_threads(int(request["threads"]))
     set_seed(int(request["seed"]))  # also seeds the new head's initialisation
 
@@ -61,25 +82,25 @@ def main() -> int:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForSequenceClassification.from_pretrained(request["fixed_start"], num_labels=1,
-                                                               dtype=getattr(torch, recipe["dtype"]))
+                                                               dtype=getattr(torch, recipe.dtype))
     model.config.pad_token_id = tokenizer.pad_token_id
 
     rows = [json.loads(line) for line in (Path(request["public_dir"]) / "train_prefs.jsonl").read_text().splitlines()
             if line.strip()]
-    pairs = [{**tokenize_pair(tokenizer, r, int(recipe["max_length"])), "margin": float(recipe["margin"])} for r in rows]
-    truncated = sum(len(p["chosen_ids"]) == recipe["max_length"] or len(p["rejected_ids"]) == recipe["max_length"]
+    pairs = [{**tokenize_pair(tokenizer, r, recipe.max_length), "margin": recipe.margin} for r in rows]
+    truncated = sum(len(p["chosen_ids"]) == recipe.max_length or len(p["rejected_ids"]) == recipe.max_length
                     for p in pairs)
-    print(f"[data] {len(pairs)} pairs, {truncated} left-truncated to {recipe['max_length']} tokens", flush=True)
+    print(f"[data] {len(pairs)} pairs, {truncated} left-truncated to {recipe.max_length} tokens", flush=True)
     dataset = Dataset.from_list(pairs)
 
-    lora = recipe["lora"]
+    lora = recipe.lora
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                              target_modules=lora["target_modules"], modules_to_save=lora["modules_to_save"],
                              bias="none", task_type="SEQ_CLS")
-    max_steps = int(recipe["max_steps"])
+    max_steps = recipe.max_steps
     args = RewardConfig(max_length=None,  # already left-truncated above
-                        center_rewards_coefficient=recipe["center_rewards_coefficient"],
-                        weight_decay=recipe["weight_decay"], warmup_steps=recipe["warmup_steps"],
+                        center_rewards_coefficient=recipe.center_rewards_coefficient,
+                        weight_decay=recipe.weight_decay, warmup_steps=recipe.warmup_steps,
                         **training_arguments(recipe, request))
     callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
                               log_keys={"accuracy": "accuracy", "margin": "margin"})

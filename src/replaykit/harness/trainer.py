@@ -15,16 +15,35 @@ import math
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from transformers import TrainerCallback
 
 from .fileio import atomic_write_json
 from .publish import publish_checkpoint, published, read_ledger
-from .session import NAN_EXIT, load_recipe  # noqa: F401  (the protocol's, shared with ReplaySession; recipes import them here)
+from .session import NAN_EXIT, knob, load_config, load_recipe  # noqa: F401  (recipes import them here)
 
 
-def training_arguments(recipe: dict, request: dict) -> dict:
+@dataclass(frozen=True)
+class TrainerKnobs:
+    """The knobs every Trainer recipe has (:func:`training_arguments` reads them); a recipe's
+    config dataclass extends it with its method's knobs (as TRL's ``DPOConfig`` extends
+    ``TrainingArguments``) and :func:`load_config` fills it from the recipe's profile."""
+
+    dtype: Literal["float32", "bfloat16", "float16"] = knob("weights' dtype; bfloat16 also turns on bf16 training")
+    per_device_train_batch_size: int = knob("pairs (examples) per forward/backward pass")
+    gradient_accumulation_steps: int = knob("passes per optimizer step")
+    optim: str = knob("transformers optimizer name (adamw_torch, paged_adamw_32bit, ...)")
+    learning_rate: float = knob("peak learning rate")
+    lr_scheduler_type: str = knob("transformers schedule name (cosine, linear, ...)")
+    max_steps: int = knob("optimizer steps (progress = step)")
+    save_steps: int = knob("publish every N steps, and at the last step (3 retained)")
+    gradient_checkpointing: bool = knob("recompute activations in the backward pass (less memory, more time)")
+
+
+def training_arguments(recipe: TrainerKnobs, request: dict) -> dict:
     """Keyword arguments of ``transformers.TrainingArguments`` (and TRL's configs) that the
     replay contract fixes or the recipe's common knobs set: output under
     ``<state_dir>/trainer``, the request's seed (also the data order), save every
@@ -36,18 +55,18 @@ def training_arguments(recipe: dict, request: dict) -> dict:
 
     return dict(
         output_dir=str(Path(request["state_dir"]) / "trainer"),
-        per_device_train_batch_size=recipe["per_device_train_batch_size"],
-        gradient_accumulation_steps=recipe["gradient_accumulation_steps"],
-        learning_rate=recipe["learning_rate"],
-        lr_scheduler_type=recipe["lr_scheduler_type"],
-        max_steps=int(recipe["max_steps"]),
-        optim=recipe["optim"],
-        bf16=recipe["dtype"] == "bfloat16",
-        gradient_checkpointing=recipe["gradient_checkpointing"],
+        per_device_train_batch_size=recipe.per_device_train_batch_size,
+        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
+        learning_rate=recipe.learning_rate,
+        lr_scheduler_type=recipe.lr_scheduler_type,
+        max_steps=recipe.max_steps,
+        optim=recipe.optim,
+        bf16=recipe.dtype == "bfloat16",
+        gradient_checkpointing=recipe.gradient_checkpointing,
         seed=int(request["seed"]),
         data_seed=int(request["seed"]),
         save_strategy="steps",
-        save_steps=recipe["save_steps"],
+        save_steps=recipe.save_steps,
         save_total_limit=2,
         logging_steps=1,
         logging_nan_inf_filter=False,
