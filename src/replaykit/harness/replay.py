@@ -453,3 +453,22 @@ def run_replay(
         flush=True,
     )
     return record
+
+
+def budget_from_json(text: str) -> Budget:
+    """The :class:`Budget` of a task's ``budget`` config block given as JSON text (empty: no
+    keys). Raises :class:`InputError` (``config: budget``) for bad JSON, a missing key or an
+    inconsistent budget."""
+    try:
+        return Budget.from_config(json.loads(text) if text else {})
+    except (KeyError, ValueError) as exc:
+        raise InputError("config", "budget", str(exc)) from None
+
+
+def replay_job(*, budget: str, **kwargs) -> dict:
+    """The workflow's replay step: ask for SIGTERM when the job's owner dies (training stops
+    too), then :func:`run_replay` under ``budget``, the ``budget`` config block as JSON text
+    (:func:`budget_from_json`); ``kwargs`` are :func:`run_replay`'s others. Raises what
+    :func:`budget_from_json` and :func:`run_replay` raise."""
+    set_parent_death_signal(signal.SIGTERM)  # the job's owner died -> stop training too
+    return run_replay(budget=budget_from_json(budget), **kwargs)
