@@ -87,7 +87,7 @@ def test_patch_paths_strip_git_prefixes(tmp_path):
 
 
 def test_scoring_refuses_a_workspace_on_sys_path(tmp_path, monkeypatch):
-    from replaykit.cli import assert_workspace_free
+    from replaykit.harness.scoring import assert_workspace_free
 
     ws = tmp_path / "results" / "dpo" / "shipped-seed42" / "workspace"
     ws.mkdir(parents=True)
@@ -101,7 +101,7 @@ def test_scoring_refuses_a_module_imported_from_the_workspace(tmp_path, monkeypa
     import importlib.util
     import sys
 
-    from replaykit.cli import assert_workspace_free
+    from replaykit.harness.scoring import assert_workspace_free
 
     ws = tmp_path / "workspace"
     ws.mkdir()

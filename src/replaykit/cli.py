@@ -8,16 +8,12 @@ exit status 1. Nothing already produced is overwritten by a failing step.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import sys
 import time
 from pathlib import Path
 
 from .harness.errors import InputError
-from .harness.fileio import atomic_write_json, atomic_write_jsonl, read_json
-from .harness.hashing import listing_sha256, sha256_file, sha256_tree, tree_files
-from .harness.provenance import git_commit, library_versions, utc_now
 from .harness.replay import ReplayError
 from .harness.sandbox import SandboxUnavailable
 
@@ -33,47 +29,16 @@ def cmd_fixed_start(a) -> None:
 
 
 def cmd_assets(a) -> None:
-    from .models import source_of
-    from .tasks import get_task
+    from .harness.assets import build_assets
 
-    task = get_task(a.task)
-    out = Path(a.manifest).parent
-    fixed_start = Path(a.fixed_start)
-    if not any(
-        (fixed_start / name).is_file() for name in ("config.json", "model_index.json")
-    ):  # HF model / diffusers pipeline
-        raise InputError(
-            fixed_start, "config.json", "fixed start is not a model directory (no config.json or model_index.json)"
-        )
-    cfg = _json_arg(a.cfg)
-    pin = cfg.get("fixed_start_sha256")
-    files = tree_files(fixed_start)
-    tree = sha256_tree(fixed_start)
-    if pin and pin != tree:
-        raise InputError(fixed_start, "sha256", f"tree hash {tree} differs from the pinned {pin}")
-    from .harness.salt import note, salted_seed
-
-    salt = cfg.get("final_salt", "")
-    data = dict(cfg["data"])
-    if "hidden_seed" in data:  # the final split's draw: unknowable without the salt
-        data["hidden_seed"] = salted_seed(data["hidden_seed"], salt)
-    info = task.build_assets(data, fixed_start, a.public, a.hidden)
-    produced = {}
-    for split, root in (("public", Path(a.public)), ("hidden", Path(a.hidden))):
-        for rel, digest in tree_files(root).items():
-            produced[f"{root.relative_to(out).as_posix()}/{rel}"] = {"sha256": digest, "split": split}
-    manifest = {
-        "task": a.task,
-        "created": utc_now(),
-        "data": info,
-        "config": cfg["data"],
-        "final_salt": "operator" if salt else "public",
-        "final_split_note": note(salt),
-        "fixed_start": {"path": str(fixed_start), "sha256": tree, "files": files, "source": source_of(fixed_start)},
-        "files": produced,
-        "builder": {"project": git_commit(Path(__file__).parent), "libraries": library_versions()},
-    }
-    atomic_write_json(a.manifest, manifest)
+    build_assets(
+        task=a.task,
+        cfg=_json_arg(a.cfg),
+        fixed_start=a.fixed_start,
+        public=a.public,
+        hidden=a.hidden,
+        manifest=a.manifest,
+    )
 
 
 def cmd_workspace(a) -> None:
@@ -84,17 +49,9 @@ def cmd_workspace(a) -> None:
 
 
 def cmd_replay(a) -> None:
-    import signal
+    from .harness.replay import replay_job
 
-    from .harness.budget import Budget
-    from .harness.replay import run_replay, set_parent_death_signal
-
-    set_parent_death_signal(signal.SIGTERM)  # the job's owner died -> stop training too
-    try:
-        budget = Budget.from_config(_json_arg(a.budget))
-    except (KeyError, ValueError) as exc:
-        raise InputError("config", "budget", str(exc)) from None
-    run_replay(
+    replay_job(
         task=a.task,
         run=a.run,
         workspace=a.workspace,
@@ -105,7 +62,7 @@ def cmd_replay(a) -> None:
         publish_dir=a.publish_dir,
         state_dir=a.state_dir,
         record_path=a.record,
-        budget=budget,
+        budget=a.budget,
         seed=a.seed,
         profile=a.profile,
         overrides=_json_arg(a.overrides),
@@ -120,8 +77,7 @@ def cmd_replay(a) -> None:
 def cmd_frozen_code(a) -> None:
     from .harness import frozen
 
-    doc = frozen.record()
-    atomic_write_json(a.out, doc)
+    doc = frozen.write_record(a.out)
     print(f"[frozen-code] {doc['package']}: {len(doc['files'])} files, sha256 {doc['sha256']}")
 
 
@@ -134,133 +90,53 @@ def cmd_check_sandbox(a) -> None:
         print("[sandbox] isolation: none (no sandbox; every summary and report says so)")
 
 
-def _verify_frozen(a) -> str | None:
-    from .harness import frozen
-
-    return frozen.verify(a.frozen) if a.frozen else None
-
-
 def cmd_validate(a) -> None:
-    from .tasks import get_task
+    from .harness.scoring import validate_checkpoint
 
-    started = time.time()
-    frozen_sha = _verify_frozen(a)
-    checkpoint = Path(a.checkpoint)
-    progress = int(checkpoint.name.split("-")[-1])
-    files = tree_files(checkpoint) if checkpoint.is_dir() else {}
-    actual = listing_sha256(files)
-    record = read_json(a.record, required=("checkpoints",)) if a.record else {}
-    recorded = None
-    if a.record:  # the receipt: the checkpoint must be the one the replay published
-        entry = record["checkpoints"].get(str(progress))
-        if not isinstance(entry, dict) or "sha256" not in entry:
-            raise InputError(a.record, f"checkpoints.{progress}.sha256", "not in the replay record")
-        recorded = entry["sha256"]
-    if recorded is not None and actual != recorded:
-        verdict = {
-            "valid": False,
-            "reason": f"checkpoint changed after publication: tree sha256 {actual} "
-            f"differs from {recorded} in its replay record {a.record}",
-        }
-    else:
-        verdict = get_task(a.task).validate(checkpoint, a.fixed_start, _json_arg(a.cfg))
-    verdict["isolation"] = record.get("isolation", "unknown")
-    verdict["frozen_code_sha256"] = frozen_sha
-    verdict.update(
-        {
-            "checkpoint": str(checkpoint),
-            "progress": progress,
-            "seconds": time.time() - started,
-            "validated_at": utc_now(),
-            "files": files,
-            "checkpoint_sha256": actual,
-            "record": a.record or None,
-            "recorded_sha256": recorded,
-        }
+    verdict = validate_checkpoint(
+        task=a.task,
+        checkpoint=a.checkpoint,
+        fixed_start=a.fixed_start,
+        cfg=_json_arg(a.cfg),
+        record=a.record,
+        frozen_record=a.frozen,
+        out=a.out,
     )
-    atomic_write_json(a.out, verdict)
-    print(f"[validate] {checkpoint.name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
-
-
-def assert_workspace_free(workspace: str | Path | None) -> None:
-    """Isolation rule: scoring has the workspace off ``sys.path`` and imports nothing from it.
-
-    Raises RuntimeError naming the offending path or module.
-    """
-    if not workspace:
-        return
-    root = Path(workspace).resolve()
-
-    def inside(path: str) -> bool:
-        resolved = Path(path or ".").resolve()
-        return resolved == root or root in resolved.parents
-
-    bad = [p for p in sys.path if inside(p)]
-    loaded = [m for m, mod in list(sys.modules.items()) if getattr(mod, "__file__", None) and inside(mod.__file__)]
-    if bad or loaded:
-        raise RuntimeError(f"scoring must not see the workspace {root}: sys.path={bad} modules={loaded}")
+    name = Path(a.checkpoint).name
+    print(f"[validate] {name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
 
 
 def cmd_score(a) -> None:
-    from .harness.receipts import write_summary
-    from .tasks import get_task
+    from .harness.scoring import score
 
-    assert_workspace_free(a.workspace)
-    frozen_sha = _verify_frozen(a)
-    from .harness.replay import verify_assets
-
-    verify_assets(a.manifest, a.fixed_start, split={"final": "hidden", "proxy": "public"}[a.split])
-    task = get_task(a.task)
-    cfg = _json_arg(a.cfg)
-    if a.public:  # a fixed-start reference that picks among the fixed assets on the public split (soup)
-        verify_assets(a.manifest, a.fixed_start, split="public")
-        cfg["public_dir"] = a.public
-    metric = task.METRIC[a.split]
-    out_dir = Path(a.out_dir)
-    marker = read_json(a.marker, required=("valid", "reason")) if a.marker else {"valid": True, "reason": "fixed start"}
-    if not isinstance(marker["valid"], bool):
-        raise InputError(a.marker, "valid", f"must be true or false, got {marker['valid']!r}")
-    if not marker["valid"]:
-        # names may hold other fields the evaluator fills (soup's {dataset}): keep those as they are
-        name = metric.format_map(collections.defaultdict(lambda: "unscored", n=0))
-        summary = {
-            "metric": name,
-            "direction": task.METRIC["direction"],
-            "value": None,
-            "uncertainty": {"value": None, "kind": task.METRIC["uncertainty"]},
-            "n": 0,
-            "diagnostics": {},
-            "advisories": [f"not scored: checkpoint invalid ({marker['reason']})"],
-        }
-        rows = []
-    else:
-        summary, rows = task.evaluate(a.checkpoint or None, a.fixed_start, a.items, metric, cfg)
-        assert_workspace_free(a.workspace)
-    if marker.get("isolation") == "none":
-        from .harness.sandbox import NO_ISOLATION_ADVISORY
-
-        summary["advisories"] = [NO_ISOLATION_ADVISORY, *summary.get("advisories", [])]
-    summary["split"] = a.split
-    summary["checkpoint"] = a.checkpoint or None
-    # receipts: what this score was made from (checked again before an official uses it)
-    summary["checkpoint_sha256"] = sha256_tree(a.checkpoint) if a.checkpoint else None
-    summary["marker_sha256"] = sha256_file(a.marker) if a.marker else None
-    summary["frozen_code_sha256"] = frozen_sha
-    summary["items_sha256"] = sha256_file(a.items)
-    summary["scored_at"] = utc_now()
-    (out_dir / ".complete").unlink(missing_ok=True)  # receipts come last: none while rewriting
-    atomic_write_jsonl(out_dir / "rows.jsonl", rows)
-    write_summary(out_dir, summary)
+    summary = score(
+        task=a.task,
+        split=a.split,
+        manifest=a.manifest,
+        fixed_start=a.fixed_start,
+        items=a.items,
+        out_dir=a.out_dir,
+        cfg=_json_arg(a.cfg),
+        checkpoint=a.checkpoint,
+        marker=a.marker,
+        workspace=a.workspace,
+        public=a.public,
+        frozen_record=a.frozen,
+    )
     print(f"[score] {a.split} {summary['metric']} = {summary['value']} (n={summary['n']})")
 
 
 def cmd_official(a) -> None:
-    from .harness.results import official_result
+    from .harness.results import official_from_paths
 
-    markers = {int(Path(m).stem.split("-")[-1]): m for m in a.markers}
-    scores = {int(Path(s).name.split("-")[-1]): s for s in a.scores}
-    doc = official_result(
-        task=a.task, run=a.run, record_path=a.record, markers=markers, scores=scores, direction=a.direction, out=a.out
+    doc = official_from_paths(
+        task=a.task,
+        run=a.run,
+        record_path=a.record,
+        markers=a.markers,
+        scores=a.scores,
+        direction=a.direction,
+        out=a.out,
     )
     best = doc["official"]
     print(
@@ -270,21 +146,9 @@ def cmd_official(a) -> None:
 
 
 def cmd_proxy_table(a) -> None:
-    from .harness.receipts import read_complete_summary
+    from .harness.results import proxy_table
 
-    table = {}
-    for score_dir in a.scores:
-        s = read_complete_summary(score_dir)
-        table[Path(score_dir).name] = {
-            "metric": s["metric"],
-            "value": s["value"],
-            "se": s["uncertainty"]["value"],
-            "n": s["n"],
-            "summary": f"{score_dir}/summary.json",
-        }
-    atomic_write_json(
-        a.out, {"split": "proxy", "note": "exploration only; never mixed with final numbers", "checkpoints": table}
-    )
+    proxy_table(a.scores, a.out)
 
 
 def cmd_final(a) -> None:
@@ -332,53 +196,35 @@ def cmd_ablation(a) -> None:
 
 
 def cmd_figures(a) -> None:
-    from .harness.receipts import read_complete_summary
-    from .report import figures
-    from .tasks import get_task
+    from .report.build import run_figures
 
-    doc = read_json(a.official, required=("run", "checkpoints"))
-    record = read_json(a.record, required=("task", "run"))
-    summary = read_complete_summary(a.final_dir)
-    out = Path(a.out_dir)
-    figures.training_curve(record, out / "training.png", get_task(a.task).TRAINING_CURVE)
-    figures.checkpoint_scores(doc, summary, out / "checkpoints.png")
-    figures.budget_use(doc, record, out / "budget.png", a.benchmarks or None)
-    print(f"[figures] {a.task}/{doc['run']}: {out}/{{training,checkpoints,budget}}.png")
+    doc = run_figures(
+        task=a.task,
+        official=a.official,
+        record=a.record,
+        final_dir=a.final_dir,
+        out_dir=a.out_dir,
+        benchmarks=a.benchmarks,
+    )
+    print(f"[figures] {a.task}/{doc['run']}: {Path(a.out_dir)}/{{training,checkpoints,budget}}.png")
 
 
 def cmd_report(a) -> None:
-    from .harness.receipts import read_complete_summary
-    from .report import figures
-    from .report.html import write_report
-    from .tasks import get_task
+    from .report.build import task_report
 
-    plugin = get_task(a.task)
-    summary = read_complete_summary(a.final_dir)
-    docs = [read_json(p, required=("run", "checkpoints")) for p in dict.fromkeys(a.officials)]
-    fixed = summary["references"]["fixed_start"]
-    figures.seed_spread(summary, docs, a.out_seeds)
-    figures.diagnostics(
-        plugin, summary, docs, read_complete_summary(fixed["scores"]) if fixed else None, a.out_diagnostics
-    )
-    pngs = {}
-    for doc, folder in zip(docs, a.run_figures):
-        for kind in ("training", "checkpoints", "budget"):
-            pngs[f"{doc['run']}/{kind}"] = Path(folder) / f"{kind}.png"
-    pngs.update(seeds=a.out_seeds, diagnostics=a.out_diagnostics)
-    for folder in a.ablations:  # matched ablations (issue 16): their figure, after the task's
-        pngs[f"ablation-{Path(folder).name}/differences"] = Path(folder) / "differences.png"
-    result = write_report(
+    result = task_report(
         task=a.task,
         final_dir=a.final_dir,
         officials=a.officials,
-        figures=pngs,
+        run_figures=a.run_figures,
+        ablations=a.ablations,
         n_boot=a.n_boot,
-        scale=float(plugin.METRIC["scale"]),
         out_html=a.out_html,
         out_table=a.out_table,
-        ablations=a.ablations,
+        out_seeds=a.out_seeds,
+        out_diagnostics=a.out_diagnostics,
     )
-    print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(pngs)} figures -> {a.out_html}")
+    print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(result['figures'])} figures -> {a.out_html}")
 
 
 def cmd_status(a) -> int:
@@ -389,32 +235,10 @@ def cmd_status(a) -> int:
     return 0 if ok else 1
 
 
-def _exploration(a):
-    """The exploration named by ``-e``, else the one the working directory is inside; then
-    work from the workflow directory it was started in (its paths are relative to it)."""
-    import os
-
-    from .harness.explore import Exploration
-
-    if a.exploration:
-        found = Path(a.exploration)
-    else:
-        here = Path.cwd().resolve()
-        found = next((d for d in (here, *here.parents) if (d / "exploration.json").is_file()), None)
-        if found is None:
-            raise InputError(
-                "-e", "exploration", "not inside an exploration directory: name one with -e explore/<task>/<name>"
-            )
-    ex = Exploration(found.resolve())
-    os.chdir(ex.info["workdir"])
-    return ex
-
-
 def cmd_explore_start(a) -> None:
-    from .harness.explore import load_config, start
+    from .harness.explore import start
 
-    config = load_config(a.configfile, a.task)
-    info = start(a.task, a.name, config=config, configfile=a.configfile, root=a.root, lock=a.lock, budget_s=a.budget_s)
+    info = start(a.task, a.name, configfile=a.configfile, root=a.root, lock=a.lock, budget_s=a.budget_s)
     print(
         f"[explore] {info['directory']}: workspace {info['directory']}/workspace, budget "
         f"{info['budget_s']:.0f} s (ends {time.strftime('%H:%M:%S', time.gmtime(info['ends_unix']))}"
@@ -423,10 +247,10 @@ def cmd_explore_start(a) -> None:
 
 
 def cmd_explore_run(a) -> None:
-    from .harness.explore import run_probe
+    from .harness.explore import find_exploration, run_probe
 
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
-    r = run_probe(_exploration(a), command or None, wait=not a.no_wait)
+    r = run_probe(find_exploration(a.exploration), command or None, wait=not a.no_wait)
     print(
         f"[explore] {r['id']}: {r['stop']}, exit {r['returncode']}, {r['seconds']:.1f} s, waited "
         f"{r['waited_s']:.1f} s; checkpoints: {', '.join(r['checkpoints']) or 'none'}; budget left "
@@ -437,10 +261,10 @@ def cmd_explore_run(a) -> None:
 
 
 def cmd_explore_proxy(a) -> None:
-    from .harness.explore import score_proxy
+    from .harness.explore import find_exploration, score_proxy
 
     checkpoint = Path(a.checkpoint).resolve()  # relative to where the user is
-    r = score_proxy(_exploration(a), checkpoint, wait=not a.no_wait)
+    r = score_proxy(find_exploration(a.exploration), checkpoint, wait=not a.no_wait)
     value = "invalid: " + r["reason"] if not r["valid"] else f"{r['value']} ± {r['se']}"
     print(
         f"[explore] proxy {r['id']}: {r['checkpoint']} {r['metric']} = {value} (n={r['n']}); "
@@ -449,13 +273,15 @@ def cmd_explore_proxy(a) -> None:
 
 
 def cmd_explore_status(a) -> None:
-    print(json.dumps(_exploration(a).status(), indent=1))
+    from .harness.explore import find_exploration
+
+    print(json.dumps(find_exploration(a.exploration).status(), indent=1))
 
 
 def cmd_explore_submit(a) -> None:
-    from .harness.explore import submit
+    from .harness.explore import find_exploration, submit
 
-    doc = submit(_exploration(a), a.patches)
+    doc = submit(find_exploration(a.exploration), a.patches)
     print(
         f"[explore] submitted {doc['patch']} sha256 {doc['patch_sha256']}; budget used "
         f"{doc['budget_used_s']:.0f} of {doc['budget_s']:.0f} s; {doc['probes']} probes, "

@@ -114,7 +114,7 @@ def start(
     task: str,
     name: str,
     *,
-    config: dict,
+    config: dict | None = None,
     configfile: str | Path,
     root: str | Path = "explore",
     lock: str | Path = DEFAULT_LOCK,
@@ -123,19 +123,22 @@ def start(
     """Create ``<root>/<task>/<name>/``: a fresh workspace, the budget's clock started.
 
     Args:
-        config: the workflow config (:func:`load_config`).
+        config: the workflow config (default: :func:`load_config` of ``configfile``).
         budget_s: wall-clock budget in seconds; default the task's outer limit × 1/3.
 
     Returns the exploration record (``exploration.json``).
 
     Raises:
-        InputError: a bad name, an existing exploration, a non-positive budget, or assets
+        InputError: a config :func:`load_config` refuses, a bad name, an existing exploration,
+            a non-positive budget, or assets
             that are missing or differ from their manifest (build them first with
             ``snakemake results/<task>/assets/manifest.json``).
     """
     from . import frozen
     from .replay import verify_assets
 
+    if config is None:
+        config = load_config(configfile, task)
     if not NAME_RE.fullmatch(name):
         raise InputError("--name", "name", f"{name!r}: use letters, digits, '_' and '.' only")
     cfg = config["tasks"][task]
@@ -255,6 +258,28 @@ class Exploration:
             ],
             "submitted": (self.dir / "submission.json").is_file(),
         }
+
+
+def find_exploration(directory: str | Path | None = None) -> Exploration:
+    """The exploration at ``directory``, else the one the working directory is inside; then
+    work from the workflow directory it was started in (its paths are relative to it).
+
+    Raises:
+        InputError: no ``directory`` and the working directory is in no exploration, or
+            ``directory`` is not an exploration.
+    """
+    if directory:
+        found = Path(directory)
+    else:
+        here = Path.cwd().resolve()
+        found = next((d for d in (here, *here.parents) if (d / "exploration.json").is_file()), None)
+        if found is None:
+            raise InputError(
+                "-e", "exploration", "not inside an exploration directory: name one with -e explore/<task>/<name>"
+            )
+    ex = Exploration(found.resolve())
+    os.chdir(ex.info["workdir"])
+    return ex
 
 
 class GpuLock:

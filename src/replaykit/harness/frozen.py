@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import InputError
-from .fileio import read_json
+from .fileio import atomic_write_json, read_json
 from .hashing import sha256_bytes, tree_files
 
 
@@ -38,6 +38,13 @@ def digest(files: dict[str, str]) -> str:
 def record() -> dict:
     files = frozen_files()
     return {"package": str(package_dir()), "sha256": digest(files), "files": files}
+
+
+def write_record(out: str | Path) -> dict:
+    """Write the frozen package's :func:`record` (its files' SHA-256) to ``out``; return it."""
+    doc = record()
+    atomic_write_json(out, doc)
+    return doc
 
 
 def first_difference(expected: dict[str, str], actual: dict[str, str]) -> str | None:

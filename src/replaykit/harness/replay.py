@@ -28,8 +28,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from .budget import Budget
 from .errors import InputError
@@ -161,6 +163,406 @@ class Attempts:
         atomic_write_json(self.path, self.previous + [self.current])
 
 
+class ReplaySpec(NamedTuple):
+    """What one formal replay is asked to do: the arguments of :func:`run_replay`, with the
+    workspace, ``publish_dir`` and ``state_dir`` as paths (the others as given)."""
+
+    task: str
+    run: str
+    workspace: Path
+    workspace_record: str | Path
+    manifest: str | Path
+    fixed_start: str | Path
+    public_dir: str | Path
+    publish_dir: Path
+    state_dir: Path
+    record_path: str | Path
+    budget: Budget
+    seed: int
+    profile: str
+    overrides: dict
+    threads: int
+    keep: int
+    isolation: str
+    hide: tuple
+    show: tuple
+    show_fixed_start: bool
+
+
+class Verified(NamedTuple):
+    """The replay's inputs once checked: the workspace record and the asset manifest."""
+
+    workspace_info: dict
+    manifest_sha256: str
+    manifest: dict
+
+
+class Start(NamedTuple):
+    """How this attempt starts: the replay's identity, fresh or resumed, and its clock."""
+
+    identity: str
+    resume: bool
+    attempts: Attempts
+    started_unix: float
+    started_at: str
+    spent_s: float  # by earlier attempts of the same replay
+    deadline_unix: float  # the internal deadline
+    outer_unix: float  # the outer limit
+
+
+class Launched(NamedTuple):
+    """The training process group started by :func:`launch` and the relay of its output."""
+
+    proc: subprocess.Popen
+    relay: Relay
+    relay_thread: threading.Thread
+    frozen_before: dict[str, str]
+
+
+class Exit(NamedTuple):
+    """How the training process ended (:func:`supervise`)."""
+
+    returncode: int
+    outer_hit: bool
+    ended_unix: float
+
+
+class Outcome(NamedTuple):
+    """What a successful replay left (:func:`interpret_exit`)."""
+
+    result: dict  # train_result.json (stop_reason ``outer_limit`` when the driver stopped it)
+    ledger: list[dict]
+    retained: list[int]
+    hashes: dict[int, str]  # progress -> tree SHA-256 of each retained checkpoint
+
+
+def verify_inputs(spec: ReplaySpec) -> Verified:
+    """Check the workspace against its record, the overrides against the recipe profile and
+    the fixed start and public split against the asset manifest, before anything is removed
+    or started. Raises :class:`InputError` naming what differs or is missing."""
+    ws_info = read_json(spec.workspace_record, required=("workspace_sha256", "patch_sha256"))
+    if sha256_tree(spec.workspace) != ws_info["workspace_sha256"]:
+        raise InputError(
+            spec.workspace, "workspace_sha256", f"workspace differs from its record {spec.workspace_record}"
+        )
+    check_overrides(spec.workspace, spec.profile, spec.overrides)
+    manifest_sha = sha256_file(spec.manifest)
+    manifest_doc = verify_assets(spec.manifest, spec.fixed_start)
+    return Verified(ws_info, manifest_sha, manifest_doc)
+
+
+def replay_identity(spec: ReplaySpec, verified: Verified) -> tuple[str, dict]:
+    """What makes two attempts the same replay (task, run, workspace, assets, seed, budget,
+    profile, overrides, keep): its SHA-256 and the document hashed."""
+    identity_doc = {
+        "task": spec.task,
+        "run": spec.run,
+        "workspace_sha256": verified.workspace_info["workspace_sha256"],
+        "assets": asset_fingerprint(verified.manifest),
+        "seed": spec.seed,
+        "budget": spec.budget.as_dict(),
+        "profile": spec.profile,
+        "overrides": spec.overrides,
+        "keep": spec.keep,
+    }
+    return sha256_bytes(json.dumps(identity_doc, sort_keys=True).encode()), identity_doc
+
+
+def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, started_at: str) -> Start:
+    """Resume the same replay when ``state_dir`` holds its identity, else start a fresh formal
+    replay (publications and state of other replays removed); clear what an attempt cut short
+    left; start this attempt's clock, with the budget earlier attempts left. Raises nothing of
+    its own (I/O errors pass)."""
+    publish_dir, state_dir = spec.publish_dir, spec.state_dir
+    identity, identity_doc = replay_identity(spec, verified)
+    identity_file = state_dir / "identity.json"
+    # an earlier attempt's candidate code could have planted links the driver would follow:
+    # such directories are never resumed from
+    planted = [p for d in (publish_dir, state_dir) if d.is_dir() for p in special_entries(d)]
+    resume = not planted and identity_file.exists() and read_json(identity_file).get("identity") == identity
+    if planted:
+        print(
+            f"[replay] {planted[0]}: not a regular file in the replay's directories: starting a fresh formal replay",
+            flush=True,
+        )
+    if not resume:
+        _fresh_start(publish_dir, state_dir)
+        atomic_write_json(identity_file, {"identity": identity, **identity_doc})
+    (state_dir / "train_result.json").unlink(missing_ok=True)
+    (publish_dir / "last-failure.json").unlink(missing_ok=True)
+    for leftover in [*publish_dir.glob(".tmp-*"), *state_dir.glob(".export-*")]:  # cut short by a kill
+        shutil.rmtree(leftover)
+    attempts = Attempts(state_dir / "attempts.json", started_unix)
+    attempts.heartbeat(started_unix)
+    spent_s = attempts.previous_s
+    return Start(
+        identity=identity,
+        resume=resume,
+        attempts=attempts,
+        started_unix=started_unix,
+        started_at=started_at,
+        spent_s=spent_s,
+        deadline_unix=started_unix + spec.budget.internal_deadline_s - spent_s,
+        outer_unix=started_unix + spec.budget.outer_limit_s - spent_s,
+    )
+
+
+def launch(spec: ReplaySpec, start: Start) -> Launched:
+    """Write the request, record the frozen package's hashes and start ``train.py`` of the
+    workspace in its own process group, under the isolation, with a parent-death signal; its
+    output goes through a :class:`Relay` (log and terminal progress line). Raises
+    :class:`SandboxUnavailable` when the sandbox cannot run and :class:`InputError` for an
+    unknown isolation mode."""
+    workspace, publish_dir, state_dir = spec.workspace, spec.publish_dir, spec.state_dir
+    request = {
+        "fixed_start": str(Path(spec.fixed_start).resolve()),
+        "public_dir": str(Path(spec.public_dir).resolve()),
+        "publish_dir": str(publish_dir.resolve()),
+        "state_dir": str(state_dir.resolve()),
+        "seed": spec.seed,
+        "deadline_unix": start.deadline_unix,
+        "export_reserve_s": spec.budget.export_reserve_s,
+        "profile": spec.profile,
+        "overrides": spec.overrides,
+        "threads": spec.threads,
+        "keep": spec.keep,
+        "resume": start.resume,
+    }
+    request_path = atomic_write_json(state_dir / "request.json", request)
+
+    print(
+        f"[replay] {spec.task}/{spec.run}: {'resuming' if start.resume else 'fresh formal replay'}; "
+        f"{start.spent_s:.0f} s spent by earlier attempts; "
+        f"internal deadline in {start.deadline_unix - start.started_unix:.0f} s, "
+        f"outer limit in {start.outer_unix - start.started_unix:.0f} s",
+        flush=True,
+    )
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(spec.threads), PYTHONDONTWRITEBYTECODE="1")
+    command = [sys.executable, "train.py", "--request", str(request_path.resolve())]
+    command = wrap(
+        command,
+        spec.isolation,
+        chdir=workspace.resolve(),
+        hide=[Path.cwd(), *spec.hide],
+        read_only=[
+            *python_roots(),
+            workspace,
+            spec.public_dir,
+            *spec.show,
+            *([spec.fixed_start] if spec.show_fixed_start else []),
+        ],
+        writable=[publish_dir, state_dir],
+    )
+    print(
+        f"[replay] isolation: {spec.isolation}" + ("" if spec.isolation != "none" else f" ({NO_ISOLATION_ADVISORY})"),
+        flush=True,
+    )
+    frozen_before = frozen_files()
+    proc = subprocess.Popen(
+        command,
+        cwd=workspace,
+        env=process_env(env, spec.isolation),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
+    )
+    # training output -> this log, cleaned; a progress line -> the job's terminal
+    relay = Relay(
+        sys.stdout,
+        terminal_from_env(),
+        label=f"{spec.task}/{spec.run}",
+        started_unix=start.started_unix,
+        deadline_unix=start.deadline_unix,
+        spent_s=start.spent_s,
+        every=save_every(workspace, spec.profile, spec.overrides),
+        log_name=os.environ.get("REPLAYKIT_LOG"),
+    )
+    relay_thread = relay.start(proc.stdout)
+    return Launched(proc, relay, relay_thread, frozen_before)
+
+
+def supervise(launched: Launched, start: Start) -> Exit:
+    """Wait for the training process group: stop it at the outer limit, record a heartbeat of
+    the attempt every ``HEARTBEAT_S``, and on SIGTERM, SIGINT or SIGHUP stop it and exit with
+    ``128 + signal`` (SystemExit). Returns how it ended, once its output is relayed."""
+    proc, attempts = launched.proc, start.attempts
+
+    def on_signal(signum, _frame):
+        print(f"[replay] received signal {signum}: stopping the training process group", flush=True)
+        _kill_group(proc)
+        attempts.heartbeat(time.time())
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    outer_hit = False
+    last_beat = start.started_unix
+    while proc.poll() is None:
+        now = time.time()
+        if now > start.outer_unix:
+            outer_hit = True
+            print("[replay] outer limit reached: stopping the training process group", flush=True)
+            _kill_group(proc)
+            break
+        if now - last_beat >= HEARTBEAT_S:
+            attempts.heartbeat(now)
+            last_beat = now
+        time.sleep(0.5)
+    returncode = proc.wait()
+    launched.relay_thread.join(timeout=10)
+    launched.relay.close()
+    ended_unix = time.time()
+    attempts.heartbeat(ended_unix)
+    return Exit(returncode, outer_hit, ended_unix)
+
+
+def _fail(publish_dir: Path, workspace: Path, why: str, returncode: int, retained: list) -> ReplayError:
+    """Write ``last-failure.json`` saying why; the :class:`ReplayError` to raise."""
+    atomic_write_json(
+        publish_dir / "last-failure.json",
+        {"error": why, "returncode": returncode, "time": utc_now(), "retained": retained},
+    )
+    return ReplayError(f"{workspace}/train.py: {why}")
+
+
+def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, ended: Exit) -> Outcome:
+    """Judge what the attempt left, reading candidate-written files only once they are known
+    to be regular and small: the exit status, the frozen package, workspace and public split
+    unchanged, at least one and at most ``keep`` checkpoints retained, each a regular tree
+    matching its publication. Returns the outcome. Raises :class:`ReplayError` (after writing
+    ``last-failure.json``) naming the first failure; the publications are kept."""
+    workspace, publish_dir, state_dir = spec.workspace, spec.publish_dir, spec.state_dir
+    returncode = ended.returncode
+    # the candidate could write these directories: nothing in them may be a link, FIFO or
+    # device, and nothing the driver reads may be huge, before anything is read or hashed
+    special = [f"{publish_dir.name}/{e}" for e in special_entries(publish_dir)]
+    special += [f"{state_dir.name}/{e}" for e in special_entries(state_dir)]
+    oversized = [
+        p.name
+        for p in (state_dir / "train_result.json", publish_dir / "publications.jsonl")
+        if p.is_file() and p.stat().st_size > MAX_RECEIPT_BYTES
+    ]
+    if special or oversized:
+        why = (
+            f"{special[0]}: not a regular file (symlinks, FIFOs and devices are refused)"
+            if special
+            else f"{oversized[0]}: larger than {MAX_RECEIPT_BYTES} bytes"
+        )
+        raise _fail(publish_dir, workspace, why, returncode, [])
+    result_path = state_dir / "train_result.json"
+    result = read_json(result_path) if result_path.exists() else {}
+    ledger = read_ledger(publish_dir)
+    retained = published(publish_dir)
+    failure = None
+    if ended.outer_hit:
+        result["stop_reason"] = "outer_limit"
+    elif returncode != 0:
+        failure = result.get("error") or f"train.py exited with status {returncode} (see the log above)"
+    changed = first_difference(launched.frozen_before, frozen_files())
+    if changed is not None:
+        failure = f"the frozen package changed during the replay: {changed}"
+    elif sha256_tree(workspace) != verified.workspace_info["workspace_sha256"]:  # read-only in the sandbox
+        failure = f"the workspace {workspace} changed during the replay"
+    else:
+        try:
+            verify_assets(spec.manifest, spec.fixed_start, split="public", fixed_start_too=False)
+        except InputError as exc:
+            failure = f"the public split changed during the replay: {exc}"
+    if failure is None and not retained:
+        failure = "no checkpoint was published"
+    for p in retained if failure is None else []:
+        if special := special_entries(publish_dir / f"checkpoint-{p}"):
+            failure = f"checkpoint-{p}/{special[0]}: not a regular file (symlinks, FIFOs and devices are refused)"
+            break
+    if failure is None and len(retained) > spec.keep:
+        failure = f"retention broken: {len(retained)} checkpoints retained (keep {spec.keep})"
+    hashes = {p: sha256_tree(publish_dir / f"checkpoint-{p}") for p in retained}
+    ledger_sha = {e["progress"]: e.get("sha256") for e in ledger}
+    moved = [p for p in retained if p in ledger_sha and ledger_sha[p] != hashes[p]]
+    if failure is None and moved:  # a resume must not adopt a checkpoint changed on disk
+        failure = (
+            f"checkpoint-{moved[0]} differs from its publication in "
+            f"{publish_dir}/publications.jsonl (changed after publication); "
+            f"start a fresh formal replay: rm -r {publish_dir} {state_dir}"
+        )
+    if failure is not None:
+        raise _fail(publish_dir, workspace, failure, returncode, retained)
+    return Outcome(result, ledger, retained, hashes)
+
+
+def write_record(
+    spec: ReplaySpec, verified: Verified, start: Start, launched: Launched, ended: Exit, outcome: Outcome
+) -> dict:
+    """Write the replay record to ``spec.record_path`` (last: its presence means the replay
+    succeeded) and say so on stdout. Returns the record."""
+    result, ledger, retained, hashes = outcome
+    ws_info, budget, started_unix, spent_s = verified.workspace_info, spec.budget, start.started_unix, start.spent_s
+    wall_s = ended.ended_unix - started_unix
+    total_s = spent_s + wall_s
+    t0, t1 = result.get("train_start_unix"), result.get("train_end_unix")
+    setup_s = (t0 - started_unix) if t0 else None
+    train_s = (t1 - t0) if t0 and t1 else None
+    publish_s = result.get("publish_s")
+    accounted = sum(x for x in (setup_s, train_s) if x is not None)
+    attempts = start.attempts
+    record = {
+        "task": spec.task,
+        "run": spec.run,
+        "seed": spec.seed,
+        "identity": start.identity,
+        "resumed": start.resume,
+        "started_at": start.started_at,
+        "ended_at": utc_now(),
+        "wall_s": wall_s,
+        "attempts": attempts.previous + [attempts.current],
+        "budget": budget.as_dict(),
+        "utilisation": {
+            "wall_s_all_attempts": total_s,
+            "budget_fraction": total_s / budget.outer_limit_s,
+            "deadline_fraction": (spent_s + t1 - started_unix) / budget.internal_deadline_s if t1 else None,
+            "setup_s": setup_s,
+            "train_s": train_s,
+            "publish_s": publish_s,
+            "idle_s": max(0.0, wall_s - accounted),
+        },
+        "stop_reason": result.get("stop_reason", "unknown"),
+        "steps": result.get("steps"),
+        "publications": ledger,
+        "publication_count": len(ledger),
+        "retained": retained,
+        "checkpoints": {
+            str(p): {"path": str(spec.publish_dir / f"checkpoint-{p}"), "sha256": hashes[p]} for p in retained
+        },
+        "workspace_record": str(spec.workspace_record),
+        "workspace_sha256": ws_info["workspace_sha256"],
+        "patch": ws_info.get("patch"),
+        "patch_sha256": ws_info["patch_sha256"],
+        "exploration": exploration_of(ws_info.get("patch"), ws_info["patch_sha256"]),
+        "asset_manifest": str(spec.manifest),
+        "asset_manifest_sha256": verified.manifest_sha256,
+        "profile": spec.profile,
+        "overrides": spec.overrides,
+        "threads": spec.threads,
+        "project": git_commit(Path(__file__).resolve().parent),
+        "isolation": spec.isolation,
+        "advisories": [NO_ISOLATION_ADVISORY] if spec.isolation == "none" else [],
+        "frozen_code_sha256": frozen_digest(launched.frozen_before),
+        "libraries": library_versions(),
+        "train_metrics": result.get("metrics", {}),
+        "train_history": result.get("history", []),
+    }
+    atomic_write_json(spec.record_path, record)
+    print(
+        f"[replay] done: stop_reason={record['stop_reason']} steps={record['steps']} "
+        f"retained={retained} wall={wall_s:.1f} s ({total_s:.1f} s over all attempts)",
+        flush=True,
+    )
+    return record
+
+
 def run_replay(
     *,
     task: str,
@@ -196,260 +598,59 @@ def run_replay(
     write only ``publish_dir`` and ``state_dir``. The frozen package is hashed before and
     after training: a change is a :class:`ReplayError`.
 
+    Steps: :func:`verify_inputs`, :func:`decide_start`, :func:`launch`, :func:`supervise`,
+    :func:`interpret_exit`, :func:`write_record`.
+
     Returns the record. Raises :class:`InputError` for bad assets, workspace or overrides
     (before anything is removed), and :class:`ReplayError` when the recipe fails; publications
     made before a failure are kept (they live outside Snakemake's declared outputs) and
     ``last-failure.json`` says why.
     """
     started_unix, started_at = time.time(), utc_now()
-    workspace, publish_dir, state_dir = Path(workspace), Path(publish_dir), Path(state_dir)
-    ws_info = read_json(workspace_record, required=("workspace_sha256", "patch_sha256"))
-    if sha256_tree(workspace) != ws_info["workspace_sha256"]:
-        raise InputError(workspace, "workspace_sha256", f"workspace differs from its record {workspace_record}")
-    check_overrides(workspace, profile, overrides)
-    manifest_sha = sha256_file(manifest)
-    manifest_doc = verify_assets(manifest, fixed_start)
-
-    identity_doc = {
-        "task": task,
-        "run": run,
-        "workspace_sha256": ws_info["workspace_sha256"],
-        "assets": asset_fingerprint(manifest_doc),
-        "seed": seed,
-        "budget": budget.as_dict(),
-        "profile": profile,
-        "overrides": overrides,
-        "keep": keep,
-    }
-    identity = sha256_bytes(json.dumps(identity_doc, sort_keys=True).encode())
-    identity_file = state_dir / "identity.json"
-    # an earlier attempt's candidate code could have planted links the driver would follow:
-    # such directories are never resumed from
-    planted = [p for d in (publish_dir, state_dir) if d.is_dir() for p in special_entries(d)]
-    resume = not planted and identity_file.exists() and read_json(identity_file).get("identity") == identity
-    if planted:
-        print(
-            f"[replay] {planted[0]}: not a regular file in the replay's directories: starting a fresh formal replay",
-            flush=True,
-        )
-    if not resume:
-        _fresh_start(publish_dir, state_dir)
-        atomic_write_json(identity_file, {"identity": identity, **identity_doc})
-    (state_dir / "train_result.json").unlink(missing_ok=True)
-    (publish_dir / "last-failure.json").unlink(missing_ok=True)
-    for leftover in [*publish_dir.glob(".tmp-*"), *state_dir.glob(".export-*")]:  # cut short by a kill
-        shutil.rmtree(leftover)
-    attempts = Attempts(state_dir / "attempts.json", started_unix)
-    attempts.heartbeat(started_unix)
-    spent_s = attempts.previous_s
-    deadline_unix = started_unix + budget.internal_deadline_s - spent_s
-    outer_unix = started_unix + budget.outer_limit_s - spent_s
-
-    request = {
-        "fixed_start": str(Path(fixed_start).resolve()),
-        "public_dir": str(Path(public_dir).resolve()),
-        "publish_dir": str(publish_dir.resolve()),
-        "state_dir": str(state_dir.resolve()),
-        "seed": seed,
-        "deadline_unix": deadline_unix,
-        "export_reserve_s": budget.export_reserve_s,
-        "profile": profile,
-        "overrides": overrides,
-        "threads": threads,
-        "keep": keep,
-        "resume": resume,
-    }
-    request_path = atomic_write_json(state_dir / "request.json", request)
-
-    print(
-        f"[replay] {task}/{run}: {'resuming' if resume else 'fresh formal replay'}; "
-        f"{spent_s:.0f} s spent by earlier attempts; internal deadline in {deadline_unix - started_unix:.0f} s, "
-        f"outer limit in {outer_unix - started_unix:.0f} s",
-        flush=True,
+    spec = ReplaySpec(
+        task=task,
+        run=run,
+        workspace=Path(workspace),
+        workspace_record=workspace_record,
+        manifest=manifest,
+        fixed_start=fixed_start,
+        public_dir=public_dir,
+        publish_dir=Path(publish_dir),
+        state_dir=Path(state_dir),
+        record_path=record_path,
+        budget=budget,
+        seed=seed,
+        profile=profile,
+        overrides=overrides,
+        threads=threads,
+        keep=keep,
+        isolation=isolation,
+        hide=hide,
+        show=show,
+        show_fixed_start=show_fixed_start,
     )
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), PYTHONDONTWRITEBYTECODE="1")
-    command = [sys.executable, "train.py", "--request", str(request_path.resolve())]
-    command = wrap(
-        command,
-        isolation,
-        chdir=workspace.resolve(),
-        hide=[Path.cwd(), *hide],
-        read_only=[*python_roots(), workspace, public_dir, *show, *([fixed_start] if show_fixed_start else [])],
-        writable=[publish_dir, state_dir],
-    )
-    print(
-        f"[replay] isolation: {isolation}" + ("" if isolation != "none" else f" ({NO_ISOLATION_ADVISORY})"), flush=True
-    )
-    frozen_before = frozen_files()
-    proc = subprocess.Popen(
-        command,
-        cwd=workspace,
-        env=process_env(env, isolation),
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
-    )
-    # training output -> this log, cleaned; a progress line -> the job's terminal
-    relay = Relay(
-        sys.stdout,
-        terminal_from_env(),
-        label=f"{task}/{run}",
-        started_unix=started_unix,
-        deadline_unix=deadline_unix,
-        spent_s=spent_s,
-        every=save_every(workspace, profile, overrides),
-        log_name=os.environ.get("REPLAYKIT_LOG"),
-    )
-    relay_thread = relay.start(proc.stdout)
+    verified = verify_inputs(spec)
+    start = decide_start(spec, verified, started_unix, started_at)
+    launched = launch(spec, start)
+    ended = supervise(launched, start)
+    outcome = interpret_exit(spec, verified, launched, ended)
+    return write_record(spec, verified, start, launched, ended, outcome)
 
-    def on_signal(signum, _frame):
-        print(f"[replay] received signal {signum}: stopping the training process group", flush=True)
-        _kill_group(proc)
-        attempts.heartbeat(time.time())
-        raise SystemExit(128 + signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+def budget_from_json(text: str) -> Budget:
+    """The :class:`Budget` of a task's ``budget`` config block given as JSON text (empty: no
+    keys). Raises :class:`InputError` (``config: budget``) for bad JSON, a missing key or an
+    inconsistent budget."""
+    try:
+        return Budget.from_config(json.loads(text) if text else {})
+    except (KeyError, ValueError) as exc:
+        raise InputError("config", "budget", str(exc)) from None
 
-    outer_hit = False
-    last_beat = started_unix
-    while proc.poll() is None:
-        now = time.time()
-        if now > outer_unix:
-            outer_hit = True
-            print("[replay] outer limit reached: stopping the training process group", flush=True)
-            _kill_group(proc)
-            break
-        if now - last_beat >= HEARTBEAT_S:
-            attempts.heartbeat(now)
-            last_beat = now
-        time.sleep(0.5)
-    returncode = proc.wait()
-    relay_thread.join(timeout=10)
-    relay.close()
-    ended_unix = time.time()
-    attempts.heartbeat(ended_unix)
 
-    # the candidate could write these directories: nothing in them may be a link, FIFO or
-    # device, and nothing the driver reads may be huge, before anything is read or hashed
-    special = [f"{publish_dir.name}/{e}" for e in special_entries(publish_dir)]
-    special += [f"{state_dir.name}/{e}" for e in special_entries(state_dir)]
-    oversized = [
-        p.name
-        for p in (state_dir / "train_result.json", publish_dir / "publications.jsonl")
-        if p.is_file() and p.stat().st_size > MAX_RECEIPT_BYTES
-    ]
-    if special or oversized:
-        why = (
-            f"{special[0]}: not a regular file (symlinks, FIFOs and devices are refused)"
-            if special
-            else f"{oversized[0]}: larger than {MAX_RECEIPT_BYTES} bytes"
-        )
-        atomic_write_json(
-            publish_dir / "last-failure.json",
-            {"error": why, "returncode": returncode, "time": utc_now(), "retained": []},
-        )
-        raise ReplayError(f"{workspace}/train.py: {why}")
-    result_path = state_dir / "train_result.json"
-    result = read_json(result_path) if result_path.exists() else {}
-    ledger = read_ledger(publish_dir)
-    retained = published(publish_dir)
-    failure = None
-    if outer_hit:
-        result["stop_reason"] = "outer_limit"
-    elif returncode != 0:
-        failure = result.get("error") or f"train.py exited with status {returncode} (see the log above)"
-    changed = first_difference(frozen_before, frozen_files())
-    if changed is not None:
-        failure = f"the frozen package changed during the replay: {changed}"
-    elif sha256_tree(workspace) != ws_info["workspace_sha256"]:  # read-only in the sandbox
-        failure = f"the workspace {workspace} changed during the replay"
-    else:
-        try:
-            verify_assets(manifest, fixed_start, split="public", fixed_start_too=False)
-        except InputError as exc:
-            failure = f"the public split changed during the replay: {exc}"
-    if failure is None and not retained:
-        failure = "no checkpoint was published"
-    for p in retained if failure is None else []:
-        if special := special_entries(publish_dir / f"checkpoint-{p}"):
-            failure = f"checkpoint-{p}/{special[0]}: not a regular file (symlinks, FIFOs and devices are refused)"
-            break
-    if failure is None and len(retained) > keep:
-        failure = f"retention broken: {len(retained)} checkpoints retained (keep {keep})"
-    hashes = {p: sha256_tree(publish_dir / f"checkpoint-{p}") for p in retained}
-    ledger_sha = {e["progress"]: e.get("sha256") for e in ledger}
-    moved = [p for p in retained if p in ledger_sha and ledger_sha[p] != hashes[p]]
-    if failure is None and moved:  # a resume must not adopt a checkpoint changed on disk
-        failure = (
-            f"checkpoint-{moved[0]} differs from its publication in "
-            f"{publish_dir}/publications.jsonl (changed after publication); "
-            f"start a fresh formal replay: rm -r {publish_dir} {state_dir}"
-        )
-    if failure is not None:
-        atomic_write_json(
-            publish_dir / "last-failure.json",
-            {"error": failure, "returncode": returncode, "time": utc_now(), "retained": retained},
-        )
-        raise ReplayError(f"{workspace}/train.py: {failure}")
-
-    wall_s = ended_unix - started_unix
-    total_s = spent_s + wall_s
-    t0, t1 = result.get("train_start_unix"), result.get("train_end_unix")
-    setup_s = (t0 - started_unix) if t0 else None
-    train_s = (t1 - t0) if t0 and t1 else None
-    publish_s = result.get("publish_s")
-    accounted = sum(x for x in (setup_s, train_s) if x is not None)
-    record = {
-        "task": task,
-        "run": run,
-        "seed": seed,
-        "identity": identity,
-        "resumed": resume,
-        "started_at": started_at,
-        "ended_at": utc_now(),
-        "wall_s": wall_s,
-        "attempts": attempts.previous + [attempts.current],
-        "budget": budget.as_dict(),
-        "utilisation": {
-            "wall_s_all_attempts": total_s,
-            "budget_fraction": total_s / budget.outer_limit_s,
-            "deadline_fraction": (spent_s + t1 - started_unix) / budget.internal_deadline_s if t1 else None,
-            "setup_s": setup_s,
-            "train_s": train_s,
-            "publish_s": publish_s,
-            "idle_s": max(0.0, wall_s - accounted),
-        },
-        "stop_reason": result.get("stop_reason", "unknown"),
-        "steps": result.get("steps"),
-        "publications": ledger,
-        "publication_count": len(ledger),
-        "retained": retained,
-        "checkpoints": {str(p): {"path": str(publish_dir / f"checkpoint-{p}"), "sha256": hashes[p]} for p in retained},
-        "workspace_record": str(workspace_record),
-        "workspace_sha256": ws_info["workspace_sha256"],
-        "patch": ws_info.get("patch"),
-        "patch_sha256": ws_info["patch_sha256"],
-        "exploration": exploration_of(ws_info.get("patch"), ws_info["patch_sha256"]),
-        "asset_manifest": str(manifest),
-        "asset_manifest_sha256": manifest_sha,
-        "profile": profile,
-        "overrides": overrides,
-        "threads": threads,
-        "project": git_commit(Path(__file__).resolve().parent),
-        "isolation": isolation,
-        "advisories": [NO_ISOLATION_ADVISORY] if isolation == "none" else [],
-        "frozen_code_sha256": frozen_digest(frozen_before),
-        "libraries": library_versions(),
-        "train_metrics": result.get("metrics", {}),
-        "train_history": result.get("history", []),
-    }
-    atomic_write_json(record_path, record)
-    print(
-        f"[replay] done: stop_reason={record['stop_reason']} steps={record['steps']} "
-        f"retained={retained} wall={wall_s:.1f} s ({total_s:.1f} s over all attempts)",
-        flush=True,
-    )
-    return record
+def replay_job(*, budget: str, **kwargs) -> dict:
+    """The workflow's replay step: ask for SIGTERM when the job's owner dies (training stops
+    too), then :func:`run_replay` under ``budget``, the ``budget`` config block as JSON text
+    (:func:`budget_from_json`); ``kwargs`` are :func:`run_replay`'s others. Raises what
+    :func:`budget_from_json` and :func:`run_replay` raise."""
+    set_parent_death_signal(signal.SIGTERM)  # the job's owner died -> stop training too
+    return run_replay(budget=budget_from_json(budget), **kwargs)

@@ -92,6 +92,49 @@ def official_result(
     return doc
 
 
+def official_from_paths(
+    *,
+    task: str,
+    run: str,
+    record_path: str | Path,
+    markers: list[str | Path],
+    scores: list[str | Path],
+    direction: str,
+    out: str | Path,
+) -> dict:
+    """:func:`official_result` of validation markers (``.../checkpoint-N.json``) and final-score
+    directories (``.../checkpoint-N``) given as lists of paths, each keyed by the progress ``N``
+    its name ends with. Raises what :func:`official_result` raises."""
+    return official_result(
+        task=task,
+        run=run,
+        record_path=record_path,
+        markers={int(Path(m).stem.split("-")[-1]): m for m in markers},
+        scores={int(Path(s).name.split("-")[-1]): s for s in scores},
+        direction=direction,
+        out=out,
+    )
+
+
+def proxy_table(scores: list[str | Path], out: str | Path) -> dict:
+    """Write the proxy scores of a run's checkpoints (their complete ``summary.json``) to one
+    file, ``out``, keyed by score folder name. Returns the document. Raises
+    :class:`InputError` for a score directory that is not complete."""
+    table = {}
+    for score_dir in scores:
+        s = read_complete_summary(score_dir)
+        table[Path(score_dir).name] = {
+            "metric": s["metric"],
+            "value": s["value"],
+            "se": s["uncertainty"]["value"],
+            "n": s["n"],
+            "summary": f"{score_dir}/summary.json",
+        }
+    doc = {"split": "proxy", "note": "exploration only; never mixed with final numbers", "checkpoints": table}
+    atomic_write_json(out, doc)
+    return doc
+
+
 def _rows_by_id(score_dir: str | Path) -> dict[str, dict]:
     path = Path(score_dir) / "rows.jsonl"
     out: dict[str, dict] = {}

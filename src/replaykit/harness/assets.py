@@ -1,0 +1,73 @@
+"""A task's fixed assets: build the public and hidden splits from the fixed start and
+write the asset manifest (SHA-256 of the fixed start and of every asset file) that every
+later step verifies them against (:func:`replaykit.harness.replay.verify_assets`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import InputError
+from .fileio import atomic_write_json
+from .hashing import sha256_tree, tree_files
+from .provenance import git_commit, library_versions, utc_now
+
+
+def build_assets(
+    *,
+    task: str,
+    cfg: dict,
+    fixed_start: str | Path,
+    public: str | Path,
+    hidden: str | Path,
+    manifest: str | Path,
+) -> dict:
+    """Build ``task``'s public and hidden splits and write their manifest to ``manifest``.
+
+    ``public`` and ``hidden`` lie inside the manifest's folder (the manifest lists files
+    relative to it). ``cfg`` is the task's config block: its ``data`` goes to the task's
+    builder (the hidden split's ``hidden_seed`` salted with ``final_salt``); a
+    ``fixed_start_sha256`` pins the fixed start's tree hash. Returns the manifest.
+
+    Raises :class:`InputError` when the fixed start is not a model directory or its tree
+    hash differs from the pinned one, and what the task's builder raises.
+    """
+    from ..models import source_of
+    from ..tasks import get_task
+    from .salt import note, salted_seed
+
+    plugin = get_task(task)
+    out = Path(manifest).parent
+    fixed_start = Path(fixed_start)
+    if not any(
+        (fixed_start / name).is_file() for name in ("config.json", "model_index.json")
+    ):  # HF model / diffusers pipeline
+        raise InputError(
+            fixed_start, "config.json", "fixed start is not a model directory (no config.json or model_index.json)"
+        )
+    pin = cfg.get("fixed_start_sha256")
+    files = tree_files(fixed_start)
+    tree = sha256_tree(fixed_start)
+    if pin and pin != tree:
+        raise InputError(fixed_start, "sha256", f"tree hash {tree} differs from the pinned {pin}")
+    salt = cfg.get("final_salt", "")
+    data = dict(cfg["data"])
+    if "hidden_seed" in data:  # the final split's draw: unknowable without the salt
+        data["hidden_seed"] = salted_seed(data["hidden_seed"], salt)
+    info = plugin.build_assets(data, fixed_start, public, hidden)
+    produced = {}
+    for split, root in (("public", Path(public)), ("hidden", Path(hidden))):
+        for rel, digest in tree_files(root).items():
+            produced[f"{root.relative_to(out).as_posix()}/{rel}"] = {"sha256": digest, "split": split}
+    doc = {
+        "task": task,
+        "created": utc_now(),
+        "data": info,
+        "config": cfg["data"],
+        "final_salt": "operator" if salt else "public",
+        "final_split_note": note(salt),
+        "fixed_start": {"path": str(fixed_start), "sha256": tree, "files": files, "source": source_of(fixed_start)},
+        "files": produced,
+        "builder": {"project": git_commit(Path(__file__).parent.parent), "libraries": library_versions()},
+    }
+    atomic_write_json(manifest, doc)
+    return doc
