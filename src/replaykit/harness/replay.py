@@ -274,7 +274,7 @@ def run_replay(
         isolation,
         chdir=workspace.resolve(),
         hide=[Path.cwd(), *hide],
-        read_only=[*python_roots(), workspace, public_dir, *show, *([fixed_start] if show_fixed_start else [])],
+        read_only=[*python_roots(task), workspace, public_dir, *show, *([fixed_start] if show_fixed_start else [])],
         writable=[publish_dir, state_dir],
     )
     print(
