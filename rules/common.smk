@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 from snakemake.settings.types import DeploymentMethod
-from snakemake.utils import validate
 
 from replaykit.config import (
     CLI,
     check_config,
     coerce_cli_values,
-    load_schema,
+    config_schema,
+    fill_defaults,
     load_yaml_strict,
 )
 from replaykit.harness.budget import Budget
@@ -45,8 +45,10 @@ def config_layers():
 SOURCE_NAME = " + ".join(map(str, workflow.configfiles)) or "config"
 try:
     _layers = config_layers()
+    # config/schema.yaml with the blocks of configured tasks registered by entry points
+    _schema = config_schema(SCHEMA_FILE, config)
     # Snakemake's --config parser leaves the items of a list / mapping as strings
-    coerce_cli_values(config, _layers[-1][1], load_schema(SCHEMA_FILE))
+    coerce_cli_values(config, _layers[-1][1], _schema)
     with remembering():  # local data files: checked again only when they change
         check_config(
             config,
@@ -57,7 +59,8 @@ try:
         )
 except InputError as exc:
     sys.exit(f"error: {exc}")
-validate(config, schema="../config/schema.yaml")  # fills the schema's defaults
+# the schema's defaults, filled as snakemake.utils.validate fills them
+fill_defaults(config, _schema)
 
 # Candidate code runs in the bubblewrap sandbox: refuse to start without one, in one line.
 if config["isolation"] == "bwrap":

@@ -35,6 +35,14 @@ the full-scale settings; `config/examples/` holds examples. Give another file wi
 """
 
 
+# the block of a task whose plug-in is installed from elsewhere (not in config/schema.yaml)
+REGISTERED = """\
+A task whose plug-in is registered from outside the package (an entry point in group
+`replaykit.tasks`; [adding a task](../docs/files.md#adding-a-task)) has a block too: the keys
+below that every block shares (`$defs/task_block` of `config/schema.yaml`) with the plug-in's
+own `data` and `evaluation` (its `CONFIG_SCHEMA`, merged in when the workflow starts).
+"""
+
 # blocks each task defines for itself, without a description in the schema
 FALLBACK = {
     "evaluation": "the frozen evaluator's settings (proxy and final scores)",
@@ -101,7 +109,7 @@ def generate() -> str:
         HEADER,
         f"{text(schema['description'])}\n\n## Top-level keys\n\n" + table(top, schema),
         models_section(schema),
-        f"## `tasks`\n\n{text(schema['properties']['tasks']['description'])}.\n",
+        f"## `tasks`\n\n{text(schema['properties']['tasks']['description'])}.\n\n{REGISTERED}",
     ]
     for task in schema["properties"]["tasks"]["properties"]:
         block = resolve(schema["properties"]["tasks"]["properties"][task], schema)

@@ -7,6 +7,7 @@ offending value came from (the last one that sets it), then its dotted key.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 from pathlib import Path
@@ -26,8 +27,6 @@ def load_schema(path: str | Path) -> dict:
     """The JSON schema of ``path`` (YAML), parsed with libyaml when PyYAML has it (the pure
     Python parser takes ~0.1 s for ``config/schema.yaml``, and the workflow reads it on every
     parse); memoised per (path, size, mtime). A fresh copy each call: callers may change it."""
-    import copy
-
     st = Path(path).stat()
     return copy.deepcopy(_load_schema(str(Path(path).resolve()), st.st_size, st.st_mtime_ns))
 
@@ -37,6 +36,84 @@ def _load_schema(path: str, size: int, mtime_ns: int) -> dict:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(path) as handle:
         return yaml.load(handle, Loader=loader)  # noqa: S506 (a safe loader)
+
+
+TASK_BLOCK = "task_block"  # $defs/task_block: the shared keys of a registered task's block
+
+
+def config_schema(schema_file: str | Path, config: dict) -> dict:
+    """The schema ``config`` is checked against: ``schema_file`` (``config/schema.yaml``) with
+    a block under ``tasks.properties`` for every configured task that it lacks and a
+    registered plug-in has (an entry point, :data:`replaykit.tasks.ENTRY_POINT_GROUP`): a copy of
+    ``$defs/task_block`` whose properties are updated by the plug-in's ``CONFIG_SCHEMA``. Their
+    ``$ref: '#/$defs/...'`` resolve in the same document. Only configured tasks are imported
+    (the config check imports them anyway); a name no plug-in has is left to the schema,
+    which refuses it as an unknown key.
+
+    Raises:
+        InputError: a plug-in that does not load (:func:`replaykit.tasks.get_task`); a task
+            outside ``schema_file`` without ``CONFIG_SCHEMA``, or one in it with one (two
+            schemas of one block); ``schema_file`` without ``$defs/task_block``.
+    """
+    from .tasks import KNOWN, get_task
+
+    schema = load_schema(schema_file)
+    tasks = config.get("tasks") if isinstance(config, dict) else None
+    if not isinstance(tasks, dict):
+        return schema  # refused by the schema itself
+    blocks = schema["properties"]["tasks"]["properties"]
+    for name in tasks:
+        if name not in KNOWN:
+            continue
+        plugin = get_task(name)
+        where = plugin.module.__file__ or plugin.module.__name__
+        if name in blocks:
+            if plugin.CONFIG_SCHEMA is not None:
+                raise InputError(
+                    where,
+                    "CONFIG_SCHEMA",
+                    f"{schema_file} already defines tasks.{name}: a block has one schema (drop one)",
+                )
+            continue
+        if plugin.CONFIG_SCHEMA is None:
+            raise InputError(
+                where,
+                "CONFIG_SCHEMA",
+                f"task {name!r} is not in {schema_file}: its plug-in must give its block's schema "
+                "(at least data and evaluation; see replaykit.tasks.contract)",
+            )
+        if TASK_BLOCK not in schema.get("$defs", {}):
+            raise InputError(schema_file, f"$defs.{TASK_BLOCK}", "missing (the block of a registered task)")
+        block = copy.deepcopy(schema["$defs"][TASK_BLOCK])
+        block["properties"].update(copy.deepcopy(dict(plugin.CONFIG_SCHEMA)))
+        block["description"] = f"task {name} (plug-in {plugin.module.__name__}, registered by an entry point)"
+        blocks[name] = block
+    return schema
+
+
+def fill_defaults(config: dict, schema: dict) -> dict:
+    """Fill in ``config`` (in place) the ``default`` of every property the schema gives one and
+    the config lacks, as Snakemake's ``snakemake.utils.validate`` does (jsonschema's FAQ
+    recipe: a default beside a ``$ref`` is filled, one inside the referenced definition is
+    not), but from a schema already loaded, e.g. :func:`config_schema`'s. Returns ``config``.
+
+    Raises:
+        jsonschema.ValidationError: ``config`` does not satisfy ``schema`` (check it first
+            with :func:`check_config`, which names the offending source and key).
+    """
+    base = jsonschema.Draft202012Validator
+    validate_properties = base.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, subschema):
+        if isinstance(instance, dict):
+            for key, prop in properties.items():
+                if isinstance(prop, dict) and "default" in prop:
+                    instance.setdefault(key, prop["default"])
+        yield from validate_properties(validator, properties, instance, subschema)
+
+    filling = jsonschema.validators.extend(base, {"properties": set_defaults})
+    filling(schema).validate(config)
+    return config
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -219,7 +296,8 @@ def check_config(
 
     Args:
         config: the merged workflow config.
-        schema_file: ``config/schema.yaml``.
+        schema_file: ``config/schema.yaml`` (the blocks of registered tasks are added to it:
+            :func:`config_schema`).
         source: the name used when ``layers`` cannot tell where a value came from.
         layers: ``(source name, mapping)`` of each config source, lowest priority first, so
             that an error names the file (or ``--config``) its value came from.
@@ -231,7 +309,7 @@ def check_config(
             e.g. ``tasks.dpo.budget.outer_limit_s``.
     """
     layers = layers or [(source, config)]
-    schema = load_schema(schema_file)
+    schema = config_schema(schema_file, config)
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise _schema_error(error, layers, source)

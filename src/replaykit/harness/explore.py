@@ -94,7 +94,7 @@ def load_config(configfile: str | Path, task: str) -> dict:
     """
     import yaml
 
-    from ..config import check_config
+    from ..config import check_config, config_schema, fill_defaults
 
     configfile = Path(configfile)
     if not configfile.is_file():
@@ -102,9 +102,7 @@ def load_config(configfile: str | Path, task: str) -> dict:
     config = yaml.safe_load(configfile.read_text()) or {}
     schema = configfile.parent / "schema.yaml"
     check_config(config, schema, str(configfile))
-    from snakemake.utils import validate
-
-    validate(config, schema=str(schema.resolve()))  # fills the schema's defaults
+    fill_defaults(config, config_schema(schema, config))
     if task not in config["tasks"]:
         raise InputError(configfile, "tasks", f"no task named {task!r}")
     return config
@@ -451,7 +449,7 @@ def run_probe(
             chdir=workspace,
             hide=[info["workdir"], ex.dir, info["lock"], info["lock"] + ".holder", *info["hide"]],
             read_only=[
-                *python_roots(),
+                *python_roots(info["task"]),
                 info["public_dir"],
                 *info["show"],
                 ex.dir / "runs",

@@ -345,7 +345,7 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
         chdir=workspace.resolve(),
         hide=[Path.cwd(), *spec.hide],
         read_only=[
-            *python_roots(),
+            *python_roots(spec.task),
             workspace,
             spec.public_dir,
             *spec.show,

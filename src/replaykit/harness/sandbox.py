@@ -10,8 +10,9 @@ Inside the sandbox (:func:`bwrap_argv`):
   names (the final split's local sources, see ``FINAL_SOURCES`` of each task); ``/tmp``,
   ``/run`` and ``$HOME`` are empty, writable and thrown away at the end;
 * shown again, read-only: the Python environment, the frozen package (``src/replaykit``),
-  the workspace, the fixed start (unless it is raw data, digress), the public split and
-  the task's other local assets (e.g. ddpo's reward models);
+  the code of a task plug-in registered from outside it (an entry point), the workspace,
+  the fixed start (unless it is raw data, digress), the public split and the task's other
+  local assets (e.g. ddpo's reward models);
 * writable: the run's publish directory and state directory;
 * no network (``--unshare-net``: only ``lo``), own PID and IPC namespaces (``/proc`` shows
   only the sandbox's processes, so ``/proc/<parent>/root`` is out of reach), dies with its
@@ -167,12 +168,26 @@ def _existing(paths) -> list[Path]:
     return out
 
 
-def python_roots() -> list[Path]:
-    """What the sandboxed Python needs to see: the environment and the frozen package."""
+def python_roots(task: str | None = None) -> list[Path]:
+    """What the sandboxed Python needs to see: the environment, the frozen package and, for a
+    ``task`` whose plug-in is registered from outside the package (an entry point), that
+    plug-in's code (:func:`replaykit.tasks.code_roots`: its package folder, not the rest of
+    the ``PYTHONPATH`` entry holding it, which may be the hidden working directory).
+
+    Raises:
+        InputError: ``task``'s plug-in does not load (:func:`replaykit.tasks.get_task`).
+    """
     import replaykit
 
     package_parent = Path(replaykit.__file__).resolve().parent.parent  # src/ of an editable install
-    return _existing([sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent.parent, package_parent])
+    plugin = []
+    if task is not None:
+        from ..tasks import code_roots
+
+        plugin = code_roots(task)
+    return _existing(
+        [sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent.parent, package_parent, *plugin]
+    )
 
 
 def bwrap_argv(

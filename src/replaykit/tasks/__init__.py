@@ -2,27 +2,40 @@
 tasks share) is the plug-in of task ``<name>``; the members it defines, their meaning and the
 defaults of the optional ones are declared in :mod:`.contract` (:class:`.contract.TaskPlugin`).
 
-The registry is found, not kept: :data:`KNOWN` lists the subpackages (without importing
-them) and :func:`get_task` loads one and checks it against the contract. A plug-in never
-imports another plug-in; what two tasks share lives in :mod:`.common`.
+A plug-in may also live outside this package: an installed distribution registers it with an
+entry point in group :data:`ENTRY_POINT_GROUP` (``replaykit.tasks``), named after the task,
+whose value is the plug-in's module (``toy = replaykit_toy`` in ``entry_points.txt``). Such a
+plug-in brings its config block's schema (``CONFIG_SCHEMA``, see :mod:`.contract`).
 
-Adding a task means adding such a subpackage, its recipe under ``recipes/<task>/`` and its
-config block; the harness and the rules stay as they are.
+The registry is found, not kept: :data:`KNOWN` lists the subpackages and the entry points
+(without importing either) and :func:`get_task` loads one and checks it against the contract.
+A plug-in never imports another plug-in; what two tasks share lives in :mod:`.common`.
+
+Adding a task means adding such a plug-in (a subpackage here, or an entry point), its recipe
+under ``recipes/<task>/`` and its config block; the harness and the rules stay as they are.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
 import pkgutil
+import re
+import sys
+from pathlib import Path
 
 from ..harness.errors import InputError
 from .contract import TaskPlugin, load
 
 SHARED = ("common",)  # subpackages that hold shared helpers, not a task
+ENTRY_POINT_GROUP = "replaykit.tasks"  # entry points of plug-ins installed from elsewhere
+# A task name is a config key, a path part (results/<task>/, recipes/<task>/) and an
+# alternative of the rules' `task` wildcard: lower-case letters, digits and `_`.
+NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def _discover() -> tuple[str, ...]:
+def _builtin() -> tuple[str, ...]:
     """Names of the plug-in subpackages, sorted; none is imported."""
     return tuple(
         sorted(
@@ -33,7 +46,52 @@ def _discover() -> tuple[str, ...]:
     )
 
 
-KNOWN = _discover()
+def _origin(ep) -> str:
+    """``entry point <name> = <value> of distribution <dist>``, for error messages."""
+    dist = getattr(ep, "dist", None)
+    return f"entry point {ep.name} = {ep.value} of distribution {dist.name if dist else '?'}"
+
+
+def _registered(builtin: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]]:
+    """The plug-ins registered by entry points of group :data:`ENTRY_POINT_GROUP`, read from
+    the installed distributions' metadata (no plug-in is imported; about 10 ms).
+
+    Returns ``(registered, refused)``: task name -> plug-in module, and task name -> why it
+    cannot be loaded. Refused: a name that is not a task name (:data:`NAME_RE`), that a
+    built-in plug-in has (no silent precedence: the built-in task is refused too, until that
+    distribution is uninstalled or its entry point renamed), that two distributions
+    register, or a value that is not a module name (``module:attribute``).
+    """
+    found: dict[str, list] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, []).append(ep)
+    registered, refused = {}, {}
+    for name, eps in sorted(found.items()):
+        if not NAME_RE.fullmatch(name):
+            refused[name] = f"{_origin(eps[0])}: not a task name ({NAME_RE.pattern})"
+        elif name in builtin:
+            refused[name] = (
+                f"{_origin(eps[0])} registers a task of the same name as replaykit.tasks.{name}; "
+                "uninstall that distribution or rename its entry point"
+            )
+        elif len(eps) > 1:
+            refused[name] = f"registered twice: {_origin(eps[0])} and {_origin(eps[1])}; uninstall one"
+        elif eps[0].attr or not all(part.isidentifier() for part in eps[0].module.split(".")):
+            refused[name] = f"{_origin(eps[0])}: the value must be a module name (no ':attribute')"
+        else:
+            registered[name] = eps[0].module
+    return registered, refused
+
+
+def _discover() -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
+    """``(known, registered, refused)``: every task name, sorted (built-in, registered and
+    refused ones); the registered plug-ins' modules; why each refused name cannot load."""
+    builtin = _builtin()
+    registered, refused = _registered(builtin)
+    return tuple(sorted({*builtin, *registered, *refused})), registered, refused
+
+
+KNOWN, REGISTERED, REFUSED = _discover()
 
 
 def deferred(package: str, module: str, name: str):
@@ -93,15 +151,44 @@ def write_splits(public_dir, hidden_dir, public: dict[str, list[dict]], hidden: 
 
 @functools.cache
 def get_task(name: str) -> TaskPlugin:
-    """The plug-in of task ``name``, checked against the contract.
+    """The plug-in of task ``name`` (the subpackage ``replaykit.tasks.<name>``, or the module
+    of the entry point ``<name>``), checked against the contract.
 
     Raises:
-        InputError: for an unknown task; :class:`.contract.ContractError` (an InputError)
-            naming every missing or malformed member of an incomplete plug-in.
+        InputError: for an unknown task, a refused one (:data:`REFUSED`: why, naming the
+            distribution) and a registered plug-in that does not import;
+            :class:`.contract.ContractError` (an InputError) naming every missing or malformed
+            member of an incomplete plug-in.
     """
     if name not in KNOWN:
         raise InputError("config", f"tasks.{name}", f"unknown task (known: {', '.join(KNOWN)})")
-    return load(name, importlib.import_module(f"{__name__}.{name}"))
+    if name in REFUSED:
+        raise InputError("config", f"tasks.{name}", REFUSED[name])
+    module = REGISTERED.get(name, f"{__name__}.{name}")
+    try:
+        return load(name, importlib.import_module(module))
+    except ImportError as exc:
+        if name not in REGISTERED:
+            raise
+        raise InputError(
+            "config", f"tasks.{name}", f"plug-in {module} (entry point {ENTRY_POINT_GROUP}) does not import: {exc}"
+        ) from None
+
+
+def code_roots(name: str) -> list[Path]:
+    """What a sandboxed replay of task ``name`` must see of its plug-in's code besides the
+    frozen package (a recipe may import its plug-in's helpers, as soup's does): nothing for a
+    built-in plug-in; for a registered one, the folder of its top-level package (or its
+    module file), read from the imported plug-in.
+
+    Raises:
+        InputError: as :func:`get_task`.
+    """
+    if name not in REGISTERED:
+        return []
+    top = sys.modules[get_task(name).module.__name__.split(".")[0]]
+    paths = getattr(top, "__path__", None)
+    return [Path(p) for p in paths] if paths else [Path(top.__file__)]
 
 
 def builders() -> dict[str, str]:
@@ -111,7 +198,7 @@ def builders() -> dict[str, str]:
         InputError: when two plug-ins declare the same builder name.
     """
     found: dict[str, str] = {}
-    for name in KNOWN:
+    for name in (n for n in KNOWN if n not in REFUSED):  # a refused task is refused when configured
         plugin = get_task(name)
         for builder in plugin.FIXED_START_BUILDERS:
             if builder in found:

@@ -2,7 +2,8 @@
 means, and the defaults of the optional ones, declared once here.
 
 A plug-in is a subpackage of :mod:`replaykit.tasks` (any but ``common``, the helpers tasks
-share); its ``__init__`` defines the members below as module attributes. :func:`load` reads
+share) or a module registered by an entry point (:data:`replaykit.tasks.ENTRY_POINT_GROUP`);
+its ``__init__`` (or the module) defines the members below as module attributes. :func:`load` reads
 them into a :class:`TaskPlugin`, fills in the defaults and refuses a plug-in that lacks a
 required member or gives one of the wrong kind, with one :class:`ContractError` naming every
 problem. The harness, the CLI, the report and the rules read plug-ins only through
@@ -49,7 +50,9 @@ def _required(f) -> bool:
 class TaskPlugin:
     """One task's plug-in, as the harness sees it. Required members have no default."""
 
-    name: str = field(metadata={"doc": "the task's name (= its subpackage and config key)", "kind": "name"})
+    name: str = field(
+        metadata={"doc": "the task's name (= its subpackage or entry point, and its config key)", "kind": "name"}
+    )
     module: ModuleType = field(repr=False, metadata={"doc": "the plug-in module", "kind": "name"})
 
     # --- what is scored, and how ---------------------------------------------------------
@@ -96,6 +99,20 @@ class TaskPlugin:
     FIXED_START_IS_DATA: bool = _member(
         "True when the fixed start is raw data whose complement is the test split (digress's "
         "QM9 CSVs): the replay sandbox does not show it"
+    )
+
+    # --- the config block -----------------------------------------------------------------
+    CONFIG_SCHEMA: Mapping | None = _member(
+        "the task's own keys of its config block ``tasks.<task>``, as JSON Schema (draft 2020-12) "
+        "dicts: at least ``data`` (checked again by ``check_data``) and ``evaluation`` (the "
+        "evaluator's cfg; needs a ``runtime`` in minutes with a default, which the scoring rules "
+        "read), optionally ``validation`` (else ``{dtype, runtime}``); ``$ref: '#/$defs/<name>'`` "
+        "reaches the shared definitions of config/schema.yaml (fixed_start, budget, source, dtype, "
+        "runtime, ...). The block is ``$defs/task_block`` of config/schema.yaml (fixed_start, "
+        "budget, seeds, recipe, candidates, ...) with these keys in place "
+        "(:func:`replaykit.config.config_schema`). None: the block is in config/schema.yaml "
+        "(the shipped tasks); a plug-in registered by an entry point must give it",
+        default=None,
     )
 
     # --- the fixed start ------------------------------------------------------------------
@@ -187,6 +204,14 @@ def _problem(name: str, kind: str, value) -> str | None:
     elif name in ("TRAINING_CURVE", "ROW_CLUSTER"):
         if not (value is None or isinstance(value, str)):
             return "not a string or None"
+    elif name == "CONFIG_SCHEMA":
+        if value is None:
+            return None
+        if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+            return "not a mapping of block key -> JSON schema (a mapping)"
+        missing = [k for k in ("data", "evaluation") if k not in value]
+        if missing:
+            return f"lacks {', '.join(missing)}"
     elif name == "FIXED_START_BUILDERS":
         if not (isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())):
             return "not a mapping of builder name -> module"
