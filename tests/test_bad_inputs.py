@@ -149,3 +149,70 @@ def test_item_files_with_a_repeated_id_name_the_line(tmp_path):
     with pytest.raises(InputError, match=r"items.jsonl: line 3.id: duplicate id '1'"):
         read_jsonl(path, required=("id",), unique="id")
     assert len(read_jsonl(path, required=("id",))) == 3  # only checked when asked
+
+
+@pytest.mark.parametrize(
+    "override, field, message",
+    [
+        ({"beta": "x"}, "recipe.overrides.beta", "expected a number (the profile has 0.1), got 'x'"),
+        ({"beta": True}, "recipe.overrides.beta", "expected a number (the profile has 0.1), got True"),
+        ({"beta": float("nan")}, "recipe.overrides.beta", "expected a finite number, got nan"),
+        ({"lora": None}, "recipe.overrides.lora", "expected a mapping (the profile has {'r': 16}), got None"),
+        ({"lora": {"r": "four"}}, "recipe.overrides.lora.r", "expected a number (the profile has 16), got 'four'"),
+        ({"name": 3}, "recipe.overrides.name", "expected a string (the profile has 'sigmoid'), got 3"),
+    ],
+)
+def test_an_override_of_the_wrong_kind_is_refused(tmp_path, override, field, message):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "embedded.yaml").write_text("beta: 0.1\nlora: {r: 16}\nname: sigmoid\nquant: null\n")
+    with pytest.raises(InputError) as exc:
+        check_overrides(tmp_path, "embedded", override)
+    assert exc.value.field == field and exc.value.message.startswith(message)
+    check_overrides(tmp_path, "embedded", {"quant": "nf4", "beta": 1})  # null takes anything; 1 is a number
+
+
+def test_overrides_spelled_as_strings_are_read_as_the_profiles_kind(tmp_path):
+    """``--config`` leaves numbers inside a mapping as strings; YAML 1.1 reads ``2e-4`` as one."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "embedded.yaml").write_text("lr: 0.001\nsteps: 4\nflag: false\nlora: {r: 16}\nname: a\n")
+    overrides = {"lr": "2e-4", "steps": "128", "flag": "true", "lora": {"r": "4"}, "name": "5"}
+    check_overrides(tmp_path, "embedded", overrides, coerce=True)
+    assert overrides == {"lr": 2e-4, "steps": 128, "flag": True, "lora": {"r": 4}, "name": "5"}
+
+
+def test_a_profile_that_is_not_yaml_is_named_with_its_line(tmp_path):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "embedded.yaml").write_text("beta: 0.1\nlora: [r, \n")
+    with pytest.raises(InputError) as exc:
+        check_overrides(tmp_path, "embedded", {})
+    assert exc.value.path == str(tmp_path / "configs" / "embedded.yaml") and "not valid YAML" in exc.value.message
+
+
+def test_overrides_are_checked_against_the_shipped_profile_even_when_a_candidate_patches_it(tmp_path):
+    """The shipped reference gets the overrides too: a knob only the candidate's patch adds
+    cannot be an override (its replay would fail at its start), and the value's kind is checked."""
+    import difflib
+
+    profile = (ROOT / "recipes/soup/configs/embedded.yaml").read_text()
+    patch = tmp_path / "temp.diff"
+    patch.write_text(
+        "".join(
+            difflib.unified_diff(
+                profile.splitlines(True),
+                (profile + "temperature: 1.0\n").splitlines(True),
+                "a/configs/embedded.yaml",
+                "b/configs/embedded.yaml",
+            )
+        )
+    )
+    config = default_config()
+    soup = config["tasks"]["soup"]
+    soup.update(candidates={"temp": str(patch)}, candidate="temp")
+    soup["recipe"] = {"profile": "embedded", "overrides": {"temperature": 2.0}}
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "c.yaml", recipes_root=ROOT / "recipes")
+    assert exc.value.field == "tasks.soup.recipe.overrides.temperature"
+    assert "overrides apply to every run, the shipped reference too" in exc.value.message
+    soup["recipe"]["overrides"] = {"batch_size": "128"}  # a number as --config gives it: converted in place
+    check_config(config, SCHEMA, "c.yaml", recipes_root=ROOT / "recipes")
+    assert soup["recipe"]["overrides"] == {"batch_size": 128}

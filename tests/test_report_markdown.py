@@ -129,3 +129,15 @@ def test_optional_sections(same):
     assert "| exploration receipt 1 | `runs/1/checkpoint-2` | 0.5000 ± 0.1000 | - |" in lines
     assert "| formal replay | checkpoint-5 | - | 0.8125 ± 0.0500 |" in lines
     assert text.endswith("## Advisories\n\n- isolation: none (bubblewrap missing)\n- one more\n")
+
+
+def test_free_text_stays_inside_its_table_cell():
+    """A reason or advisory with ``|`` or a newline (e.g. a traceback line) cannot break the
+    checkpoint table or start a heading."""
+    doc = copy.deepcopy(DOC)
+    doc["checkpoints"][1]["reason"] = "shape | mismatch\n# not a heading"
+    summary = copy.deepcopy(SUMMARY)
+    summary["advisories"] = ["two\nlines | here"]
+    lines = render_report("dpo", summary, [doc], ()).splitlines()
+    assert "| checkpoint-5 | invalid: shape \\| mismatch # not a heading | - | `m5` | `s5/summary.json` |" in lines
+    assert "- two lines \\| here" in lines and "# not a heading" not in lines

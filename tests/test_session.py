@@ -15,8 +15,8 @@ from replaykit.harness.session import NAN_EXIT, ReplaySession, knob, load_config
 @dataclass(frozen=True)
 class Knobs:
     method: Literal["a", "b"] = knob("a or b")
-    steps: int = knob("optimizer steps")
-    lr: float = knob("learning rate")
+    steps: int = knob("optimizer steps", minimum=1)
+    lr: float = knob("learning rate", minimum=0, maximum=1)
     shuffle: bool = knob("shuffle the data")
     lora: dict = knob("LoRA {r, alpha}")
     note: str | None = knob("free text", default=None)
@@ -49,6 +49,10 @@ def test_config_from_profile_and_overrides(tmp_path):
         (PROFILE, {"lr": "1e-3"}, "p.yaml: lr: expected float, got '1e-3'"),
         (PROFILE, {"nope": 1}, "p.yaml: nope: unknown recipe key in overrides"),
         ("- a\n", {}, "p.yaml: -: a recipe profile is a mapping of knobs"),
+        (PROFILE, {"steps": 0}, "p.yaml: steps: 0 is out of range (1 <= steps <= inf)"),
+        (PROFILE, {"lr": 1.5}, "p.yaml: lr: 1.5 is out of range (0 <= lr <= 1)"),
+        (PROFILE, {"lr": float("nan")}, "p.yaml: lr: expected a finite number, got nan"),
+        (PROFILE, {"lora": None}, "p.yaml: lora: an override of a mapping is a mapping, got None"),
     ],
 )
 def test_bad_knobs_are_refused_naming_file_and_key(tmp_path, text, overrides, message):

@@ -46,11 +46,11 @@ class DPOKnobs(TrainerKnobs):
     the Trainer's (:class:`TrainerKnobs`) and DPO's. Units: steps, tokens, pairs."""
 
     loss_type: str = knob("TRL DPO loss_type (sigmoid: the loss of Rafailov et al. 2023)")
-    beta: float = knob("β, strength of the KL regulariser towards the reference policy")
+    beta: float = knob("β, strength of the KL regulariser towards the reference policy", minimum=0)
     lora: dict = knob("LoRA {r, alpha, dropout, target_modules}")
     quantization: Literal["nf4"] | None = knob("nf4: 4-bit base weights (bitsandbytes, GPU only); null: none")
-    max_length: int = knob("tokens per sequence, prompt + response")
-    warmup_ratio: float = knob("share of max_steps with a linear learning-rate warm-up")
+    max_length: int = knob("tokens per sequence, prompt + response", minimum=1)
+    warmup_ratio: float = knob("share of max_steps with a linear learning-rate warm-up", minimum=0, maximum=1)
 
 
 def main() -> int:

@@ -49,10 +49,10 @@ class RewardKnobs(TrainerKnobs):
 
     lora: dict = knob("LoRA {r, alpha, dropout, target_modules, modules_to_save} (the new score head is saved)")
     margin: float = knob("subtracted inside the loss: -log σ(r_chosen - r_rejected - margin)")
-    center_rewards_coefficient: float = knob("weight of mean((r_chosen + r_rejected)^2), Eisenstein et al. (2023)")
-    max_length: int = knob("tokens per sequence; longer ones keep their last tokens (left truncation)")
-    weight_decay: float = knob("AdamW weight decay")
-    warmup_steps: int = knob("optimizer steps of linear learning-rate warm-up")
+    center_rewards_coefficient: float = knob("weight of mean((r_chosen + r_rejected)^2), Eisenstein et al. (2023)", minimum=0)
+    max_length: int = knob("tokens per sequence; longer ones keep their last tokens (left truncation)", minimum=1)
+    weight_decay: float = knob("AdamW weight decay", minimum=0)
+    warmup_steps: int = knob("optimizer steps of linear learning-rate warm-up", minimum=0)
 
 
 def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:

@@ -42,7 +42,7 @@ class SoupConfig:
         "uniform: coefficients 1/N (the shipped recipe); greedy: Algorithm 1 of Wortsman et al.; "
         "best_single: the ingredient with the best proxy accuracy"
     )
-    batch_size: int = knob("proxy images per forward pass (greedy and best_single only)")
+    batch_size: int = knob("proxy images per forward pass (greedy and best_single only)", minimum=1)
     device: Literal["auto", "cpu"] = knob("auto: CUDA when available, else CPU")
 
 

@@ -242,9 +242,13 @@ def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], defaul
 
 
 def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None:
-    """``recipe.profile`` and the keys of ``recipe.overrides`` against the shipped recipe
-    ``recipes/<task>/configs/<profile>.yaml``. When the task's candidate patch changes that
-    profile file, its keys are checked when the replay starts, on the patched workspace.
+    """``recipe.profile`` and ``recipe.overrides`` against the shipped recipe
+    ``recipes/<task>/configs/<profile>.yaml``: every run of the task gets the overrides, the
+    shipped reference too, so each must be a knob of the shipped profile with a value of the
+    same kind (:func:`replaykit.harness.replay.check_overrides`; strings that spell a number
+    or boolean, as ``--config`` and YAML's ``2e-4`` give, are converted in ``task`` first).
+    A candidate whose patch changes that profile is checked again when its replay starts,
+    on the patched workspace; a knob only the candidate has is set in its patched profile.
 
     Raises:
         InputError: naming ``source`` and ``tasks.<task>.recipe.profile`` or
@@ -258,15 +262,14 @@ def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None
     overrides = recipe.get("overrides") or {}
     shipped = recipes_root / name
     profile_file = shipped / "configs" / f"{profile}.yaml"
-    candidate = task.get("candidate", "shipped")
-    patch = (task.get("candidates") or {}).get(candidate)
-    if patch is not None:
+    patched_profile = False
+    for patch in (task.get("candidates") or {}).values():
         try:
-            touched = patch_paths(patch)
+            patched_profile |= f"configs/{profile}.yaml" in patch_paths(patch)
         except InputError:
-            return  # a malformed patch is refused, naming its line, by the workspace rule
-        if f"configs/{profile}.yaml" in touched:
-            return  # the patched profile may add keys: check_overrides runs at replay start
+            pass  # a malformed patch is refused, naming its line, by the workspace rule
+    if not profile_file.is_file() and patched_profile:
+        return  # a profile only candidates have: checked on their workspaces when they start
     if not profile_file.is_file():
         profiles = sorted(p.stem for p in (shipped / "configs").glob("*.yaml"))
         raise InputError(
@@ -275,13 +278,16 @@ def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None
             f"{profile!r} is not a profile of the shipped recipe (recipes/{name}/configs/: {', '.join(profiles)})",
         )
     try:
-        check_overrides(shipped, profile, overrides)
+        check_overrides(shipped, profile, overrides, coerce=True)
     except InputError as exc:
+        if not exc.message.startswith("not a key of"):
+            raise InputError(source, f"tasks.{name}.{exc.field}", exc.message) from None
         raise InputError(
             source,
             f"tasks.{name}.{exc.field}",
-            f"not a key of the shipped recipe's recipes/{name}/configs/{profile}.yaml"
-            " (a candidate patch that adds it must change that file)",
+            f"not a key of the shipped recipe's recipes/{name}/configs/{profile}.yaml (overrides apply to "
+            "every run, the shipped reference too; a knob only a candidate has is set in its patched profile "
+            "and its train.py's knobs dataclass)",
         ) from None
 
 

@@ -118,22 +118,92 @@ def _fresh_start(publish_dir: Path, state_dir: Path) -> None:
     state_dir.mkdir(parents=True)
 
 
-def check_overrides(workspace: Path, profile: str, overrides: dict) -> None:
+def _kind(value) -> str:
+    """The YAML kind of a knob's value: what an override of it must also be. Integers and
+    floats are one kind here (a profile may write ``0`` for a float knob); the recipe's knobs
+    dataclass tells them apart when the replay starts."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {str: "a string", list: "a list", dict: "a mapping"}.get(type(value), "any value")
+
+
+def _coerced(default, value):
+    """``value`` (an override) read as the kind of the profile's ``default`` where it is a
+    string that spells one: Snakemake's ``--config`` parser leaves numbers inside a mapping as
+    strings, and YAML 1.1 reads ``2e-4`` (no dot) as a string. Anything else is returned as is."""
+    import yaml
+
+    if not isinstance(value, str) or isinstance(default, str) or default is None:
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    if _kind(default) == "a number" and isinstance(parsed, str):
+        try:
+            parsed = float(parsed)
+        except ValueError:
+            return value
+    return parsed if _kind(parsed) == _kind(default) else value
+
+
+def _kind_problem(default, value) -> str | None:
+    """Why ``value`` cannot replace the profile's ``default`` (None when it can): a boolean for
+    a boolean, a finite number for a number, a string for a string, a list for a list, a
+    mapping for a mapping; a null default takes anything."""
+    import math
+
+    if default is None:
+        return None
+    want, got = _kind(default), _kind(value)
+    if want != got:
+        return f"expected {want} (the profile has {default!r}), got {value!r}"
+    if want == "a number" and not math.isfinite(value):
+        return f"expected a finite number, got {value!r}"
+    return None
+
+
+def check_overrides(workspace: Path, profile: str, overrides: dict, coerce: bool = False) -> None:
     """Recipe contract: knobs live in ``configs/<profile>.yaml`` of the workspace; overrides
-    may only replace keys it has. Checked before anything is removed or started."""
+    may only replace keys it has (inside a mapping knob too), each with a value of the same
+    kind as the profile's (:func:`_kind_problem`). Checked before anything is removed or
+    started. With ``coerce``, string overrides that spell the profile value's kind are
+    replaced in ``overrides`` (in place) by that value first (:func:`_coerced`).
+
+    Raises:
+        InputError: the profile is missing or not valid YAML (naming it), or an override
+            names no knob or has the wrong kind (field ``recipe.overrides.<key>[.<sub>]``).
+    """
     import yaml
 
     path = workspace / "configs" / f"{profile}.yaml"
     if not path.is_file():
         raise InputError(path, "-", f"recipe profile {profile!r} not found in the workspace")
-    knobs = yaml.safe_load(path.read_text()) or {}
-    for key, value in overrides.items():
-        if key not in knobs:
-            raise InputError("config", f"recipe.overrides.{key}", f"not a key of {path}")
-        if isinstance(value, dict):
-            for sub in value:
-                if not isinstance(knobs[key], dict) or sub not in knobs[key]:
-                    raise InputError("config", f"recipe.overrides.{key}.{sub}", f"not a key of {path}")
+    try:
+        knobs = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise InputError(path, "-", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(knobs, dict):
+        raise InputError(path, "-", "a recipe profile is a mapping of knobs")
+
+    def check(defaults: dict, values: dict, prefix: str) -> None:
+        for key, value in list(values.items()):
+            field = f"recipe.overrides.{prefix}{key}"
+            if key not in defaults:
+                raise InputError("config", field, f"not a key of {path}")
+            if coerce:
+                values[key] = value = _coerced(defaults[key], value)
+            problem = _kind_problem(defaults[key], value)
+            if problem:
+                raise InputError("config", field, f"{problem} ({path})")
+            if isinstance(value, dict):
+                check(defaults[key], value, f"{prefix}{key}.")
+
+    check(knobs, overrides, "")
 
 
 def asset_fingerprint(manifest: dict) -> str:

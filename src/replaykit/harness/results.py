@@ -193,6 +193,12 @@ def fmt_percent(value) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def md_cell(text) -> str:
+    """Free text (a reason, an advisory) as one line of Markdown that cannot end a table cell or
+    start a block: newlines become spaces, ``|`` is escaped (the reports' filter ``cell``)."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def fmt_seconds(value) -> str:
     """Seconds as ``12 s``; ``-`` for none (filter ``sec``)."""
     return "-" if value is None else f"{value:.0f} s"

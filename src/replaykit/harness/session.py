@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import shutil
 import time
 import types
@@ -56,13 +57,17 @@ def load_recipe(configs_dir: str | Path, profile: str, overrides: dict) -> dict:
     for key, value in overrides.items():
         if key not in recipe:
             raise SystemExit(f"{path}: {key}: unknown recipe key in overrides")
+        if isinstance(recipe[key], dict) and not isinstance(value, dict):
+            raise SystemExit(f"{path}: {key}: an override of a mapping is a mapping, got {value!r}")
         recipe[key] = {**recipe[key], **value} if isinstance(recipe[key], dict) else value
     return recipe
 
 
-def knob(help: str, **kwargs) -> Any:  # noqa: A002 - the name TRL's and HfArgumentParser's fields use
-    """A recipe config field with its ``help`` text (meaning, unit, choices)."""
-    return dataclasses.field(metadata={"help": help}, **kwargs)
+def knob(help: str, minimum: float | None = None, maximum: float | None = None, **kwargs) -> Any:  # noqa: A002
+    """A recipe config field with its ``help`` text (meaning, unit, choices; ``help`` is the
+    name TRL's and HfArgumentParser's fields use) and, for a number, its allowed range
+    (``minimum`` / ``maximum``, inclusive), checked by :func:`load_config`."""
+    return dataclasses.field(metadata={"help": help, "minimum": minimum, "maximum": maximum}, **kwargs)
 
 
 def _accepts(kind, value) -> bool:
@@ -108,10 +113,18 @@ def load_config(cls: type, configs_dir: str | Path, profile: str, overrides: dic
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise SystemExit(f"{path}: {name}: missing ({f.metadata.get('help', 'no help')})")
             continue
-        if not _accepts(hints[name], values[name]):
-            raise SystemExit(f"{path}: {name}: expected {_describe(hints[name])}, got {values[name]!r}")
+        value = values[name]
+        if not _accepts(hints[name], value):
+            raise SystemExit(f"{path}: {name}: expected {_describe(hints[name])}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SystemExit(f"{path}: {name}: expected a finite number, got {value!r}")
+        low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if (low is not None and value < low) or (high is not None and value > high):
+                bounds = f"{'-inf' if low is None else low} <= {name} <= {'inf' if high is None else high}"
+                raise SystemExit(f"{path}: {name}: {value!r} is out of range ({bounds})")
         if hints[name] is float:
-            values[name] = float(values[name])
+            values[name] = float(value)
     return cls(**values)
 
 

@@ -33,13 +33,13 @@ class TrainerKnobs:
     ``TrainingArguments``) and :func:`load_config` fills it from the recipe's profile."""
 
     dtype: Literal["float32", "bfloat16", "float16"] = knob("weights' dtype; bfloat16 also turns on bf16 training")
-    per_device_train_batch_size: int = knob("pairs (examples) per forward/backward pass")
-    gradient_accumulation_steps: int = knob("passes per optimizer step")
+    per_device_train_batch_size: int = knob("pairs (examples) per forward/backward pass", minimum=1)
+    gradient_accumulation_steps: int = knob("passes per optimizer step", minimum=1)
     optim: str = knob("transformers optimizer name (adamw_torch, paged_adamw_32bit, ...)")
-    learning_rate: float = knob("peak learning rate")
+    learning_rate: float = knob("peak learning rate", minimum=0)
     lr_scheduler_type: str = knob("transformers schedule name (cosine, linear, ...)")
-    max_steps: int = knob("optimizer steps (progress = step)")
-    save_steps: int = knob("publish every N steps, and at the last step (3 retained)")
+    max_steps: int = knob("optimizer steps (progress = step)", minimum=1)
+    save_steps: int = knob("publish every N steps, and at the last step (3 retained)", minimum=1)
     gradient_checkpointing: bool = knob("recompute activations in the backward pass (less memory, more time)")
 
 

@@ -26,8 +26,8 @@ def templates(trim: bool = True) -> jinja2.Environment:
     line leaves no blank line) and, written for Jinja's default whitespace, ``report.html.j2``,
     ``checkpoints.html.j2``, ``ablation.html.j2`` and ``ablation.md.j2`` (``trim=False``).
     Undefined names raise in the trimmed environment; ``*.html.j2`` is autoescaped. Filters:
-    ``fmt``, ``pct``, ``sec`` (:func:`replaykit.harness.results.fmt_number` and its siblings)."""
-    from ..harness.results import fmt_number, fmt_percent, fmt_seconds
+    ``fmt``, ``pct``, ``sec``, ``cell`` (:func:`replaykit.harness.results.fmt_number` and its siblings)."""
+    from ..harness.results import fmt_number, fmt_percent, fmt_seconds, md_cell
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("replaykit.report", "templates"),
@@ -37,5 +37,5 @@ def templates(trim: bool = True) -> jinja2.Environment:
         keep_trailing_newline=False,
         autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
     )
-    env.filters.update(fmt=fmt_number, pct=fmt_percent, sec=fmt_seconds)
+    env.filters.update(fmt=fmt_number, pct=fmt_percent, sec=fmt_seconds, cell=md_cell)
     return env

@@ -28,9 +28,9 @@ HERE = Path(__file__).resolve().parent
 class ToyKnobs:
     """The recipe's knobs (``configs/<profile>.yaml``). Units: steps."""
 
-    learning_rate: float = knob("η, the gradient-descent step size")
-    max_steps: int = knob("gradient steps (progress = step)")
-    save_steps: int = knob("publish every N steps, and at the last step")
+    learning_rate: float = knob("η, the gradient-descent step size", minimum=0)
+    max_steps: int = knob("gradient steps (progress = step)", minimum=1)
+    save_steps: int = knob("publish every N steps, and at the last step", minimum=1)
 
 
 def main() -> int:
