@@ -32,3 +32,16 @@ def test_help_runs():
         [sys.executable, "-m", "replaykit", "explore", "proxy", "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0 and "checkpoint" in out.stdout
+
+
+def test_an_argument_that_is_not_json_is_one_line():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "replaykit", "fixed-start", "--spec", "notjson", "--out", "x", "--manifest", "x.json"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == "error: command line: --spec: not JSON (Expecting value at column 1): 'notjson'"

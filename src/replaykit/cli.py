@@ -18,14 +18,18 @@ from .harness.replay import ReplayError
 from .harness.sandbox import SandboxUnavailable
 
 
-def _json_arg(text: str) -> dict:
-    return json.loads(text) if text else {}
+def _json_arg(text: str, option: str = "argument") -> dict:
+    """A JSON argument (``{}`` when empty); InputError naming the option when it is not JSON."""
+    try:
+        return json.loads(text) if text else {}
+    except json.JSONDecodeError as exc:
+        raise InputError("command line", option, f"not JSON ({exc.msg} at column {exc.colno}): {text[:80]!r}") from None
 
 
 def cmd_fixed_start(a) -> None:
     from .models import build_fixed_start
 
-    build_fixed_start(_json_arg(a.spec), a.out, a.manifest, final_salt=a.final_salt)
+    build_fixed_start(_json_arg(a.spec, "--spec"), a.out, a.manifest, final_salt=a.final_salt)
 
 
 def cmd_assets(a) -> None:
@@ -33,7 +37,7 @@ def cmd_assets(a) -> None:
 
     build_assets(
         task=a.task,
-        cfg=_json_arg(a.cfg),
+        cfg=_json_arg(a.cfg, "--cfg"),
         fixed_start=a.fixed_start,
         public=a.public,
         hidden=a.hidden,
@@ -65,7 +69,7 @@ def cmd_replay(a) -> None:
         budget=a.budget,
         seed=a.seed,
         profile=a.profile,
-        overrides=_json_arg(a.overrides),
+        overrides=_json_arg(a.overrides, "--overrides"),
         threads=a.threads,
         isolation=a.isolation,
         hide=tuple(a.hide),
@@ -97,7 +101,7 @@ def cmd_validate(a) -> None:
         task=a.task,
         checkpoint=a.checkpoint,
         fixed_start=a.fixed_start,
-        cfg=_json_arg(a.cfg),
+        cfg=_json_arg(a.cfg, "--cfg"),
         record=a.record,
         frozen_record=a.frozen,
         out=a.out,
@@ -116,7 +120,7 @@ def cmd_score(a) -> None:
         fixed_start=a.fixed_start,
         items=a.items,
         out_dir=a.out_dir,
-        cfg=_json_arg(a.cfg),
+        cfg=_json_arg(a.cfg, "--cfg"),
         checkpoint=a.checkpoint,
         marker=a.marker,
         workspace=a.workspace,
@@ -161,7 +165,7 @@ def cmd_final(a) -> None:
         officials=a.officials,
         fixed_start_scores=a.fixed_start_scores or None,
         shipped_official=a.shipped_official,
-        published=_json_arg(a.published),
+        published=_json_arg(a.published, "--published"),
         n_boot=a.n_boot,
         out_dir=a.out_dir,
         report_diagnostics=plugin.REPORT_DIAGNOSTICS,
