@@ -237,6 +237,37 @@ def test_a_broken_plugin_configured_stops_the_workflow_in_one_line(tmp_path):
     assert "RuntimeError: boom in two lines" in lines[0]
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda s: s["data"]["properties"]["slope"].update(type="numbr"),
+            "not a valid JSON schema (draft 2020-12) at data.properties.slope.type: 'numbr' is not valid",
+        ),
+        (
+            lambda s: s["data"]["properties"]["slope"].update({"$ref": "#/$defs/nosuchdef"}),
+            "$ref '#/$defs/nosuchdef' at data.properties.slope does not resolve",
+        ),
+        (lambda s: s["evaluation"].pop("default"), "evaluation needs a default"),
+        (lambda s: s["evaluation"]["properties"]["runtime"].pop("default"), "evaluation needs a default"),
+        (lambda s: s.update(validation={"type": "object", "default": {}}), "validation needs a default"),
+    ],
+)
+def test_a_bad_config_schema_is_one_line_naming_it(registered, monkeypatch, change, message):
+    import copy
+
+    import replaykit_toy
+
+    schema = copy.deepcopy(replaykit_toy.CONFIG_SCHEMA)
+    change(schema)
+    monkeypatch.setattr(replaykit_toy, "CONFIG_SCHEMA", schema)
+    tasks.get_task.cache_clear()
+    with pytest.raises(InputError) as err:
+        config_schema(SCHEMA, {"tasks": {"toy": toy_block(TOY / "fixed-start")}})
+    assert (err.value.path, err.value.field) == (replaykit_toy.__file__, "CONFIG_SCHEMA")
+    assert message in err.value.message and len(str(err.value)) < 500
+
+
 @pytest.mark.parametrize("name", sorted(tasks.RESERVED))
 def test_a_reserved_name_is_refused_and_no_choice(discover, tmp_path, name):
     """``models`` would make results/models/<x> ambiguous between fixed_start_model and the
