@@ -94,7 +94,7 @@ def test_a_name_clash_with_a_builtin_task_is_refused_by_name(tmp_path):
     env = dict(os.environ, PYTHONPATH=python_path(tmp_path, TOY))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     lines = out.splitlines()
-    assert lines[0] == "('Bad-Name', 'ddpo', 'digress', 'dpo', 'rm', 'soup', 'toy')"
+    assert lines[0] == "('ddpo', 'digress', 'rm', 'soup', 'toy')"  # refused names are no choice
     assert lines[1] == (
         "InputError config: tasks.dpo: entry point dpo = replaykit_toy of distribution clash registers a task "
         "of the same name as replaykit.tasks.dpo; uninstall that distribution or rename its entry point"
@@ -144,6 +144,148 @@ def test_a_registered_plugin_without_config_schema_is_refused(registered, monkey
     with pytest.raises(InputError) as err:
         config_schema(SCHEMA, {"tasks": {"toy": {}}})
     assert err.value.field == "CONFIG_SCHEMA" and "must give its block's schema" in err.value.message
+
+
+def install(folder: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> Path:
+    """An installed distribution ``dist`` in ``folder`` (to put on PYTHONPATH): its
+    ``.dist-info`` registering ``entry_points`` (task name -> module) and ``modules``
+    (module name -> source)."""
+    info = folder / f"{dist}-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0\n")
+    lines = "".join(f"{name} = {module}\n" for name, module in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[replaykit.tasks]\n{lines}")
+    for module, source in (modules or {}).items():
+        (folder / f"{module}.py").write_text(source)
+    return folder
+
+
+# Plug-ins that do not load, each for its own reason: module name -> (source, what the line says).
+BROKEN = {
+    "rk_raises": ("raise RuntimeError('boom\\nin two lines')\n", "RuntimeError: boom in two lines"),
+    "rk_syntax": ("METRIC = {\n", "SyntaxError: "),
+    "rk_imports": ("import rk_no_such_module  # noqa\n", "ModuleNotFoundError: No module named 'rk_no_such_module'"),
+    "rk_incomplete": ("METRIC = {}\n", "missing required members"),
+}
+
+
+def test_a_broken_plugin_not_configured_leaves_the_builtin_builders_alone(tmp_path):
+    """Each broken plug-in is skipped with one warning line naming its distribution and
+    module; the built-in builders are all there, and a fixed start is built."""
+    install(tmp_path, "broken", {m.removeprefix("rk_"): m for m in BROKEN}, {m: src for m, (src, _) in BROKEN.items()})
+    env = dict(os.environ, PYTHONPATH=python_path(tmp_path))
+    code = "import replaykit.tasks as t; print(sorted(t.builders()), t.KNOWN)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "['ddpo-digits', 'qm9pack', 'soup-digits', 'tiny-llama'] "
+        "('ddpo', 'digress', 'dpo', 'imports', 'incomplete', 'raises', 'rm', 'soup', 'syntax')"
+    ]
+    warnings = out.stderr.splitlines()
+    assert len(warnings) == len(BROKEN), out.stderr
+    for line, (module, (_, what)) in zip(warnings, sorted(BROKEN.items())):
+        assert line.startswith(f"warning: task plug-in {module.removeprefix('rk_')!r} skipped: ")
+        assert f"{module}.py" in line and what in line
+    assert all("of distribution broken" in line for line in warnings if "missing required" not in line)
+    # the command of the report: a built-in builder's fixed start
+    cmd = [sys.executable, "-m", "replaykit", "fixed-start", "--spec", '{"builder":"tiny-llama","seed":0}']
+    cmd += ["--out", str(tmp_path / "x" / "tl"), "--manifest", str(tmp_path / "x" / "tl.json")]
+    (tmp_path / "x").mkdir()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "x" / "tl" / "config.json").is_file() and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def discover(monkeypatch):
+    """``discover(folder)``: the registry as a process with ``folder`` on its path finds it."""
+
+    def rediscover(folder: Path) -> None:
+        monkeypatch.syspath_prepend(str(folder))
+        known, found, refused = tasks._discover()
+        monkeypatch.setattr(tasks, "KNOWN", known)
+        monkeypatch.setattr(tasks, "REGISTERED", found)
+        monkeypatch.setattr(tasks, "REFUSED", refused)
+        tasks.get_task.cache_clear()
+
+    yield rediscover
+    tasks.get_task.cache_clear()
+
+
+@pytest.mark.parametrize("module", sorted(BROKEN))
+def test_a_broken_plugin_configured_is_one_line_naming_its_file(discover, tmp_path, module):
+    source, what = BROKEN[module]
+    discover(install(tmp_path, "broken", {"broken": module}, {module: source}))
+    with pytest.raises(InputError) as err:
+        config_schema(SCHEMA, {"tasks": {"broken": {}}})
+    assert err.value.path == str(tmp_path / f"{module}.py")
+    assert what in err.value.message and "\n" not in str(err.value)
+    if module != "rk_incomplete":  # the contract's own message names the members instead
+        assert err.value.field == "import" and "entry point broken = " + module in err.value.message
+
+
+def test_a_broken_plugin_configured_stops_the_workflow_in_one_line(tmp_path):
+    from conftest import copy_workflow
+
+    (tmp_path / "work").mkdir()
+    work = copy_workflow(tmp_path / "work")
+    install(tmp_path / "plugins", "broken", {"broken": "rk_raises"}, {"rk_raises": BROKEN["rk_raises"][0]})
+    write_config(work, {"models": {}, "tasks": {"broken": toy_block(TOY / "fixed-start")}})
+    out = snakemake(work, "-n", env={"PYTHONPATH": python_path(tmp_path / "plugins")})
+    assert out.returncode != 0 and "Traceback" not in out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "rk_raises.py: import: plug-in rk_raises" in lines[0]
+    assert "RuntimeError: boom in two lines" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda s: s["data"]["properties"]["slope"].update(type="numbr"),
+            "not a valid JSON schema (draft 2020-12) at data.properties.slope.type: 'numbr' is not valid",
+        ),
+        (
+            lambda s: s["data"]["properties"]["slope"].update({"$ref": "#/$defs/nosuchdef"}),
+            "$ref '#/$defs/nosuchdef' at data.properties.slope does not resolve",
+        ),
+        (lambda s: s["evaluation"].pop("default"), "evaluation needs a default"),
+        (lambda s: s["evaluation"]["properties"]["runtime"].pop("default"), "evaluation needs a default"),
+        (lambda s: s.update(validation={"type": "object", "default": {}}), "validation needs a default"),
+    ],
+)
+def test_a_bad_config_schema_is_one_line_naming_it(registered, monkeypatch, change, message):
+    import copy
+
+    import replaykit_toy
+
+    schema = copy.deepcopy(replaykit_toy.CONFIG_SCHEMA)
+    change(schema)
+    monkeypatch.setattr(replaykit_toy, "CONFIG_SCHEMA", schema)
+    tasks.get_task.cache_clear()
+    with pytest.raises(InputError) as err:
+        config_schema(SCHEMA, {"tasks": {"toy": toy_block(TOY / "fixed-start")}})
+    assert (err.value.path, err.value.field) == (replaykit_toy.__file__, "CONFIG_SCHEMA")
+    assert message in err.value.message and len(str(err.value)) < 500
+
+
+@pytest.mark.parametrize("name", sorted(tasks.RESERVED))
+def test_a_reserved_name_is_refused_and_no_choice(discover, tmp_path, name):
+    """``models`` would make results/models/<x> ambiguous between fixed_start_model and the
+    task's rules; ``start`` is a subcommand of ``explore``."""
+    discover(install(tmp_path, "clash", {name: "replaykit_toy"}))
+    assert name not in tasks.KNOWN and "toy" not in tasks.KNOWN
+    with pytest.raises(InputError) as err:
+        config_schema(SCHEMA, {"tasks": {name: {}}})
+    assert err.value.field == f"tasks.{name}" and f"{name!r} is reserved" in err.value.message
+    assert "of distribution clash" in err.value.message
+    from replaykit import cli
+
+    explore = next(
+        a for a in cli.parser()._subparsers._group_actions[0].choices["explore"]._actions if a.dest == "action"
+    )
+    assert name not in explore.choices or name == "start"
+    start = next(a for a in explore.choices["start"]._actions if a.dest == "task")
+    assert name not in start.choices
 
 
 @pytest.mark.slow

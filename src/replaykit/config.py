@@ -51,19 +51,23 @@ def config_schema(schema_file: str | Path, config: dict) -> dict:
     which refuses it as an unknown key.
 
     Raises:
-        InputError: a plug-in that does not load (:func:`replaykit.tasks.get_task`); a task
-            outside ``schema_file`` without ``CONFIG_SCHEMA``, or one in it with one (two
-            schemas of one block); ``schema_file`` without ``$defs/task_block``.
+        InputError: a plug-in that does not load or is refused (:func:`replaykit.tasks.get_task`);
+            a task outside ``schema_file`` without ``CONFIG_SCHEMA``, or one in it with one (two
+            schemas of one block); a ``CONFIG_SCHEMA`` that is not a valid JSON schema, has a
+            ``$ref`` that does not resolve, or lacks the defaults of ``evaluation`` (and of
+            ``validation`` when it gives one) and of their ``runtime`` (:func:`_check_block`);
+            ``schema_file`` without ``$defs/task_block``.
     """
-    from .tasks import KNOWN, get_task
+    from .tasks import KNOWN, REFUSED, get_task
 
     schema = load_schema(schema_file)
     tasks = config.get("tasks") if isinstance(config, dict) else None
     if not isinstance(tasks, dict):
         return schema  # refused by the schema itself
     blocks = schema["properties"]["tasks"]["properties"]
+    added = {}
     for name in tasks:
-        if name not in KNOWN:
+        if name not in KNOWN and name not in REFUSED:
             continue
         plugin = get_task(name)
         where = plugin.module.__file__ or plugin.module.__name__
@@ -88,7 +92,105 @@ def config_schema(schema_file: str | Path, config: dict) -> dict:
         block["properties"].update(copy.deepcopy(dict(plugin.CONFIG_SCHEMA)))
         block["description"] = f"task {name} (plug-in {plugin.module.__name__}, registered by an entry point)"
         blocks[name] = block
+        added[name] = (where, tuple(plugin.CONFIG_SCHEMA))
+    if added:
+        _check_blocks(schema, added)
     return schema
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _resolve(root: dict, ref: str):
+    """The node ``ref`` (``#/<JSON pointer>``) points at in ``root``; KeyError if none."""
+    from urllib.parse import unquote
+
+    if not ref.startswith("#"):
+        raise KeyError(ref)
+    node = root
+    for part in filter(None, unquote(ref[1:]).split("/")):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise KeyError(ref)
+    return node
+
+
+def _refs(node, path=()):
+    """``(path, ref)`` of every ``$ref`` in a schema (not inside default / const / enum /
+    examples values)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield path, value
+            elif key not in ("default", "const", "enum", "examples"):
+                yield from _refs(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _refs(value, (*path, str(i)))
+
+
+def _check_blocks(schema: dict, added: dict[str, tuple[str, tuple[str, ...]]]) -> None:
+    """Refuse, naming the plug-in's file and ``CONFIG_SCHEMA``, a block of a registered task
+    (``added``: task name -> its plug-in's file and its CONFIG_SCHEMA's keys) that would break
+    the config check or the DAG later with a traceback: not a valid JSON schema (draft 2020-12, checked on the whole
+    merged schema), a ``$ref`` that does not resolve in it, or an ``evaluation`` (or given
+    ``validation``) without a ``default`` or whose ``runtime`` has none (the scoring rules read
+    ``tasks.<task>.evaluation.runtime``)."""
+    blocks = schema["properties"]["tasks"]["properties"]
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        path = list(exc.absolute_path)
+        prefix = ["properties", "tasks", "properties"]
+        if path[:3] == prefix and path[3] in added and path[4:5] == ["properties"]:
+            where, at = added[path[3]][0], ".".join(map(str, path[5:]))
+            raise InputError(
+                where, "CONFIG_SCHEMA", f"not a valid JSON schema (draft 2020-12) at {at}: {_one_line(exc.message)}"
+            ) from None
+        raise InputError("schema", ".".join(map(str, path)) or "-", _one_line(exc.message)) from None
+    for name, (where, keys) in added.items():
+        own = blocks[name]["properties"]
+        for key in keys:
+            for path, ref in _refs(own[key], (key,)):
+                try:
+                    _resolve(schema, ref)
+                except KeyError:
+                    raise InputError(
+                        where,
+                        "CONFIG_SCHEMA",
+                        f"$ref {ref!r} at {'.'.join(path)} does not resolve (a shared definition is "
+                        f"'#/$defs/<name>' of config/schema.yaml: {', '.join(sorted(schema.get('$defs', {})))})",
+                    ) from None
+        for key in ("evaluation", "validation"):
+            if key in keys:  # else the shared validation of $defs/task_block
+                _check_runtime_default(schema, own[key], blocks[name], key, where)
+
+
+def _check_runtime_default(schema: dict, sub: dict, block: dict, key: str, where: str) -> None:
+    """``block``'s ``key`` (evaluation / validation) must end up in the filled config with a
+    ``runtime``: the key has a mapping ``default`` (or is required) and its ``runtime`` a
+    ``default`` beside its ``$ref`` (or is required)."""
+    node, required = sub, set(sub.get("required", []))
+    props = dict(sub.get("properties", {}))
+    while isinstance(node.get("$ref"), str):  # resolved above
+        node = _resolve(schema, node["$ref"])
+        props = {**node.get("properties", {}), **props}
+        required |= set(node.get("required", []))
+    filled = isinstance(sub.get("default"), dict) or key in block.get("required", [])
+    runtime = props.get("runtime")
+    if not filled or not ((isinstance(runtime, dict) and "default" in runtime) or "runtime" in required):
+        raise InputError(
+            where,
+            "CONFIG_SCHEMA",
+            f"{key} needs a default (a mapping, e.g. {{'runtime': 5}}) and properties.runtime a default "
+            f"(minutes; the scoring rules read tasks.<task>.{key}.runtime)",
+        )
 
 
 def fill_defaults(config: dict, schema: dict) -> dict:

@@ -8,7 +8,8 @@ whose value is the plug-in's module (``toy = replaykit_toy`` in ``entry_points.t
 plug-in brings its config block's schema (``CONFIG_SCHEMA``, see :mod:`.contract`).
 
 The registry is found, not kept: :data:`KNOWN` lists the subpackages and the entry points
-(without importing either) and :func:`get_task` loads one and checks it against the contract.
+(without importing either; not the names refused, :data:`REFUSED`) and :func:`get_task`
+loads one and checks it against the contract.
 A plug-in never imports another plug-in; what two tasks share lives in :mod:`.common`.
 
 Adding a task means adding such a plug-in (a subpackage here, or an entry point), its recipe
@@ -33,6 +34,13 @@ ENTRY_POINT_GROUP = "replaykit.tasks"  # entry points of plug-ins installed from
 # A task name is a config key, a path part (results/<task>/, recipes/<task>/) and an
 # alternative of the rules' `task` wildcard: lower-case letters, digits and `_`.
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
+# Names a registered plug-in may not take: fixed path parts of the workflow beside results/<task>/
+# and logs/<task>/ (rules/assets.smk: results/models/<model>, logs/models/<model>.log), and the
+# `explore start` subcommand beside `explore <task>` (cli.py).
+RESERVED = {
+    "models": "results/models/ and logs/models/ hold the fixed starts (rules/assets.smk)",
+    "start": "`replaykit explore start <task>` is a subcommand beside `explore <task>`",
+}
 
 
 def _builtin() -> tuple[str, ...]:
@@ -57,10 +65,11 @@ def _registered(builtin: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str
     the installed distributions' metadata (no plug-in is imported; about 10 ms).
 
     Returns ``(registered, refused)``: task name -> plug-in module, and task name -> why it
-    cannot be loaded. Refused: a name that is not a task name (:data:`NAME_RE`), that a
-    built-in plug-in has (no silent precedence: the built-in task is refused too, until that
-    distribution is uninstalled or its entry point renamed), that two distributions
-    register, or a value that is not a module name (``module:attribute``).
+    cannot be loaded. Refused: a name that is not a task name (:data:`NAME_RE`), a name of
+    :data:`RESERVED` (a fixed path part of the workflow), a name that a built-in plug-in has
+    (no silent precedence: the built-in task is refused too, until that distribution is
+    uninstalled or its entry point renamed), a name that two distributions register, or a
+    value that is not a module name (``module:attribute``).
     """
     found: dict[str, list] = {}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -69,6 +78,8 @@ def _registered(builtin: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str
     for name, eps in sorted(found.items()):
         if not NAME_RE.fullmatch(name):
             refused[name] = f"{_origin(eps[0])}: not a task name ({NAME_RE.pattern})"
+        elif name in RESERVED:
+            refused[name] = f"{_origin(eps[0])}: {name!r} is reserved ({RESERVED[name]}); rename the entry point"
         elif name in builtin:
             refused[name] = (
                 f"{_origin(eps[0])} registers a task of the same name as replaykit.tasks.{name}; "
@@ -84,14 +95,21 @@ def _registered(builtin: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str
 
 
 def _discover() -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
-    """``(known, registered, refused)``: every task name, sorted (built-in, registered and
-    refused ones); the registered plug-ins' modules; why each refused name cannot load."""
+    """``(known, registered, refused)``: the task names that may be configured, sorted
+    (built-in and registered ones, none refused); the registered plug-ins' modules; why each
+    refused name cannot load (a built-in task whose name an entry point also registers is
+    refused, so it is not in ``known`` either)."""
     builtin = _builtin()
     registered, refused = _registered(builtin)
-    return tuple(sorted({*builtin, *registered, *refused})), registered, refused
+    return tuple(sorted(n for n in {*builtin, *registered} if n not in refused)), registered, refused
 
 
+BUILTIN = _builtin()
 KNOWN, REGISTERED, REFUSED = _discover()
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def deferred(package: str, module: str, name: str):
@@ -156,23 +174,46 @@ def get_task(name: str) -> TaskPlugin:
 
     Raises:
         InputError: for an unknown task, a refused one (:data:`REFUSED`: why, naming the
-            distribution) and a registered plug-in that does not import;
+            distribution) and a registered plug-in that raises anything on import (naming
+            its module file and the exception, in one line);
             :class:`.contract.ContractError` (an InputError) naming every missing or malformed
             member of an incomplete plug-in.
     """
-    if name not in KNOWN:
-        raise InputError("config", f"tasks.{name}", f"unknown task (known: {', '.join(KNOWN)})")
     if name in REFUSED:
         raise InputError("config", f"tasks.{name}", REFUSED[name])
-    module = REGISTERED.get(name, f"{__name__}.{name}")
+    if name not in KNOWN:
+        raise InputError("config", f"tasks.{name}", f"unknown task (known: {', '.join(KNOWN)})")
+    if name not in REGISTERED:
+        return load(name, importlib.import_module(f"{__name__}.{name}"))
+    module = REGISTERED[name]
     try:
-        return load(name, importlib.import_module(module))
-    except ImportError as exc:
-        if name not in REGISTERED:
-            raise
+        imported = importlib.import_module(module)
+    except Exception as exc:  # a plug-in from elsewhere: SyntaxError, RuntimeError, ImportError, ...
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise InputError(
-            "config", f"tasks.{name}", f"plug-in {module} (entry point {ENTRY_POINT_GROUP}) does not import: {exc}"
+            _module_file(module),
+            "import",
+            f"plug-in {module} of task {name!r} ({_origin_of(name)}) does not import: {what}",
         ) from None
+    return load(name, imported)
+
+
+def _origin_of(name: str) -> str:
+    """:func:`_origin` of the registered entry point ``name``."""
+    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+    return _origin(next(iter(eps))) if eps else f"entry point {name} of group {ENTRY_POINT_GROUP}"
+
+
+def _module_file(module: str) -> str:
+    """The file of ``module`` (found, not imported, where its parent packages import), else
+    its name."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except Exception:  # a parent package that does not import
+        return module
+    return spec.origin if spec is not None and spec.origin else module
 
 
 def code_roots(name: str) -> list[Path]:
@@ -192,14 +233,19 @@ def code_roots(name: str) -> list[Path]:
 
 
 def builders() -> dict[str, str]:
-    """Every fixed-start builder of every plug-in: builder name -> module (absolute).
+    """Every fixed-start builder: builder name -> module (absolute). The built-in plug-ins'
+    come first (also one whose task name a distribution clashes with: its code is still the
+    package's); a registered plug-in is read only after them, and one that is refused, does
+    not load or declares a builder already found is skipped with one warning line on stderr,
+    so a broken plug-in from elsewhere, configured or not, never takes the built-in builders
+    down (the workflow refuses a configured one when it parses the config).
 
     Raises:
-        InputError: when two plug-ins declare the same builder name.
+        InputError: when two built-in plug-ins declare the same builder name.
     """
     found: dict[str, str] = {}
-    for name in (n for n in KNOWN if n not in REFUSED):  # a refused task is refused when configured
-        plugin = get_task(name)
+    for name in BUILTIN:
+        plugin = load(name, importlib.import_module(f"{__name__}.{name}"))
         for builder in plugin.FIXED_START_BUILDERS:
             if builder in found:
                 raise InputError(
@@ -208,4 +254,20 @@ def builders() -> dict[str, str]:
                     f"builder {builder!r} is also declared by {found[builder]}",
                 )
             found[builder] = plugin.builder_module(builder)
+    for name, why in REFUSED.items():
+        _warn(f"task plug-in {name!r} skipped: {why}")
+    for name in REGISTERED:
+        try:
+            plugin = get_task(name)
+        except InputError as exc:
+            _warn(f"task plug-in {name!r} skipped: {exc}")
+            continue
+        for builder in plugin.FIXED_START_BUILDERS:
+            if builder in found:
+                _warn(
+                    f"{plugin.module.__file__}: FIXED_START_BUILDERS: builder {builder!r} of task "
+                    f"{name!r} skipped: also declared by {found[builder]}"
+                )
+            else:
+                found[builder] = plugin.builder_module(builder)
     return found
