@@ -405,11 +405,17 @@ def test_recipe_resume_history_and_nan(assets, tmp_path):
     # the EMA weights and the plain-JSON config load in the frozen loader (no workspace code)
     verdict = digress.validate(tmp_path / "pub/checkpoint-4", root / "fixed", {})
     assert verdict["valid"] and verdict["checks"]["config"]["weights"] == "ema.safetensors"
-    # a NaN loss: clear error, non-zero exit, earlier checkpoints kept
-    nan = run_recipe(root, tmp_path, {**TINY, "epochs": 6, "ema_decay": 0.9, "lambda_E": float("nan")}, resume=True)
+    # a NaN loss: clear error, non-zero exit, earlier checkpoints kept (the saved state's weights
+    # made NaN, as a diverged step leaves them; a NaN knob is refused before training starts)
+    state = torch.load(tmp_path / "state/train_state.pt", weights_only=True)
+    next(iter(state["model"].values())).fill_(float("nan"))
+    torch.save(state, tmp_path / "state/train_state.pt")
+    nan = run_recipe(root, tmp_path, {**TINY, "epochs": 6, "ema_decay": 0.9}, resume=True)
     assert nan.returncode == NAN_EXIT and "NaN loss in epoch 5" in nan.stdout
     assert sorted(int(p.name.split("-")[1]) for p in (tmp_path / "pub").glob("checkpoint-*")) == [2, 3, 4]
     assert "NaN loss" in json.loads((tmp_path / "state/train_result.json").read_text())["error"]
+    bad = run_recipe(root, tmp_path, {**TINY, "lambda_E": float("nan")}, resume=True)
+    assert bad.returncode == 1 and bad.stderr.strip().endswith("lambda_E: expected a finite number, got nan")
 
 
 @pytest.mark.slow

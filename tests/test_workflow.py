@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VENV_BIN, config_patch, copy_workflow, orphan_processes, snakemake, tiny_config, write_config
+from conftest import VENV_BIN, copy_workflow, orphan_processes, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 TARGET = "results/dpo/final"
@@ -333,7 +333,23 @@ def test_bad_patch_is_refused_before_training(workdir, tiny_llama, name, text, m
 
 
 def test_nan_loss_stops_with_a_clear_error(workdir, tiny_llama):
-    patch = config_patch(workdir, "nan", "beta", ".nan")
+    """A candidate whose change makes the DPO loss NaN (β NaN inside train.py: a NaN knob in
+    the profile is refused before training, by the recipe's knobs dataclass)."""
+    import difflib
+
+    train = (workdir / "recipes/dpo/train.py").read_text()
+    assert train.count("beta=recipe.beta,") == 1
+    patch = workdir / "nan.diff"
+    patch.write_text(
+        "".join(
+            difflib.unified_diff(
+                train.splitlines(True),
+                train.replace("beta=recipe.beta,", 'beta=float("nan"),').splitlines(True),
+                "a/train.py",
+                "b/train.py",
+            )
+        )
+    )
     write_config(workdir, tiny_config(tiny_llama, candidate="nan", candidates={"nan": str(patch)}))
     out = snakemake(workdir, "results/dpo/nan-seed42/replay/record.json", "--cores", "1", "--resources", "gpu=1")
     assert out.returncode != 0
