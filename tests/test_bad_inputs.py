@@ -157,7 +157,7 @@ def test_item_files_with_a_repeated_id_name_the_line(tmp_path):
         ({"beta": "x"}, "recipe.overrides.beta", "expected a number (the profile has 0.1), got 'x'"),
         ({"beta": True}, "recipe.overrides.beta", "expected a number (the profile has 0.1), got True"),
         ({"beta": float("nan")}, "recipe.overrides.beta", "expected a finite number, got nan"),
-        ({"lora": None}, "recipe.overrides.lora", "expected a mapping (the profile has {'r': 16}), got None"),
+        ({"lora": 4}, "recipe.overrides.lora", "expected a mapping (the profile has {'r': 16}), got 4"),
         ({"lora": {"r": "four"}}, "recipe.overrides.lora.r", "expected a number (the profile has 16), got 'four'"),
         ({"name": 3}, "recipe.overrides.name", "expected a string (the profile has 'sigmoid'), got 3"),
     ],
@@ -169,6 +169,7 @@ def test_an_override_of_the_wrong_kind_is_refused(tmp_path, override, field, mes
         check_overrides(tmp_path, "embedded", override)
     assert exc.value.field == field and exc.value.message.startswith(message)
     check_overrides(tmp_path, "embedded", {"quant": "nf4", "beta": 1})  # null takes anything; 1 is a number
+    check_overrides(tmp_path, "embedded", {"name": None})  # null replaces anything (the knobs dataclass decides)
 
 
 def test_overrides_spelled_as_strings_are_read_as_the_profiles_kind(tmp_path):

@@ -152,10 +152,11 @@ def _coerced(default, value):
 def _kind_problem(default, value) -> str | None:
     """Why ``value`` cannot replace the profile's ``default`` (None when it can): a boolean for
     a boolean, a finite number for a number, a string for a string, a list for a list, a
-    mapping for a mapping; a null default takes anything."""
+    mapping for a mapping; a null default takes anything, and null may replace anything (a
+    knob that allows none, e.g. ``quantization``: the knobs dataclass decides)."""
     import math
 
-    if default is None:
+    if default is None or value is None:
         return None
     want, got = _kind(default), _kind(value)
     if want != got:
