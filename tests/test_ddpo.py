@@ -326,37 +326,13 @@ def test_full_scale_assets_and_evaluator_on_tiny_models(fixed_start, tmp_path):
 
 
 def test_aesthetic_reward_code_path_with_tiny_models(tmp_path):
-    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+    from transformers import CLIPModel, CLIPTokenizer
 
-    from replaykit.tasks.ddpo.tokenizer import write_clip_tokenizer
-
-    torch.manual_seed(0)
-    config = CLIPConfig(
-        text_config={
-            "vocab_size": 49408,
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "max_position_embeddings": 77,
-        },
-        vision_config={
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "image_size": 32,
-            "patch_size": 8,
-        },
-        projection_dim=12,
-    )
-    clip_dir = tmp_path / "clip"
-    CLIPModel(config).save_pretrained(clip_dir)
-    write_clip_tokenizer(clip_dir, 77)
+    clip_dir, mlp_path = tiny_clip_and_mlp(tmp_path)
     mlp = rewards.AestheticMLP(12)
-    torch.save(mlp.state_dict(), tmp_path / "mlp.pth")
+    mlp.load_state_dict(torch.load(mlp_path, weights_only=True))
     images = torch.rand(3, 3, 40, 40, generator=torch.Generator().manual_seed(0))
-    got = rewards.aesthetic(clip_dir, tmp_path / "mlp.pth")(images, ["a", "b", "c"])
+    got = rewards.aesthetic(clip_dir, mlp_path)(images, ["a", "b", "c"])
     # independently: resize + normalise, CLIP image features, L2-normalise, the MLP's linear layers
     model = CLIPModel.from_pretrained(clip_dir).eval()
     x = torch.nn.functional.interpolate(images, size=(32, 32), mode="bicubic", antialias=True).clamp(0, 1)
