@@ -104,6 +104,38 @@ ESCAPES = (
 )
 
 
+def bare_replay(tmp_path: Path, workspace: Path, isolation: str) -> dict:
+    """``run_replay`` of ``workspace`` on an empty fixed start and no assets (60 s budget)."""
+    from replaykit.harness import replay
+    from replaykit.harness.budget import Budget
+    from replaykit.harness.hashing import tree_files
+
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    (fixed / "config.json").write_text("{}")
+    manifest = tmp_path / "assets" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
+    return replay.run_replay(
+        task="soup",
+        run="x-seed1",
+        workspace=workspace,
+        workspace_record=tmp_path / "ws.json",
+        manifest=manifest,
+        fixed_start=fixed,
+        public_dir=tmp_path / "assets",
+        publish_dir=tmp_path / "pub",
+        state_dir=tmp_path / "state",
+        record_path=tmp_path / "r.json",
+        budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5}),
+        seed=1,
+        profile="embedded",
+        overrides={},
+        threads=1,
+        isolation=isolation,
+    )
+
+
 def make_dir(path: Path) -> Path:
     path.mkdir(parents=True)
     return path
@@ -246,7 +278,6 @@ def test_dpo_probe_reaches_nothing(tiny_llama, tmp_path, host_server):
 def test_frozen_code_changed_during_the_replay_is_an_error(tmp_path, monkeypatch):
     """Without the sandbox, a training process that edits the frozen package fails the replay."""
     from replaykit.harness import replay
-    from replaykit.harness.budget import Budget
     from replaykit.harness.hashing import tree_files
     from replaykit.harness.workspace import build_workspace
 
@@ -259,31 +290,8 @@ def test_frozen_code_changed_during_the_replay_is_an_error(tmp_path, monkeypatch
     (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
     (recipe / "train.py").write_text(f"open({str(package / 'evaluator.py')!r}, 'a').write('SCORE = 2\\n')\n")
     ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
-    fixed = tmp_path / "fixed"
-    fixed.mkdir()
-    (fixed / "config.json").write_text("{}")
-    manifest = tmp_path / "assets" / "manifest.json"
-    manifest.parent.mkdir()
-    manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
     with pytest.raises(replay.ReplayError, match="frozen package changed during the replay: evaluator.py: changed"):
-        replay.run_replay(
-            task="soup",
-            run="x-seed1",
-            workspace=ws["workspace"],
-            workspace_record=tmp_path / "ws.json",
-            manifest=manifest,
-            fixed_start=fixed,
-            public_dir=tmp_path / "assets",
-            publish_dir=tmp_path / "pub",
-            state_dir=tmp_path / "state",
-            record_path=tmp_path / "r.json",
-            budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5}),
-            seed=1,
-            profile="embedded",
-            overrides={},
-            threads=1,
-            isolation="none",
-        )
+        bare_replay(tmp_path, ws["workspace"], isolation="none")
     assert "changed" in json.loads((tmp_path / "pub" / "last-failure.json").read_text())["error"]
 
 
@@ -417,8 +425,6 @@ def test_a_checkpoint_symlink_to_another_run_is_never_retained(tmp_path, monkeyp
     """A candidate that publishes checkpoint-N as a link to another run's checkpoint (found by
     a hostile review): not counted as published, and the replay fails naming the link."""
     from replaykit.harness import replay
-    from replaykit.harness.budget import Budget
-    from replaykit.harness.hashing import tree_files
     from replaykit.harness.publish import published
     from replaykit.harness.workspace import build_workspace
 
@@ -435,31 +441,8 @@ def test_a_checkpoint_symlink_to_another_run_is_never_retained(tmp_path, monkeyp
         "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n"
     )
     ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
-    fixed = tmp_path / "fixed"
-    fixed.mkdir()
-    (fixed / "config.json").write_text("{}")
-    manifest = tmp_path / "assets" / "manifest.json"
-    manifest.parent.mkdir()
-    manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
     with pytest.raises(replay.ReplayError, match="checkpoint-3: not a regular file"):
-        replay.run_replay(
-            task="soup",
-            run="x-seed1",
-            workspace=ws["workspace"],
-            workspace_record=tmp_path / "ws.json",
-            manifest=manifest,
-            fixed_start=fixed,
-            public_dir=tmp_path / "assets",
-            publish_dir=tmp_path / "pub",
-            state_dir=tmp_path / "state",
-            record_path=tmp_path / "r.json",
-            budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5}),
-            seed=1,
-            profile="embedded",
-            overrides={},
-            threads=1,
-            isolation="bwrap",
-        )
+        bare_replay(tmp_path, ws["workspace"], isolation="bwrap")
     assert published(tmp_path / "pub") == [] and not (tmp_path / "r.json").exists()
 
 
