@@ -11,12 +11,15 @@ Two modes:
   (written below, random weights, no hub) at 512 px (``--tiny``: a toy size to check the
   script on CPU). One sampling batch and ``--train-iters`` training iterations are timed
   after a warm-up and scaled to an epoch of SPEC's size (32 samples, 50 steps): an epoch's
-  training is ``32 / train_batch × 50`` iterations. Configurations: SPEC's (sample batch 8,
-  train batch 4 × accum 4) and a larger-batch one with the same updates (sample batch 32,
-  train batch 16 × accum 1: the same 2 optimizer updates of the same gradient per epoch).
+  training is ``32 / train_batch × 50`` iterations. Variants (``--variants``): batch sizes
+  ``spec`` (sample batch 8, train batch 4 × accum 4) or ``large`` (sample batch 32, train batch
+  16 × accum 1: the same 2 optimizer updates of the same gradient per epoch), each optionally
+  ``+unfused`` attention, ``+cl`` (the UNet in channels-last memory format) and ``+compile``
+  (``nn.Module.compile`` of the UNet, in place, so compiled variants run last; the warm-up
+  column holds the compilation).
 
 Usage: ``python bench/ddpo_throughput.py --fixed-start results/models/ddpo-digits --epochs 3``;
-``python bench/ddpo_throughput.py --sd15 [--tiny] --json out.json``.
+``python bench/ddpo_throughput.py --sd15 [--tiny] [--variants spec,large,large+cl+compile] --json out.json``.
 """
 
 from __future__ import annotations
@@ -152,72 +155,86 @@ def sd15(args) -> list[dict]:
     scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
     scheduler.set_timesteps(steps)
     rows = []
-    configs = (
-        [("spec", 8, 4, 4), ("large-batch", 32, 16, 1)]
-        if not args.tiny
-        else [("spec", 2, 1, 4), ("large-batch", 8, 4, 1)]
-    )
-    for attention, processor in (("fused (SDPA)", AttnProcessor2_0), ("unfused", AttnProcessor)):
-        pipe.unet.set_attn_processor(processor())
-        for name, sample_bs, train_bs, accum in configs:
-            if attention == "unfused" and name == "large-batch" and not args.tiny:
-                continue  # 64 x 4096^2 attention maps per layer: the unfused path is measured at SPEC's batches
-            # SPEC's recipe (configs/full.yaml: guidance 5, eta 1, clip range 1e-4, advantages +-5,
-            # gradient norm 1) at this variant's batch sizes
-            recipe = dataclasses.replace(
-                full, sample_batch_size=sample_bs, train_batch_size=train_bs, gradient_accumulation_steps=accum
-            )
-            generator = torch.Generator().manual_seed(0)
-            prompts = [f"prompt {i}" for i in range(sample_bs)]
-            warm = DDIMScheduler.from_config(pipe.scheduler.config)
-            warm.set_timesteps(2)
-            with torch.autocast(device, dtype=dtype, enabled=device == "cuda"):
-                train.sample_epoch(pipe, warm, prompts, recipe, generator)
-                sync(device)
-                t0 = time.time()
-                batch = train.sample_epoch(pipe, scheduler, prompts, recipe, generator)
-                sync(device)
-                sample_s = (time.time() - t0) * per_epoch / sample_bs
-                # training: a slice of the trajectories, `train_iters` (minibatch, step) pairs timed
-                iters = args.train_iters
-                sub = {k: v[:train_bs] for k, v in batch.items()}
-                sub["latents"] = sub["latents"][:, : iters + 1]
-                sub["log_probs"] = sub["log_probs"][:, :iters]
-                short = DDIMScheduler.from_config(pipe.scheduler.config)
-                short.set_timesteps(steps)
-                short.timesteps = short.timesteps[:iters]
-                adv = torch.randn(train_bs)
-                train.train_epoch(pipe, short, sub, adv, params, optimizer, recipe, generator)  # warm-up
-                sync(device)
-                t0 = time.time()
-                train.train_epoch(pipe, short, sub, adv, params, optimizer, recipe, generator)
-                sync(device)
-                per_iter = (time.time() - t0) / iters
-            train_s = per_iter * (per_epoch / train_bs) * steps
-            peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
-            row = {
-                "attention": attention,
-                "config": name,
-                "sample_batch": sample_bs,
-                "train_batch": train_bs,
-                "accum": accum,
-                "sampling_s_per_epoch": sample_s,
-                "training_s_per_epoch": train_s,
-                "epoch_s": sample_s + train_s,
-                "samples_per_s": per_epoch / sample_s,
-                "train_iter_s": per_iter,
-                "peak_gib": peak,
-            }
-            rows.append(row)
-            print(
-                f"{attention:13s} {name:12s} sample bs {sample_bs:3d} train bs {train_bs:3d}x{accum}: sampling "
-                f"{sample_s:7.1f} s/epoch ({per_epoch / sample_s:6.2f} img/s), training {train_s:7.1f} s/epoch "
-                f"({per_iter * 1000:7.1f} ms/iter) -> {sample_s + train_s:7.1f} s/epoch"
-                + (f", peak {peak:.1f} GiB" if peak else ""),
-                flush=True,
-            )
-            if device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
+    batches = {"spec": (8, 4, 4), "large": (32, 16, 1)} if not args.tiny else {"spec": (2, 1, 4), "large": (8, 4, 1)}
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    # compiling is in place and cannot be undone: the compiled variants run last
+    variants.sort(key=lambda v: "compile" in v)
+    for variant in variants:
+        parts = variant.split("+")
+        name, options = parts[0], set(parts[1:])
+        if name not in batches or not options <= {"unfused", "cl", "compile"}:
+            raise SystemExit(f"--variants: unknown variant {variant!r} (spec|large[+unfused][+cl][+compile])")
+        sample_bs, train_bs, accum = batches[name]
+        attention = "unfused" if "unfused" in options else "fused (SDPA)"
+        pipe.unet.set_attn_processor(AttnProcessor() if "unfused" in options else AttnProcessor2_0())
+        layout = torch.channels_last if "cl" in options else torch.contiguous_format
+        pipe.unet.to(memory_format=layout)
+        if "compile" in options and not getattr(pipe.unet, "_compiled_call_impl", None):
+            pipe.unet.compile()  # nn.Module.compile: in place, the recipe's calls go through it
+        # SPEC's recipe (configs/full.yaml: guidance 5, eta 1, clip range 1e-4, advantages +-5,
+        # gradient norm 1) at this variant's batch sizes
+        recipe = dataclasses.replace(
+            full, sample_batch_size=sample_bs, train_batch_size=train_bs, gradient_accumulation_steps=accum
+        )
+        generator = torch.Generator().manual_seed(0)
+        prompts = [f"prompt {i}" for i in range(sample_bs)]
+        warm = DDIMScheduler.from_config(pipe.scheduler.config)
+        warm.set_timesteps(2)
+        warm_start = time.time()
+        with torch.autocast(device, dtype=dtype, enabled=device == "cuda"):
+            train.sample_epoch(pipe, warm, prompts, recipe, generator)
+            sync(device)
+            t0 = time.time()
+            batch = train.sample_epoch(pipe, scheduler, prompts, recipe, generator)
+            sync(device)
+            sample_s = (time.time() - t0) * per_epoch / sample_bs
+            # training: a slice of the trajectories, `train_iters` (minibatch, step) pairs timed
+            iters = args.train_iters
+            sub = {k: v[:train_bs] for k, v in batch.items()}
+            sub["latents"] = sub["latents"][:, : iters + 1]
+            sub["log_probs"] = sub["log_probs"][:, :iters]
+            short = DDIMScheduler.from_config(pipe.scheduler.config)
+            short.set_timesteps(steps)
+            short.timesteps = short.timesteps[:iters]
+            adv = torch.randn(train_bs)
+            train.train_epoch(pipe, short, sub, adv, params, optimizer, recipe, generator)  # warm-up
+            sync(device)
+            # the two warm-ups (compilation for a compiled UNet), less the timed sampling batch
+            warmup_s = time.time() - warm_start - sample_s * sample_bs / per_epoch
+            t0 = time.time()
+            train.train_epoch(pipe, short, sub, adv, params, optimizer, recipe, generator)
+            sync(device)
+            per_iter = (time.time() - t0) / iters
+        train_s = per_iter * (per_epoch / train_bs) * steps
+        peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+        row = {
+            "variant": variant,
+            "attention": attention,
+            "config": name,
+            "channels_last": "cl" in options,
+            "compiled": "compile" in options,
+            "warmup_s": warmup_s,
+            "sample_batch": sample_bs,
+            "train_batch": train_bs,
+            "accum": accum,
+            "sampling_s_per_epoch": sample_s,
+            "training_s_per_epoch": train_s,
+            "epoch_s": sample_s + train_s,
+            "samples_per_s": per_epoch / sample_s,
+            "train_iter_s": per_iter,
+            "peak_gib": peak,
+        }
+        rows.append(row)
+        print(
+            f"{variant:18s} sample bs {sample_bs:3d} train bs {train_bs:3d}x{accum}: sampling "
+            f"{sample_s:7.1f} s/epoch ({per_epoch / sample_s:6.2f} img/s), training {train_s:7.1f} s/epoch "
+            f"({per_iter * 1000:7.1f} ms/iter) -> {sample_s + train_s:7.1f} s/epoch"
+            + (f", peak {peak:.1f} GiB" if peak else "")
+            + f", warm-up {warmup_s:.0f} s",
+            flush=True,
+        )
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
     return rows
 
 
@@ -297,6 +314,12 @@ def main() -> None:
     parser.add_argument("--sd15", action="store_true", help="SD v1.5 architecture, random weights")
     parser.add_argument("--tiny", action="store_true", help="with --sd15: toy sizes (a CPU check of the script)")
     parser.add_argument("--train-iters", type=int, default=10)
+    parser.add_argument(
+        "--variants",
+        default="spec,large,spec+unfused",
+        help="with --sd15: comma list of spec|large (batch sizes) + options unfused (attention), cl (channels-last "
+        "UNet), compile (nn.Module.compile of the UNet, run last), e.g. spec,large,large+cl,large+cl+compile",
+    )
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     if args.sd15:
