@@ -51,12 +51,17 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pref_batches as pb  # noqa: E402  (bench/ is not a package)
+
+# transformers 5.2x renamed gradient_checkpointing_* to activation_checkpointing_* (the old
+# names, which every version has, warn on each call)
+warnings.filterwarnings("ignore", category=FutureWarning)
 
 MISTRAL_7B = dict(
     model_type="mistral",
@@ -182,12 +187,10 @@ def set_gradient_checkpointing(model, on: bool) -> None:
     """Switch checkpointing of the (PEFT-wrapped) transformer layers; non-reentrant, so frozen
     embeddings need no ``enable_input_require_grads``."""
     base = model.get_base_model()
-    # transformers 5.2x renamed these (the old names warn); older versions have only the old ones
-    prefix = "activation" if hasattr(base, "activation_checkpointing_enable") else "gradient"
     if on:
-        getattr(base, f"{prefix}_checkpointing_enable")(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
-        getattr(base, f"{prefix}_checkpointing_disable")()
+        base.gradient_checkpointing_disable()
 
 
 def rm_rewards(model, batch: pb.Batch) -> torch.Tensor:
