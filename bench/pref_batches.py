@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass
 
 import torch
 
+H200_BF16_PEAK = 989e12  # dense bf16, datasheet
 LAYOUTS = ("fixed", "pad_max", "pad_longest", "grouped", "packed")
 
 
@@ -262,3 +264,91 @@ def median_seconds(run_step, steps: int, warmup, sync) -> float:
         sync()
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
+
+
+def run_variants(
+    a, model, variants: list[Variant], vocab_size: int, step_loss, step_flops, set_gc, device
+) -> list[dict]:
+    """Time each of ``variants`` on the same model and data, one after the other.
+
+    ``a``: the parsed options (``pairs``, ``max_length``, ``token_budget``, ``steps``,
+    ``budget``). ``step_loss(variant, pairs, batches)`` runs forward + backward of one step and
+    returns its loss; ``step_flops(pairs)`` is the model FLOPs of one step on real tokens;
+    ``set_gc(on)`` switches gradient checkpointing. Returns one dict per variant (``error``:
+    OOM or skipped for the time budget), timing from a warm-up micro-batch then ``a.steps``
+    steps with an AdamW step each.
+    """
+    gpu = device == "cuda"
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    # lr 0: the same work per step, but the weights stay put, so every variant's loss is the
+    # same model's on the same pairs (c1-c4 agree to rounding: a check on the device too).
+    optimizer = torch.optim.AdamW(trainable, lr=0.0, weight_decay=0.001)
+    real_pairs = make_pairs(ultrafeedback_lengths(a.pairs, a.max_length), vocab_size)
+    fixed_pairs = make_pairs(fixed_lengths(a.pairs, a.max_length), vocab_size)
+    model.train()
+    began, rate, results = time.perf_counter(), None, []
+    for v in variants:
+        name = v.name
+        pairs = fixed_pairs if v.layout == "fixed" else real_pairs
+        batches = plan(v.layout, pairs, v.micro_pairs, a.token_budget)
+        real, computed = step_tokens(v.layout, pairs, batches, a.max_length)
+        row = {"variant": name, "layout": v.layout, "gc": v.gc, "micro_batches": len(batches), "note": v.note}
+        row.update(pairs_per_micro_batch=a.pairs / len(batches), real_tokens=real, computed_tokens=computed)
+        estimate = (a.steps + 0.2) * computed / rate * (1.4 if v.gc else 1.0) if rate else 0.0
+        if time.perf_counter() - began + estimate > a.budget:
+            results.append({**row, "error": f"skipped (budget {a.budget:.0f} s; estimate {estimate:.0f} s)"})
+            continue
+        set_gc(v.gc)
+        if gpu:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        losses = []
+
+        def warmup(v=v, pairs=pairs, batches=batches):
+            step_loss(v, pairs, batches[:1])
+            optimizer.zero_grad(set_to_none=True)
+
+        def step(v=v, pairs=pairs, batches=batches, losses=losses):
+            losses.append(step_loss(v, pairs, batches))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        try:
+            seconds = median_seconds(step, a.steps, warmup, lambda: torch.cuda.synchronize() if gpu else None)
+        except torch.OutOfMemoryError:
+            optimizer.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            results.append({**row, "error": "OOM"})
+            continue
+        rate = computed / seconds / (1.4 if v.gc else 1.0)
+        flops = step_flops(pairs)
+        row.update(seconds=seconds, loss=float(losses[-1]), tokens_per_s=real / seconds, tflops=flops / seconds / 1e12)
+        row.update(mfu=flops / seconds / H200_BF16_PEAK if gpu else None)
+        row.update(peak_gib=torch.cuda.max_memory_allocated() / 2**30 if gpu else None)
+        results.append(row)
+        print(f"[{time.perf_counter() - began:.0f} s] {name}: {seconds:.3f} s/step", file=sys.stderr, flush=True)
+    set_gc(False)
+    return results
+
+
+def print_variants(results: list[dict]) -> None:
+    """The Markdown table of :func:`run_variants`' rows."""
+    print(
+        "| variant | layout | gc | pairs/micro-batch | real tokens (of computed) | s/step | real tokens/s "
+        "| model TFLOP/s | MFU (of 989) | peak GiB | loss |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        head = (
+            f"| {r['variant']} | {r['layout']} | {r['gc']} | {r['pairs_per_micro_batch']:.1f} "
+            f"| {r['real_tokens']:,} ({r['real_tokens'] / r['computed_tokens']:.0%}) |"
+        )
+        if "error" in r:
+            print(f"{head} {r['error']} | | | | | |")
+            continue
+        mfu = "-" if r["mfu"] is None else f"{r['mfu']:.1%}"
+        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"
+        print(
+            f"{head} {r['seconds']:.3f} | {r['tokens_per_s']:,.0f} | {r['tflops']:.2f} | {mfu} | {peak} "
+            f"| {r['loss']:.4f} |"
+        )

@@ -233,81 +233,18 @@ def rm_flops(pairs: list[pb.Pair], n: int, n_lora: int, config) -> float:
 
 def run_variants(a, model, config, n: int, device: str) -> list[dict]:
     """Each variant of ``a.variants`` side by side on the same model (module docstring)."""
-    gpu = device == "cuda"
-    trainable = [p for p in model.parameters() if p.requires_grad]
     n_lora = sum(p.numel() for name, p in model.named_parameters() if p.requires_grad and "lora_" in name)
-    # lr 0: the same work per step, but the weights stay put, so every variant's loss is the
-    # same model's on the same pairs (c1-c4 agree to rounding: a check on the device too).
-    optimizer = torch.optim.AdamW(trainable, lr=0.0, weight_decay=0.001)
-    real_pairs = pb.make_pairs(pb.ultrafeedback_lengths(a.pairs, a.max_length), config.vocab_size)
-    fixed_pairs = pb.make_pairs(pb.fixed_lengths(a.pairs, a.max_length), config.vocab_size)
     names = DEFAULT_VARIANTS if a.variants == "default" else ",".join(VARIANTS) if a.variants == "all" else a.variants
-    model.train()
-    began, rate, results = time.perf_counter(), None, []
-    for name in names.split(","):
-        v = VARIANTS[name]
-        pairs = fixed_pairs if v.layout == "fixed" else real_pairs
-        batches = pb.plan(v.layout, pairs, v.micro_pairs, a.token_budget)
-        real, computed = pb.step_tokens(v.layout, pairs, batches, a.max_length)
-        row = {"variant": name, "layout": v.layout, "gc": v.gc, "micro_batches": len(batches), "note": v.note}
-        row.update(pairs_per_micro_batch=a.pairs / len(batches), real_tokens=real, computed_tokens=computed)
-        estimate = (a.steps + 0.2) * computed / rate * (1.4 if v.gc else 1.0) if rate else 0.0
-        if time.perf_counter() - began + estimate > a.budget:
-            results.append({**row, "error": f"skipped (budget {a.budget:.0f} s; estimate {estimate:.0f} s)"})
-            continue
-        set_gradient_checkpointing(model, v.gc)
-        if gpu:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        losses = []
-
-        def warmup(v=v, pairs=pairs, batches=batches):
-            rm_step_loss(model, pairs, batches[:1], v.layout, a.max_length, device)
-            optimizer.zero_grad(set_to_none=True)
-
-        def step(v=v, pairs=pairs, batches=batches, losses=losses):
-            losses.append(rm_step_loss(model, pairs, batches, v.layout, a.max_length, device))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        try:
-            seconds = pb.median_seconds(step, a.steps, warmup, lambda: sync(device))
-        except torch.OutOfMemoryError:
-            optimizer.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-            results.append({**row, "error": "OOM"})
-            continue
-        rate = computed / seconds / (1.4 if v.gc else 1.0)
-        flops = rm_flops(pairs, n, n_lora, config)
-        row.update(seconds=seconds, loss=float(losses[-1]), tokens_per_s=real / seconds, tflops=flops / seconds / 1e12)
-        row.update(mfu=flops / seconds / H200_BF16_PEAK if gpu else None)
-        row.update(peak_gib=torch.cuda.max_memory_allocated() / 2**30 if gpu else None)
-        results.append(row)
-        print(f"[{time.perf_counter() - began:.0f} s] {name}: {seconds:.3f} s/step", file=sys.stderr, flush=True)
-    set_gradient_checkpointing(model, False)
-    return results
-
-
-def print_variants(results: list[dict]) -> None:
-    print(
-        "| variant | layout | gc | pairs/micro-batch | real tokens (of computed) | s/step | real tokens/s "
-        "| model TFLOP/s | MFU (of 989) | peak GiB | loss |"
+    return pb.run_variants(
+        a,
+        model,
+        [VARIANTS[name] for name in names.split(",")],
+        config.vocab_size,
+        lambda v, pairs, batches: rm_step_loss(model, pairs, batches, v.layout, a.max_length, device),
+        lambda pairs: rm_flops(pairs, n, n_lora, config),
+        lambda on: set_gradient_checkpointing(model, on),
+        device,
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in results:
-        head = (
-            f"| {r['variant']} | {r['layout']} | {r['gc']} | {r['pairs_per_micro_batch']:.1f} "
-            f"| {r['real_tokens']:,} ({r['real_tokens'] / r['computed_tokens']:.0%}) |"
-        )
-        if "error" in r:
-            print(f"{head} {r['error']} | | | | | |")
-            continue
-        mfu = "-" if r["mfu"] is None else f"{r['mfu']:.1%}"
-        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"
-        print(
-            f"{head} {r['seconds']:.3f} | {r['tokens_per_s']:,.0f} | {r['tflops']:.2f} | {mfu} | {peak} "
-            f"| {r['loss']:.4f} |"
-        )
 
 
 def main() -> None:
@@ -345,7 +282,7 @@ def main() -> None:
             f"token budget {a.token_budget}; packed attention: "
             f"{'transformers packed-sequence detection' if pb.packed_masking_available() else 'explicit mask'}"
         )
-        print_variants(results)
+        pb.print_variants(results)
         if a.json:
             with open(a.json, "w") as handle:
                 json.dump(
