@@ -16,8 +16,9 @@ long tail of pasted documents and long generations), which we model as log-norma
 - each response R ~ LogNormal(median 270, σ 0.6), chosen and rejected drawn independently:
   mean 270 e^{0.18} ≈ 323; clipped to [8, max_length − P];
 
-so a sequence P + R lies in [16, max_length] (max_length 1,024 as in the recipes), has mean
-≈ 470 after clipping, and ≈ 6 % of sequences reach the 1,024 cap (the recipes' truncation).
+so a sequence P + R lies in [16, max_length] (max_length 1,024 as in the recipes); after
+clipping its mean is ≈ 470, its median ≈ 425, and ≈ 3 % of sequences reach the 1,024 cap
+(the recipes' truncation) -- measured over 20,000 draws of :func:`ultrafeedback_lengths`.
 These are estimates from byte counts, not a tokenisation of the data set; the cost of each
 layout scales with the real-token fraction, which the benchmarks report beside the times.
 
