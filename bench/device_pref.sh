@@ -12,10 +12,10 @@ mkdir -p "$OUT"
 nvidia-smi -L
 python3 -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)'
 start=$(date +%s)
-timeout 140 python3 bench/rm_throughput.py --arch mistral-7b --variants default --budget 95 \
+timeout 145 python3 bench/rm_throughput.py --arch mistral-7b --variants default --budget 100 \
   --json "$OUT/rm-steps.json" 2>&1 | grep -v -i warn | tee "$OUT/rm-steps.md"
 echo "rm rc=$? wall=$(( $(date +%s) - start )) s"
 start=$(date +%s)
-timeout 110 python3 bench/dpo_throughput.py --arch mistral-7b --budget 75 \
+timeout 105 python3 bench/dpo_throughput.py --arch mistral-7b --budget 70 \
   --json "$OUT/dpo-steps.json" 2>&1 | grep -v -i warn | tee "$OUT/dpo-steps.md"
 echo "dpo rc=$? wall=$(( $(date +%s) - start )) s"

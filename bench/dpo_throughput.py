@@ -165,7 +165,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=None, help="tokens (default 1,024; tiny: 128)")
     parser.add_argument("--token-budget", type=int, default=None, help="c3/c4 tokens per micro-batch (8 x max)")
     parser.add_argument("--steps", type=int, default=1, help="timed steps per variant (median)")
-    parser.add_argument("--budget", type=float, default=90.0, help="seconds for all variants after model build")
+    parser.add_argument("--budget", type=float, default=70.0, help="seconds for all variants after model build")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", default=None)
     a = parser.parse_args()
