@@ -58,7 +58,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pref_batches as pb  # noqa: E402  (bench/ is not a package)
-from rm_throughput import MISTRAL_7B, TARGETS, TINY, set_gradient_checkpointing, sync  # noqa: E402
+from rm_throughput import (  # noqa: E402
+    MISTRAL_7B,
+    TARGETS,
+    TINY,
+    quiet_checkpointing_warnings,
+    set_gradient_checkpointing,
+    sync,
+)
 
 VARIANTS = {
     v.name: v
@@ -169,6 +176,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", default=None)
     a = parser.parse_args()
+    quiet_checkpointing_warnings()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gpu = device == "cuda"
     dtype = torch.bfloat16 if gpu else torch.float32

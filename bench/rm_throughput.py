@@ -59,10 +59,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pref_batches as pb  # noqa: E402  (bench/ is not a package)
 
-# transformers 5.2x renamed gradient_checkpointing_* to activation_checkpointing_* (the old
-# names, which every version has, warn on each call)
-warnings.filterwarnings("ignore", category=FutureWarning)
-
 MISTRAL_7B = dict(
     model_type="mistral",
     vocab_size=32000,
@@ -183,6 +179,12 @@ VARIANTS = {
 DEFAULT_VARIANTS = "a,c1,c2,c3,c4,b8-gc,b16-gc,b8"  # b8 last: expected OOM (PITFALLS)
 
 
+def quiet_checkpointing_warnings() -> None:
+    """transformers 5.2x renamed gradient_checkpointing_* to activation_checkpointing_*; the old
+    names, which every version has, warn (FutureWarning) on each call."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
 def set_gradient_checkpointing(model, on: bool) -> None:
     """Switch checkpointing of the (PEFT-wrapped) transformer layers; non-reentrant, so frozen
     embeddings need no ``enable_input_require_grads``."""
@@ -262,6 +264,7 @@ def main() -> None:
     parser.add_argument("--token-budget", type=int, default=None, help="c3/c4 tokens per micro-batch (8 x max)")
     parser.add_argument("--budget", type=float, default=100.0, help="seconds for all variants after model build")
     a = parser.parse_args()
+    quiet_checkpointing_warnings()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.set_num_threads(a.threads)
