@@ -283,7 +283,8 @@ def run_variants(
     gpu = device == "cuda"
     trainable = [p for p in model.parameters() if p.requires_grad]
     # lr 0: the same work per step, but the weights stay put, so every variant's loss is the
-    # same model's on the same pairs (c1-c4 agree to rounding: a check on the device too).
+    # same model's on the same pairs (rm: c1-c4 agree to rounding, a check on the device too;
+    # dpo: ln 2 throughout, as LoRA B starts at 0 and the policy equals its reference).
     optimizer = torch.optim.AdamW(trainable, lr=0.0, weight_decay=0.001)
     real_pairs = make_pairs(ultrafeedback_lengths(a.pairs, a.max_length), vocab_size)
     fixed_pairs = make_pairs(fixed_lengths(a.pairs, a.max_length), vocab_size)
@@ -302,6 +303,7 @@ def run_variants(
         estimate = (a.steps + warm) * computed / rate * (GC_FACTOR if v.gc else 1.0) if rate else 0.0
         if time.perf_counter() - began + estimate > a.budget:
             results.append({**row, "error": f"skipped (budget {a.budget:.0f} s; estimate {estimate:.0f} s)"})
+            print(f"[{time.perf_counter() - began:.0f} s] {name}: {results[-1]['error']}", file=sys.stderr, flush=True)
             continue
         set_gc(v.gc)
         if gpu:
@@ -324,6 +326,7 @@ def run_variants(
             optimizer.zero_grad(set_to_none=True)
             torch.cuda.empty_cache()
             results.append({**row, "error": "OOM"})
+            print(f"[{time.perf_counter() - began:.0f} s] {name}: OOM", file=sys.stderr, flush=True)
             continue
         rate = computed / seconds * (GC_FACTOR if v.gc else 1.0)  # computed tokens/s without checkpointing
         flops = step_flops(pairs)
