@@ -7,15 +7,15 @@
 # Run from the repo root there:  bash bench/device_pref.sh   (writes JSON + Markdown to $OUT)
 set -o pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-: "${OUT:=/tmp/out}"
+: "${OUT:=/tmp/out}" "${RM_BUDGET:=100}" "${DPO_BUDGET:=70}"
 mkdir -p "$OUT"
 nvidia-smi -L
 python3 -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)'
 start=$(date +%s)
-timeout 145 python3 bench/rm_throughput.py --arch mistral-7b --variants default --budget 100 \
+timeout $((RM_BUDGET + 45)) python3 bench/rm_throughput.py --arch mistral-7b --variants "${RM_VARIANTS:-default}" --budget "$RM_BUDGET" \
   --json "$OUT/rm-steps.json" 2>&1 | grep -v -i warn | tee "$OUT/rm-steps.md"
 echo "rm rc=$? wall=$(( $(date +%s) - start )) s"
 start=$(date +%s)
-timeout 105 python3 bench/dpo_throughput.py --arch mistral-7b --budget 70 \
+timeout $((DPO_BUDGET + 35)) python3 bench/dpo_throughput.py --arch mistral-7b --variants "${DPO_VARIANTS:-default}" --budget "$DPO_BUDGET" \
   --json "$OUT/dpo-steps.json" 2>&1 | grep -v -i warn | tee "$OUT/dpo-steps.md"
 echo "dpo rc=$? wall=$(( $(date +%s) - start )) s"

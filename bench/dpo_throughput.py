@@ -81,6 +81,9 @@ VARIANTS = {
         pb.Variant("c2", "pad_longest", 4, note="padded to the micro-batch's longest"),
         pb.Variant("c3", "grouped", note="length-grouped under the token budget"),
         pb.Variant("c4", "packed", note="packed into one row, block-diagonal attention"),
+        pb.Variant("c2n", "pad_longest", 4, mask=False, note="c2, right-padded, no mask: fused causal kernel"),
+        pb.Variant("c3n", "grouped", mask=False, note="c3, right-padded, no mask: fused causal kernel"),
+        pb.Variant("c4x", "packed", attn="flex_attention", note="c4 through flex attention (block-sparse)"),
     )
 }
 DEFAULT_VARIANTS = "a-full,a,c1,c2,c3,c4,a-full-gc,a-gc,b8-gc,b16-gc"
@@ -143,7 +146,7 @@ def dpo_step_loss(model, pairs, batches, v: pb.Variant, beta: float, max_length:
     n = sum(len(idx) for idx in batches)
     total = torch.zeros((), device=device)
     for idx in batches:
-        batch = pb.micro_batch(v.layout, pairs, idx, max_length, device)
+        batch = pb.micro_batch(v.layout, pairs, idx, max_length, device, v.mask)
         with torch.no_grad(), model.disable_adapter():
             reference = sequence_logps(model, batch, v.sliced)
         loss = dpo_losses(sequence_logps(model, batch, v.sliced), reference, beta).sum() / n

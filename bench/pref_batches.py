@@ -38,6 +38,7 @@ Rows of a micro-batch are its chosen sequences, then its rejected ones (``chunk(
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import sys
@@ -221,11 +222,13 @@ def _batch(ids, mask, pos, last, src, tgt, seq, device) -> Batch:
     )
 
 
-def micro_batch(layout: str, pairs: list[Pair], idx: list[int], max_length: int, device) -> Batch:
-    """The inputs of micro-batch ``idx`` in ``layout``."""
+def micro_batch(layout: str, pairs: list[Pair], idx: list[int], max_length: int, device, mask: bool = True) -> Batch:
+    """The inputs of micro-batch ``idx`` in ``layout``; ``mask=False``: no attention mask
+    (right-padded rows under causal attention, see :class:`Variant`)."""
     if layout == "packed":
         return packed(pairs, idx, device)
-    return padded(pairs, idx, max_length if layout == "pad_max" else None, device)
+    batch = padded(pairs, idx, max_length if layout == "pad_max" else None, device)
+    return batch if mask else dataclasses.replace(batch, attention_mask=None)
 
 
 def step_tokens(layout: str, pairs: list[Pair], batches: list[list[int]], max_length: int) -> tuple[int, int]:
@@ -245,13 +248,21 @@ def step_tokens(layout: str, pairs: list[Pair], batches: list[list[int]], max_le
 class Variant:
     """One way to run the step: ``layout`` (:data:`LAYOUTS`), ``micro_pairs`` pairs per micro-batch
     (padded layouts), gradient checkpointing, and for dpo whether log-probs come from hidden
-    states sliced to response positions (``sliced``) or from full-vocabulary logits."""
+    states sliced to response positions (``sliced``) or from full-vocabulary logits.
+    ``mask=False``: padded rows go in without an attention mask -- rows are right-padded and
+    attention is causal, so no real token attends to a pad and the real tokens' outputs are
+    the masked ones (the pads' own outputs differ and are never read); an all-ones or absent
+    mask lets sdpa take its fused causal (flash) kernel instead of the masked one.
+    ``attn``: the attention implementation for the variant (``flex_attention``: block-sparse
+    over the packed sequences, compiled on first use)."""
 
     name: str
     layout: str
     micro_pairs: int = 4
     gc: bool = False
     sliced: bool = True
+    mask: bool = True
+    attn: str = "sdpa"
     note: str = ""
 
 
@@ -306,6 +317,7 @@ def run_variants(
             print(f"[{time.perf_counter() - began:.0f} s] {name}: {results[-1]['error']}", file=sys.stderr, flush=True)
             continue
         set_gc(v.gc)
+        set_attention(model, v.attn)
         if gpu:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -328,6 +340,14 @@ def run_variants(
             results.append({**row, "error": "OOM"})
             print(f"[{time.perf_counter() - began:.0f} s] {name}: OOM", file=sys.stderr, flush=True)
             continue
+        except Exception as error:  # a variant the installed stack cannot run (e.g. flex attention)
+            optimizer.zero_grad(set_to_none=True)
+            message = f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+            results.append({**row, "error": message})
+            print(f"[{time.perf_counter() - began:.0f} s] {name}: {message}", file=sys.stderr, flush=True)
+            continue
+        finally:
+            set_attention(model, "sdpa")
         rate = computed / seconds * (GC_FACTOR if v.gc else 1.0)  # computed tokens/s without checkpointing
         flops = step_flops(pairs)
         row.update(seconds=seconds, loss=float(losses[-1]), tokens_per_s=real / seconds, tflops=flops / seconds / 1e12)
@@ -337,6 +357,14 @@ def run_variants(
         print(f"[{time.perf_counter() - began:.0f} s] {name}: {seconds:.3f} s/step", file=sys.stderr, flush=True)
     set_gc(False)
     return results
+
+
+def set_attention(model, implementation: str) -> None:
+    """Switch the (PEFT-wrapped) model's attention implementation (transformers ≥ 4.56's
+    ``set_attn_implementation``; a no-op when it is already ``implementation``)."""
+    base = model.get_base_model()
+    if base.config._attn_implementation != implementation:
+        base.set_attn_implementation(implementation)
 
 
 def print_variants(results: list[dict]) -> None:

@@ -174,6 +174,9 @@ VARIANTS = {
         pb.Variant("c2", "pad_longest", 4, note="padded to the micro-batch's longest"),
         pb.Variant("c3", "grouped", note="length-grouped under the token budget"),
         pb.Variant("c4", "packed", note="packed into one row, block-diagonal attention"),
+        pb.Variant("c2n", "pad_longest", 4, mask=False, note="c2, right-padded, no mask: fused causal kernel"),
+        pb.Variant("c3n", "grouped", mask=False, note="c3, right-padded, no mask: fused causal kernel"),
+        pb.Variant("c4x", "packed", attn="flex_attention", note="c4 through flex attention (block-sparse)"),
     )
 }
 DEFAULT_VARIANTS = "a,c1,c2,c3,c4,b8-gc,b16-gc,b8"  # b8 last: expected OOM (PITFALLS)
@@ -213,13 +216,13 @@ def rm_rewards(model, batch: pb.Batch) -> torch.Tensor:
     return inner.score(hidden.flatten(0, 1)[batch.last]).squeeze(-1)
 
 
-def rm_step_loss(model, pairs, batches, layout: str, max_length: int, device) -> torch.Tensor:
+def rm_step_loss(model, pairs, batches, v: pb.Variant, max_length: int, device) -> torch.Tensor:
     """Forward + backward of one optimizer step; returns the mean Bradley–Terry loss over all
     pairs of ``batches`` (gradients accumulate with weight 1 / pairs per pair)."""
     n = sum(len(idx) for idx in batches)
     total = torch.zeros((), device=device)
     for idx in batches:
-        rewards = rm_rewards(model, pb.micro_batch(layout, pairs, idx, max_length, device)).float()
+        rewards = rm_rewards(model, pb.micro_batch(v.layout, pairs, idx, max_length, device, v.mask)).float()
         chosen, rejected = rewards.chunk(2)
         loss = -torch.nn.functional.logsigmoid(chosen - rejected).sum() / n
         loss.backward()
@@ -242,7 +245,7 @@ def run_variants(a, model, config, n: int, device: str) -> list[dict]:
         model,
         [VARIANTS[name] for name in names.split(",")],
         config.vocab_size,
-        lambda v, pairs, batches: rm_step_loss(model, pairs, batches, v.layout, a.max_length, device),
+        lambda v, pairs, batches: rm_step_loss(model, pairs, batches, v, a.max_length, device),
         lambda pairs: rm_flops(pairs, n, n_lora, config),
         lambda on: set_gradient_checkpointing(model, on),
         device,

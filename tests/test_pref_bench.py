@@ -10,6 +10,7 @@ reference). The DPO loss is also computed by hand from each sequence alone.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -72,17 +73,18 @@ def test_rm_layouts_match_one_padded_batch(pairs, monkeypatch, explicit_mask):
     model, _, _ = rm.build("tiny", None, "cpu", torch.float32, False, init_lora_weights=False)
     model.train()
     one = [list(range(len(pairs)))]
-    ref_loss = rm.rm_step_loss(model, pairs, one, "pad_longest", MAX_LENGTH, "cpu")
+    ref_loss = rm.rm_step_loss(model, pairs, one, pb.Variant("one", "pad_longest"), MAX_LENGTH, "cpu")
     ref_g = grads(model)
     # the loss by hand: mean over pairs of -log σ(r_c - r_r), each sequence alone
     with torch.no_grad():
         r = [model(input_ids=s[None]).logits.squeeze() for p in pairs for s in (p.chosen, p.rejected)]
     by_hand = sum(-math.log(1 / (1 + math.exp(-(r[2 * i] - r[2 * i + 1])))) for i in range(len(pairs))) / len(pairs)
     assert ref_loss.item() == pytest.approx(by_hand, abs=1e-5)
-    for layout in ("pad_max", "pad_longest", "grouped", "packed"):
-        batches = pb.plan(layout, pairs, 2, BUDGET)
+    for name in ("c1", "c2", "c3", "c4", "c2n", "c3n"):
+        v = dataclasses.replace(rm.VARIANTS[name], micro_pairs=2)
+        batches = pb.plan(v.layout, pairs, 2, BUDGET)
         assert len(batches) > 1
-        loss = rm.rm_step_loss(model, pairs, batches, layout, MAX_LENGTH, "cpu")
+        loss = rm.rm_step_loss(model, pairs, batches, v, MAX_LENGTH, "cpu")
         assert_same(loss, grads(model), ref_loss, ref_g)
 
 
@@ -114,8 +116,8 @@ def test_dpo_layouts_match_straightforward_and_hand(pairs, beta):
     ref_g = grads(model)
     assert ref_loss.item() == pytest.approx(hand_dpo_loss(model, pairs, beta), abs=1e-5)
     assert abs(ref_loss.item() - math.log(2)) > 1e-4  # random B: the policy differs from its reference
-    for name in ("c1", "c2", "c3", "c4"):
-        v = pb.Variant(name, dpo.VARIANTS[name].layout, 2)
+    for name in ("c1", "c2", "c3", "c4", "c2n", "c3n"):
+        v = dataclasses.replace(dpo.VARIANTS[name], micro_pairs=2)
         batches = pb.plan(v.layout, pairs, 2, BUDGET)
         loss = dpo.dpo_step_loss(model, pairs, batches, v, beta, MAX_LENGTH, "cpu")
         assert_same(loss, grads(model), ref_loss, ref_g)
