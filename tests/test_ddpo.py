@@ -408,6 +408,33 @@ def test_resume_continues_the_same_replay(fixed_start, assets, tmp_path):
     assert {"reward_mean", "reward_std", "approx_kl", "clipfrac", "loss"} <= history[0].keys()
 
 
+def test_compile_knob_compiles_the_unet_and_saves_the_same_lora(fixed_start, assets, tmp_path, monkeypatch):
+    """``compile: true`` (the full profile's) compiles the UNet in place in channels-last
+    layout; the published LoRA has the plain run's keys and, through dynamo with the eager
+    backend (Inductor's compilation is measured on the GPU by bench/ddpo_throughput.py), its
+    values to float rounding."""
+    from safetensors.torch import load_file
+
+    compiled = []
+    original = torch.nn.Module.compile
+
+    def eager_compile(module, *args, **kwargs):
+        compiled.append(module)
+        return original(module, backend="eager")
+
+    assert run_recipe(fixed_start, assets, tmp_path / "plain", {"num_epochs": 1}) == 0
+    monkeypatch.setattr(torch.nn.Module, "compile", eager_compile)
+    assert run_recipe(fixed_start, assets, tmp_path / "compiled", {"num_epochs": 1, "compile": True}) == 0
+    assert [type(m).__name__ for m in compiled] == ["UNet2DConditionModel"]
+    conv = next(m for m in compiled[0].modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    a = load_file(str(tmp_path / "plain/publish/checkpoint-1/adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "compiled/publish/checkpoint-1/adapter_model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=1e-5)
+
+
 def test_nan_reward_stops_training_and_keeps_earlier_checkpoints(fixed_start, assets, tmp_path, capsys):
     from replaykit.harness.trainer import NAN_EXIT
 

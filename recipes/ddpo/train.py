@@ -77,6 +77,8 @@ class DDPOConfig:
     lora: dict = knob("LoRA on the UNet's attention: {r, alpha, target_modules}")
     device: Literal["auto", "cpu"] = knob("auto: CUDA when available, else CPU")
     dtype: Literal["float32", "float16", "bfloat16"] = knob("base weights' dtype (LoRA weights train in float32)")
+    compile: bool = knob("CUDA: the UNet in channels-last layout through torch.compile (about 5 min of compilation "
+                         "once per replay; 1.5x faster epochs on an H200)", default=False)
 
 
 class NonFiniteError(RuntimeError):
@@ -215,6 +217,9 @@ def main() -> int:
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
     for p in params:
         p.data = p.data.float()  # LoRA weights train in float32 over a 16-bit base on GPU
+    if recipe.compile:  # in place (nn.Module.compile): parameter names and the saved LoRA keys stay the same
+        pipe.unet.to(memory_format=torch.channels_last)
+        pipe.unet.compile()
     optimizer = torch.optim.AdamW(params, lr=recipe.learning_rate, betas=(0.9, 0.999),
                                   weight_decay=recipe.weight_decay, eps=1e-8)
     tracker = PerPromptStatTracker(recipe.stat_buffer_size, recipe.stat_min_count)
