@@ -254,7 +254,7 @@ def test_soup_dag(fixed_start, tmp_path):
         "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
         "recipe": {"profile": "embedded", "overrides": {"method": "greedy"}},
         "seeds": [42],
-        "threads": 1,
+        "threads": 2,  # the greedy replay decodes its proxy images in 2 processes, inside the sandbox
         "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
         "validation": {"runtime": 5},
         "evaluation": {"batch_size": 64, "runtime": 5},

