@@ -73,3 +73,29 @@ def test_full_scale_config_on_tiny_mistral(workdir, tmp_path):
     train = [json.loads(l) for l in (workdir / "results/dpo/assets/public/train_prefs.jsonl").read_text().splitlines()]
     assert train[0]["prompt"] == [{"role": "user", "content": "Name a colour, please (0)."}]
     assert train[0]["chosen"] == [{"role": "assistant", "content": "Blue."}]
+
+
+def test_bf16_profile_is_the_full_profile_but_for_base_precision_memory_and_optimizer():
+    """``full-bf16`` (GPUs with >= 96 GB) changes only how the base is held and stepped:
+    the recipe's loss, data, LoRA, batch and schedule are ``full``'s."""
+    import importlib.util
+    import sys
+
+    # under its own name: other tests import other recipes' train.py as ``train``
+    spec = importlib.util.spec_from_file_location("dpo_recipe_train", ROOT / "recipes/dpo/train.py")
+    train = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = train  # dataclasses look their module up there
+    spec.loader.exec_module(train)
+    from dataclasses import asdict
+
+    from replaykit.harness.session import load_config
+
+    configs = ROOT / "recipes/dpo/configs"
+    full = asdict(load_config(train.DPOKnobs, configs, "full", {}))
+    bf16 = asdict(load_config(train.DPOKnobs, configs, "full-bf16", {}))
+    changed = {k: (full[k], bf16[k]) for k in full if full[k] != bf16[k]}
+    assert changed == {
+        "quantization": ("nf4", None),
+        "optim": ("paged_adamw_32bit", "adamw_torch_fused"),
+        "gradient_checkpointing": (True, False),
+    }
