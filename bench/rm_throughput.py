@@ -167,6 +167,10 @@ VARIANTS = {
     for v in (
         pb.Variant("a", "fixed", 4, note="today's path"),
         pb.Variant("a-gc", "fixed", 4, gc=True),
+        pb.Variant("s1-gc", "fixed", 1, gc=True, note="the full profile's micro-batch 1, checkpointing"),
+        pb.Variant("s1", "fixed", 1),
+        pb.Variant("r1-gc", "pad_longest", 1, gc=True, note="the full profile on realistic lengths (masked)"),
+        pb.Variant("r1n-gc", "pad_longest", 1, gc=True, mask=False, note="r1-gc without the mask"),
         pb.Variant("b8", "fixed", 8),
         pb.Variant("b8-gc", "fixed", 8, gc=True),
         pb.Variant("b16-gc", "fixed", 16, gc=True),
