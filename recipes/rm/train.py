@@ -53,6 +53,8 @@ class RewardKnobs(TrainerKnobs):
     max_length: int = knob("tokens per sequence; longer ones keep their last tokens (left truncation)", minimum=1)
     weight_decay: float = knob("AdamW weight decay", minimum=0)
     warmup_steps: int = knob("optimizer steps of linear learning-rate warm-up", minimum=0)
+    causal_padding: bool = knob("right-padded rows go in without an attention mask (see drop_padding_mask): the same "
+                                "rewards, and sdpa keeps its fused causal kernel (1.4x per step on an H200)", default=False)
 
 
 def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:
@@ -70,6 +72,26 @@ def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:
     return {"chosen_ids": ids(row["chosen"]), "rejected_ids": ids(row["rejected"])}
 
 
+def drop_padding_mask(model) -> None:
+    """Run the backbone of ``model`` without the attention mask of right-padded rows.
+
+    Under causal attention no real token attends to a pad that follows it, so the real tokens'
+    hidden states are the masked ones; the score head reads the last non-pad token, which the
+    sequence-classification model finds from ``input_ids``, not from the mask. Without a mask
+    PyTorch's sdpa runs its fused causal (flash) kernel instead of the masked one: on an H200,
+    Mistral-7B, 64 pairs of UltraFeedback-like lengths, micro-batch 1 with checkpointing, 26.8 s
+    per step against 37.2 s (``bench/results-2026-12-01-pref.md``). TRL's collator pads on the
+    right; a batch with padding before a real token raises ``ValueError``.
+    """
+    def hook(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        if mask is not None and bool((mask[:, 1:] > mask[:, :-1]).any()):
+            raise ValueError("causal_padding: a row is padded on the left; it needs right-padded rows")
+        return args, {**kwargs, "attention_mask": None}
+
+    model.base_model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--request", required=True, help="request.json written by the replay driver")
@@ -84,6 +106,8 @@ def main() -> int:
     model = AutoModelForSequenceClassification.from_pretrained(request["fixed_start"], num_labels=1,
                                                                dtype=getattr(torch, recipe.dtype))
     model.config.pad_token_id = tokenizer.pad_token_id
+    if recipe.causal_padding:
+        drop_padding_mask(model)
 
     rows = [json.loads(line) for line in (Path(request["public_dir"]) / "train_prefs.jsonl").read_text().splitlines()
             if line.strip()]

@@ -1,0 +1,81 @@
+"""The rm recipe's ``causal_padding`` knob (``drop_padding_mask``): right-padded rows give the
+masked rewards and gradients without the mask; left padding is refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, make_tiny_model
+
+
+def recipe():
+    """recipes/rm/train.py under its own name (other tests import other recipes as ``train``)."""
+    spec = importlib.util.spec_from_file_location("rm_recipe_train", ROOT / "recipes/rm/train.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny_mistral(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-mistral", "mistral")
+
+
+def reward_model(path):
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+    model.config.pad_token_id = 0
+    return model
+
+
+def batch(lengths: list[int], width: int, left: bool = False):
+    """Rows of random ids in [5, 100) (never the pad id 0), padded with 0 to ``width``."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        cols = slice(width - n, width) if left else slice(0, n)
+        ids[row, cols] = torch.randint(5, 100, (n,), generator=generator)
+        mask[row, cols] = 1
+    return ids, mask
+
+
+def rewards_and_grad(model, ids, mask):
+    model.zero_grad()
+    rewards = model(input_ids=ids, attention_mask=mask).logits.squeeze(-1)
+    chosen, rejected = rewards.chunk(2)
+    (-torch.nn.functional.logsigmoid(chosen - rejected).mean()).backward()
+    return rewards.detach(), model.score.weight.grad.clone()
+
+
+def test_right_padded_rows_give_the_masked_rewards_and_gradients(tiny_mistral):
+    ids, mask = batch([7, 12, 3, 12], width=12)
+    plain = reward_model(tiny_mistral)
+    expected_rewards, expected_grad = rewards_and_grad(plain, ids, mask)
+    # the same rows one at a time, unpadded: the rewards the mask stands for
+    alone = torch.cat([plain(input_ids=ids[r : r + 1, : int(mask[r].sum())]).logits.squeeze(-1) for r in range(4)])
+    torch.testing.assert_close(expected_rewards, alone.detach(), rtol=1e-5, atol=1e-6)
+
+    hooked = reward_model(tiny_mistral)
+    recipe().drop_padding_mask(hooked)
+    seen = []  # the mask the backbone gets, after the recipe's hook
+    hooked.base_model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["attention_mask"]), with_kwargs=True)
+    rewards, grad = rewards_and_grad(hooked, ids, mask)
+    assert seen == [None]
+    torch.testing.assert_close(rewards, expected_rewards, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-6)
+
+
+def test_left_padding_is_refused(tiny_mistral):
+    model = reward_model(tiny_mistral)
+    recipe().drop_padding_mask(model)
+    ids, mask = batch([7, 12], width=12, left=True)
+    with pytest.raises(ValueError, match="padded on the left"):
+        model(input_ids=ids, attention_mask=mask)
