@@ -74,16 +74,7 @@ VARIANTS = {
         pb.Variant("a-full-gc", "fixed", 4, gc=True, sliced=False, note="the recipe's checkpointing"),
         pb.Variant("a", "fixed", 4, note="logits at response positions only"),
         pb.Variant("a-gc", "fixed", 4, gc=True),
-        pb.Variant("b8", "fixed", 8),
-        pb.Variant("b8-gc", "fixed", 8, gc=True),
-        pb.Variant("b16-gc", "fixed", 16, gc=True),
-        pb.Variant("c1", "pad_max", 4, note="realistic lengths, padded to max_length"),
-        pb.Variant("c2", "pad_longest", 4, note="padded to the micro-batch's longest"),
-        pb.Variant("c3", "grouped", note="length-grouped under the token budget"),
-        pb.Variant("c4", "packed", note="packed into one row, block-diagonal attention"),
-        pb.Variant("c2n", "pad_longest", 4, mask=False, note="c2, right-padded, no mask: fused causal kernel"),
-        pb.Variant("c3n", "grouped", mask=False, note="c3, right-padded, no mask: fused causal kernel"),
-        pb.Variant("c4x", "packed", attn="flex_attention", note="c4 through flex attention (block-sparse)"),
+        *pb.SHARED_VARIANTS,
     )
 }
 DEFAULT_VARIANTS = "a-full,a,c1,c2,c3,c4,a-full-gc,a-gc,b8-gc,b16-gc"

@@ -266,6 +266,23 @@ class Variant:
     note: str = ""
 
 
+# The variants both benchmarks run (bench/rm_throughput.py and bench/dpo_throughput.py add
+# their own straightforward and checkpointing rows): bigger micro-batches at the fixed shape,
+# then UltraFeedback-like lengths in each layout.
+SHARED_VARIANTS = (
+    Variant("b8", "fixed", 8),
+    Variant("b8-gc", "fixed", 8, gc=True),
+    Variant("b16-gc", "fixed", 16, gc=True),
+    Variant("c1", "pad_max", 4, note="realistic lengths, padded to max_length"),
+    Variant("c2", "pad_longest", 4, note="padded to the micro-batch's longest"),
+    Variant("c3", "grouped", note="length-grouped under the token budget"),
+    Variant("c4", "packed", note="packed into one row, block-diagonal attention"),
+    Variant("c2n", "pad_longest", 4, mask=False, note="c2, right-padded, no mask: fused causal kernel"),
+    Variant("c3n", "grouped", mask=False, note="c3, right-padded, no mask: fused causal kernel"),
+    Variant("c4x", "packed", attn="flex_attention", note="c4 through flex attention (block-sparse)"),
+)
+
+
 def median_seconds(run_step, steps: int, warmup, sync) -> float:
     """Median wall seconds of ``steps`` calls of ``run_step()`` after ``warmup()`` (synchronised)."""
     warmup()

@@ -29,6 +29,18 @@ def make_tiny_model(out: Path, model_type: str = "llama") -> Path:
     return make(out, model_type)
 
 
+def recipe_train(task: str):
+    """``recipes/<task>/train.py`` as module ``<task>_recipe_train`` (each task's under its own
+    name: several recipes are called ``train``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{task}_recipe_train", ROOT / "recipes" / task / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def tiny_task(task: str) -> dict:
     """A deep copy of ``tasks.<task>`` of ``config/test.yaml``."""
     return copy.deepcopy(yaml.safe_load(TEST_CONFIG.read_text())["tasks"][task])

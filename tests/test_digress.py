@@ -5,7 +5,6 @@ bad input, the frozen loader, the recipe (resume, NaN) and the whole DAG on tiny
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import math
 import os
@@ -18,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, copy_workflow, snakemake, write_config
+from conftest import ROOT, copy_workflow, recipe_train, snakemake, write_config
 from replaykit.harness.errors import InputError
 from replaykit.tasks import digress
 from replaykit.tasks.digress import checkpoint as ckpt
@@ -433,10 +432,7 @@ def test_recipe_stops_at_the_deadline(assets, tmp_path):
 
 
 def test_dataloader_path_matches_device_path(assets):
-    spec = importlib.util.spec_from_file_location("digress_train", RECIPE)
-    train = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = train  # dataclasses look their module up there
-    spec.loader.exec_module(train)
+    train = recipe_train("digress")
     atoms, bonds = data.load_npz(assets[0] / "public/train_graphs.npz")
     a, b = torch.as_tensor(atoms), torch.as_tensor(bonds)
     X1, E1, m1 = next(train.device_batches(a, b, len(a), torch.Generator().manual_seed(0)))
@@ -472,10 +468,7 @@ def test_graphed_step_matches_the_plain_step(device, compiled):
     the denoiser through ``torch.compile``) gives the plain ``train_step``'s losses to 1e-5
     (relative) and the same weights after 7 steps (1e-4 relative + 1e-6 absolute) from the
     same initial weights and random numbers."""
-    spec = importlib.util.spec_from_file_location("digress_train", RECIPE)
-    train = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = train  # dataclasses look their module up there
-    spec.loader.exec_module(train)
+    train = recipe_train("digress")
     knobs = {**yaml.safe_load((RECIPE.parent / "configs/embedded.yaml").read_text()), **TINY, "dropout": 0.0}
     recipe = train.DigressConfig(**knobs)
     model_cfg = {k: knobs[k] for k in ("n_layers", "hidden_mlp_dims", "hidden_dims", "dropout")}

@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, make_tiny_model, snakemake, ultrafeedback_rows, write_config
+from conftest import ROOT, make_tiny_model, recipe_train, snakemake, ultrafeedback_rows, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -78,14 +78,7 @@ def test_full_scale_config_on_tiny_mistral(workdir, tmp_path):
 def test_bf16_profile_is_the_full_profile_but_for_base_precision_memory_and_optimizer():
     """``full-bf16`` (GPUs with >= 96 GB) changes only how the base is held and stepped:
     the recipe's loss, data, LoRA, batch and schedule are ``full``'s."""
-    import importlib.util
-    import sys
-
-    # under its own name: other tests import other recipes' train.py as ``train``
-    spec = importlib.util.spec_from_file_location("dpo_recipe_train", ROOT / "recipes/dpo/train.py")
-    train = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = train  # dataclasses look their module up there
-    spec.loader.exec_module(train)
+    train = recipe_train("dpo")
     from dataclasses import asdict
 
     from replaykit.harness.session import load_config

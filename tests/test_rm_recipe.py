@@ -3,22 +3,10 @@ masked rewards and gradients without the mask; left padding is refused."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import torch
 
-from conftest import ROOT, make_tiny_model
-
-
-def recipe():
-    """recipes/rm/train.py under its own name (other tests import other recipes as ``train``)."""
-    spec = importlib.util.spec_from_file_location("rm_recipe_train", ROOT / "recipes/rm/train.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from conftest import make_tiny_model, recipe_train
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +52,7 @@ def test_right_padded_rows_give_the_masked_rewards_and_gradients(tiny_mistral):
     torch.testing.assert_close(expected_rewards, alone.detach(), rtol=1e-5, atol=1e-6)
 
     hooked = reward_model(tiny_mistral)
-    recipe().drop_padding_mask(hooked)
+    recipe_train("rm").drop_padding_mask(hooked)
     seen = []  # the mask the backbone gets, after the recipe's hook
     hooked.base_model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["attention_mask"]), with_kwargs=True)
     rewards, grad = rewards_and_grad(hooked, ids, mask)
@@ -75,7 +63,7 @@ def test_right_padded_rows_give_the_masked_rewards_and_gradients(tiny_mistral):
 
 def test_left_padding_is_refused(tiny_mistral):
     model = reward_model(tiny_mistral)
-    recipe().drop_padding_mask(model)
+    recipe_train("rm").drop_padding_mask(model)
     ids, mask = batch([7, 12], width=12, left=True)
     with pytest.raises(ValueError, match="padded on the left"):
         model(input_ids=ids, attention_mask=mask)

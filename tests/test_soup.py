@@ -3,31 +3,19 @@ ingredient builder on tiny settings, and the whole DAG."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import ROOT, copy_workflow, snakemake, write_config
+from conftest import ROOT, copy_workflow, recipe_train, snakemake, write_config
 from replaykit.harness.errors import InputError
 from replaykit.tasks import soup
 from replaykit.tasks.soup import evaluator, ingredients, loader
 from replaykit.tasks.soup.model import load_state
-
-RECIPE = ROOT / "recipes" / "soup" / "train.py"
-
-
-def recipe_module():
-    spec = importlib.util.spec_from_file_location("soup_train", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_clustered_se_by_hand():
@@ -64,7 +52,7 @@ def test_decoding_workers_give_the_same_tensors_in_order(tmp_path):
 
 
 def test_greedy_soup_is_strict():
-    train = recipe_module()
+    train = recipe_train("soup")
     table = {(0,): 0.50, (0, 1): 0.55, (0, 1, 2): 0.55, (0, 1, 3): 0.60}  # adding 2 ties: not strict, refused
     members, history = train.greedy_soup([0, 1, 2, 3], lambda m: table[tuple(m)])
     assert members == [0, 1, 3] and history == [0.50, 0.55, 0.55, 0.60]
