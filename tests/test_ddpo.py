@@ -88,6 +88,70 @@ def test_ppo_clipped_loss_on_hand_values():
     assert clipfrac.item() == pytest.approx(1.0)
 
 
+class _LinearUNet(torch.nn.Module):
+    """A UNet stand-in whose noise prediction depends on trainable weights and the prompt."""
+
+    def __init__(self, channels: int, width: int):
+        super().__init__()
+        self.mix = torch.nn.Parameter(torch.eye(channels) + 0.1 * torch.randn(channels, channels))
+        self.text = torch.nn.Parameter(0.1 * torch.randn(width))
+
+    def forward(self, x, t, encoder_hidden_states):
+        out = (
+            torch.einsum("bchw,cd->bdhw", x, self.mix)
+            + (encoder_hidden_states @ self.text).mean(1)[:, None, None, None]
+        )
+        return type("Out", (), {"sample": out})()
+
+
+def test_full_profile_minibatches_give_the_contract_updates():
+    """``full`` trains in minibatches of 16 x accumulation 1 where the contract says 4 x 4: the
+    same 2 optimizer updates of the same 16-sample mean gradient per epoch (the loss of each
+    step is divided by accumulation x steps). Plain SGD without clipping, as Adam and clipping
+    would hide a wrongly scaled gradient; 4 x 1 (4 updates) differs."""
+    from types import SimpleNamespace
+
+    train = recipe_module("train")
+    torch.manual_seed(0)
+    unet = _LinearUNet(channels=4, width=6)
+    pipe = SimpleNamespace(
+        unet=unet,
+        latent_shape=(4, 3, 3),
+        device="cpu",
+        dtype=torch.float32,
+        encode_prompts=lambda p: torch.randn(len(p), 5, 6, generator=torch.Generator().manual_seed(len(p))),
+        decode=lambda x: x,
+    )
+    scheduler = ddim(4)
+    knobs = dict(guidance_scale=5.0, eta=1.0, clip_range=0.2, adv_clip_max=5.0, max_grad_norm=1e6)  # no clipping
+    with torch.no_grad():
+        batch = train.sample_epoch(
+            pipe,
+            scheduler,
+            ["a"] * 32,
+            SimpleNamespace(sample_batch_size=32, **knobs),
+            torch.Generator().manual_seed(1),
+        )
+    advantages = torch.randn(32, generator=torch.Generator().manual_seed(2))
+    start = {k: v.detach().clone() for k, v in unet.state_dict().items()}
+
+    def weights_after(batch_size: int, accumulation: int) -> list[torch.Tensor]:
+        unet.load_state_dict(start)
+        params = list(unet.parameters())
+        optimizer = torch.optim.SGD(params, lr=0.5)  # Adam would hide a scaled gradient
+        recipe = SimpleNamespace(train_batch_size=batch_size, gradient_accumulation_steps=accumulation, **knobs)
+        train.train_epoch(
+            pipe, scheduler, batch, advantages, params, optimizer, recipe, torch.Generator().manual_seed(3)
+        )
+        return [p.detach().clone() for p in params]
+
+    contract = weights_after(4, 4)
+    for got in (weights_after(16, 1), weights_after(8, 2)):
+        for a, b in zip(got, contract):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert any(not torch.allclose(a, b, rtol=1e-3) for a, b in zip(weights_after(4, 1), contract))
+
+
 def test_jpeg_compressibility_is_minus_pil_size_in_kb():
     from PIL import Image
 
