@@ -67,3 +67,20 @@ def test_left_padding_is_refused(tiny_mistral):
     ids, mask = batch([7, 12], width=12, left=True)
     with pytest.raises(ValueError, match="padded on the left"):
         model(input_ids=ids, attention_mask=mask)
+
+
+def test_pad_token_inside_the_rows_as_eos(tiny_mistral):
+    """Mistral-7B-Instruct has no pad token: the recipe pads with EOS, which its chat template
+    also puts at the end of every reply (and of earlier turns). The score head then reads the
+    last token that is not EOS, with or without the mask: the rewards stay the masked ones."""
+    ids, mask = batch([7, 12, 4, 10], width=12)
+    for row, n in enumerate([7, 12, 4, 10]):
+        ids[row, n - 1] = 0  # the reply's EOS, the pad id
+        ids[row, n // 2] = 0  # an earlier turn's EOS
+    plain = reward_model(tiny_mistral)
+    expected, expected_grad = rewards_and_grad(plain, ids, mask)
+    hooked = reward_model(tiny_mistral)
+    recipe_train("rm").drop_padding_mask(hooked)
+    rewards, grad = rewards_and_grad(hooked, ids, mask)
+    torch.testing.assert_close(rewards, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-6)
