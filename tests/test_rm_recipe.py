@@ -84,3 +84,37 @@ def test_pad_token_inside_the_rows_as_eos(tiny_mistral):
     rewards, grad = rewards_and_grad(hooked, ids, mask)
     torch.testing.assert_close(rewards, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral-window-4", "qwen2-window-4"])
+def test_masked_rewards_without_the_mask_across_architectures(arch):
+    """The embedded backbone (Llama: SmolLM2), the full one (Mistral) and a Qwen2, the last two
+    with a sliding window shorter than the rows (the window is built from positions, not from
+    the padding mask): the hooked model gives the masked rewards."""
+    import transformers
+
+    common = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        num_labels=1,
+        pad_token_id=0,
+    )
+    config = {
+        "llama": lambda: transformers.LlamaConfig(**common),
+        "mistral-window-4": lambda: transformers.MistralConfig(**common, sliding_window=4),
+        "qwen2-window-4": lambda: transformers.Qwen2Config(
+            **common, use_sliding_window=True, sliding_window=4, max_window_layers=0
+        ),
+    }[arch]()
+    ids, mask = batch([7, 12, 3, 10], width=12)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_config(config).eval()
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+        recipe_train("rm").drop_padding_mask(model)
+        got = model(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
