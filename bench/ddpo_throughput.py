@@ -181,7 +181,8 @@ def sd15(args) -> list[dict]:
         warm = DDIMScheduler.from_config(pipe.scheduler.config)
         warm.set_timesteps(2)
         warm_start = time.time()
-        with torch.autocast(device, dtype=dtype, enabled=device == "cuda"):
+        # the recipe runs its fp16 base and fp32 LoRA without autocast; --autocast is 2026-12-01's first run
+        with torch.autocast(device, dtype=dtype, enabled=device == "cuda" and args.autocast):
             train.sample_epoch(pipe, warm, prompts, recipe, generator)
             sync(device)
             t0 = time.time()
@@ -209,6 +210,7 @@ def sd15(args) -> list[dict]:
         peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
         row = {
             "variant": variant,
+            "autocast": bool(args.autocast and device == "cuda"),
             "attention": attention,
             "config": name,
             "channels_last": "cl" in options,
@@ -319,6 +321,9 @@ def main() -> None:
         default="spec,large,spec+unfused",
         help="with --sd15: comma list of spec|large (batch sizes) + options unfused (attention), cl (channels-last "
         "UNet), compile (nn.Module.compile of the UNet, run last), e.g. spec,large,large+cl,large+cl+compile",
+    )
+    parser.add_argument(
+        "--autocast", action="store_true", help="with --sd15 on CUDA: inside fp16 autocast (the recipe does not use it)"
     )
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()

@@ -15,5 +15,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=$SITE:$PWD/src PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 nvidia-smi -L
 python3 -c "import torch, diffusers, transformers, peft; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" || exit 1
-timeout ${DDPO_TIMEOUT:-480} python3 bench/ddpo_throughput.py --sd15 ${DDPO_TINY:+--tiny} --train-iters ${TRAIN_ITERS:-10} --variants ${VARIANTS:-spec,large,spec+unfused} --json "$OUT/ddpo-sd15.json" 2>&1 \
+timeout ${DDPO_TIMEOUT:-480} python3 bench/ddpo_throughput.py --sd15 ${DDPO_TINY:+--tiny} --train-iters ${TRAIN_ITERS:-10} --variants ${VARIANTS:-spec,large,spec+unfused} ${AUTOCAST:+--autocast} --json "$OUT/ddpo-sd15.json" 2>&1 \
   | grep -v -i -e warn -e "kept in float32" | tee "$OUT/ddpo-sd15.txt"
