@@ -76,7 +76,7 @@ def test_full_scale_config_on_tiny_mistral(workdir, tmp_path):
 
 
 def test_bf16_profile_is_the_full_profile_but_for_base_precision_memory_and_optimizer():
-    """``full-bf16`` (GPUs with >= 96 GB) changes only how the base is held and stepped:
+    """``full-bf16`` (GPUs with >= 120 GB) changes only how the base is held and stepped:
     the recipe's loss, data, LoRA, batch and schedule are ``full``'s."""
     train = recipe_train("dpo")
     from dataclasses import asdict
