@@ -35,20 +35,45 @@ def _scaled(image):
     return torch.from_numpy(np.asarray(image.resize((6, 5)), dtype=np.float32)).permute(2, 0, 1) / 255
 
 
-def test_decoding_workers_give_the_same_tensors_in_order(tmp_path):
+def decoding_items(tmp_path, n: int) -> list[dict]:
+    """``n`` random images of different sizes and contents, PNG and JPEG, under ``tmp_path``."""
     from PIL import Image
 
     gen = torch.Generator().manual_seed(0)
     items = []
-    for i in range(7):  # different sizes and contents, PNG and JPEG
-        size = (9 + i, 7 + 2 * i)
+    for i in range(n):
+        size = (9 + i % 7, 7 + 2 * (i % 7))
         pixels = (torch.rand(size[1], size[0], 3, generator=gen) * 255).to(torch.uint8).numpy()
         name = f"{i}.{'png' if i % 2 else 'jpeg'}"
         Image.fromarray(pixels).save(tmp_path / name)
         items.append({"id": str(i), "file": name, "label": i % 3})
+    return items
+
+
+def test_decoding_workers_give_the_same_tensors_in_order(tmp_path):
+    items = decoding_items(tmp_path, 70)  # 3 batches of 32, the last partial
     one = evaluator.load_images(tmp_path / "items.jsonl", items, _scaled)
     two = evaluator.load_images(tmp_path / "items.jsonl", items, _scaled, workers=2)
-    assert one.shape == (7, 3, 5, 6) and torch.equal(one, two)
+    assert one.shape == (70, 3, 5, 6) and torch.equal(one, two)
+
+
+def test_decoding_without_shared_memory_falls_back_to_one_process(tmp_path, monkeypatch, capsys):
+    items = decoding_items(tmp_path, 5)
+    expected = evaluator.load_images(tmp_path / "items.jsonl", items, _scaled)
+
+    class NoSharedMemory:  # what a worker's batch raises in a container with a full /dev/shm
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __iter__(self):
+            raise RuntimeError(
+                "unable to allocate shared memory(shm) for file </torch_1_2>: No space left on device (28)"
+            )
+
+    monkeypatch.setattr(torch.utils.data, "DataLoader", NoSharedMemory)
+    got = evaluator.load_images(tmp_path / "items.jsonl", items, _scaled, workers=4)
+    assert torch.equal(got, expected)
+    assert "[images] 4 decoding workers: unable to allocate shared memory" in capsys.readouterr().out
 
 
 def test_greedy_soup_is_strict():

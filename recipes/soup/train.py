@@ -118,7 +118,7 @@ def main() -> int:
     else:
         proxy_file = session.public_dir / "proxy.jsonl"
         items = read_items(proxy_file, int(config["n_classes"]))
-        threads = int(session.request["threads"])  # decoding processes: 14 took 2,000 images from ~11 s to ~2 s
+        threads = int(session.request["threads"])  # decoding processes (10,000 images: 56.6 s in one, 9.4 s in 14)
         images = load_images(proxy_file, items, preprocess, workers=threads if threads > 1 else 0).to(device)
         labels = torch.tensor([it["label"] for it in items], device=device)
         size = recipe.batch_size

@@ -78,12 +78,26 @@ class ImageFiles(torch.utils.data.Dataset):
 def load_images(items_file: str | Path, items: list[dict], preprocess, workers: int = 0) -> torch.Tensor:
     """``N × 3 × H × W`` preprocessed images, in item order. ``workers`` > 0 decodes and
     preprocesses in that many processes (a ``DataLoader``, order kept; the same tensors: each
-    image is transformed by the same deterministic code); 0 does it in this process."""
+    image is transformed by the same deterministic code), each batch copied out of shared
+    memory as it arrives; 0 does it in this process. When the workers cannot get shared memory
+    (a container's 64 MB ``/dev/shm``) it says so in one line and decodes in this process."""
     images = ImageFiles(Path(items_file).parent, items, preprocess)
     if workers <= 0:
         return torch.stack([images[i] for i in range(len(images))])
     loader = torch.utils.data.DataLoader(images, batch_size=32, shuffle=False, num_workers=workers)
-    return torch.cat(list(loader))
+    out = None
+    try:
+        for start, batch in zip(range(0, len(images), 32), loader):
+            if out is None:
+                out = torch.empty((len(images), *batch.shape[1:]), dtype=batch.dtype)
+            out[start : start + len(batch)] = batch
+    except RuntimeError as error:
+        if "shared memory" not in str(error):
+            raise
+        reason = str(error).splitlines()[0]
+        print(f"[images] {workers} decoding workers: {reason}; decoding in this process instead", flush=True)
+        return load_images(items_file, items, preprocess, 0)
+    return out
 
 
 def predict(model, images: torch.Tensor, batch_size: int) -> torch.Tensor:
