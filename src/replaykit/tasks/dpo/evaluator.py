@@ -102,7 +102,10 @@ def greedy_batch(
     ones as filler), and a padded row stays while the batch had one (without padding transformers
     drops the mask and runs a different attention kernel). Each kept row's numbers are those of
     the full batch as long as a row's product does not depend on the others (true of MKL's float32
-    GEMM from 4 rows on, :data:`MIN_ROWS`); ``tests/test_dpo_generate.py`` checks the tokens.
+    GEMM from 4 rows on, :data:`MIN_ROWS`); ``tests/test_dpo_generate.py`` checks the tokens, and
+    ``bench/dpo_generate.py`` on the embedded default's 64 prompts × 4 models (all identical, CPU).
+    A GPU's GEMM kernels may also depend on the number of rows: there, as with another batch size,
+    a near-tie could break differently.
 
     Args:
         input_ids, attention_mask: ``(batch, prompt_len)`` tensors, left-padded.
