@@ -463,3 +463,32 @@ def test_a_hidden_file_stays_hidden_under_a_shown_folder_spelled_with_dotdot(tmp
     )
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert "FINAL" not in result.stdout
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "none"])
+def test_training_gets_the_malloc_settings_unless_the_operator_set_them(tmp_path, monkeypatch, isolation):
+    """replay.MALLOC_ENV reaches train.py through the sandbox's allow-list; a value the operator
+    exported wins (MALLOC_MMAP_MAX_=65536 is glibc's default)."""
+    from replaykit.harness import replay
+    from replaykit.harness.workspace import build_workspace
+
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "65536")
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    recipe = tmp_path / "recipe"
+    (recipe / "configs").mkdir(parents=True)
+    (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
+    (recipe / "train.py").write_text(
+        "import json, os, sys\nfrom pathlib import Path\n"
+        "r = json.loads(Path(sys.argv[2]).read_text())\n"
+        "env = {k: v for k, v in os.environ.items() if k.startswith('MALLOC_')}\n"
+        "(Path(r['state_dir']) / 'env.json').write_text(json.dumps(env))\n"
+        "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n"
+    )
+    ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
+    try:
+        bare_replay(tmp_path, ws["workspace"], isolation=isolation)
+    except replay.ReplayError:
+        pass  # no checkpoint published: only the environment matters here
+    env = json.loads((tmp_path / "state" / "env.json").read_text())
+    assert env == {"MALLOC_MMAP_MAX_": "65536", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
+    assert replay.MALLOC_ENV == {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}

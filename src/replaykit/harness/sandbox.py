@@ -19,7 +19,7 @@ Inside the sandbox (:func:`bwrap_argv`):
   parent (``--die-with-parent``), no capabilities, a minimal ``/dev`` plus the NVIDIA
   devices (``/dev/nvidia*``) so CUDA works;
 * only an allow-list of environment variables passes (:data:`ENV_ALLOWED`: locale, paths,
-  thread counts, CUDA/PyTorch/offline switches, the exploration probe's
+  thread counts, glibc malloc settings, CUDA/PyTorch/offline switches, the exploration probe's
   ``REPLAYKIT_RUN_DIR`` and ``REPLAYKIT_REQUEST``; nothing named like a key, token or
   secret): callers start ``bwrap`` itself with :func:`process_env`, since its reaper (pid 1
   inside) shows its environment in ``/proc/1/environ``. Tokens, credentials and cluster
@@ -76,6 +76,8 @@ ENV_ALLOWED = (
     "PYTHONWARNINGS",
     "PYTHONPATH",
     "LD_LIBRARY_PATH",  # the operator's install (e.g. a cluster's CUDA module)
+    "MALLOC_MMAP_MAX_",  # glibc malloc settings of the replay (replay.MALLOC_ENV)
+    "MALLOC_TRIM_THRESHOLD_",
     "VIRTUAL_ENV",
     "OMP_*",
     "MKL_*",

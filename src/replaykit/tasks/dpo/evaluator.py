@@ -49,14 +49,19 @@ def read_items(path: str | Path) -> list[dict]:
     return items
 
 
+# Rows a decode step keeps at least: below 4 rows MKL's float32 GEMM takes another path (measured,
+# torch 2.14.1 on AVX-512: rows of a 1-3-row product differ from the same rows in a bigger one in
+# the last bit); 8 leaves a margin and costs nothing, as small steps are bound by reading weights.
+MIN_ROWS = 8
+
+
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int) -> list[dict]:
     """Greedy chat completions, batched with left padding, longest prompts first.
 
     Returns per prompt ``{text, new_tokens, truncated}`` (truncated: no EOS within
-    ``max_new_tokens``).
+    ``max_new_tokens``). The tokens are those of ``model.generate(do_sample=False)`` on the same
+    batches (:func:`greedy_batch`).
     """
-    import torch
-
     tokenizer.padding_side = "left"
     chats = [
         tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
@@ -70,17 +75,9 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
         enc = tokenizer([chats[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(
             model.device
         )
-        with torch.no_grad():
-            gen = model.generate(
-                **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-            )
-        new = gen[:, enc["input_ids"].shape[1] :]
+        new = greedy_batch(model, enc["input_ids"], enc["attention_mask"], max_new_tokens, tokenizer.eos_token_id)
         for row, i in enumerate(idx):
-            tokens = new[row].tolist()
+            tokens = new[row]
             ended = tokenizer.eos_token_id in tokens
             length = tokens.index(tokenizer.eos_token_id) if ended else len(tokens)
             out[i] = {
@@ -91,6 +88,84 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
         done = min(start + batch_size, len(order))
         print(f"[generate] {done}/{len(order)} prompts, {time.time() - started:.0f} s", flush=True)
     return out  # type: ignore[return-value]
+
+
+def greedy_batch(
+    model, input_ids, attention_mask, max_new_tokens: int, eos_token_id: int, min_rows: int = MIN_ROWS
+) -> list[list[int]]:
+    """Greedy continuation of one left-padded batch: per row the new tokens, up to and including
+    the first EOS (at most ``max_new_tokens``).
+
+    The same forward passes as ``model.generate(do_sample=False)`` with a dynamic KV cache
+    (position ids from the attention mask, logits of the last position only), except that rows
+    which have emitted EOS leave the batch; at least ``min(min_rows, batch)`` rows stay (finished
+    ones as filler), and a padded row stays while the batch had one (without padding transformers
+    drops the mask and runs a different attention kernel). Each kept row's numbers are those of
+    the full batch as long as a row's product does not depend on the others (true of MKL's float32
+    GEMM from 4 rows on, :data:`MIN_ROWS`); ``tests/test_dpo_generate.py`` checks the tokens, and
+    ``bench/dpo_generate.py`` on the embedded default's 64 prompts × 4 models (all identical, CPU).
+    A GPU's GEMM kernels may also depend on the number of rows: there, as with another batch size,
+    a near-tie could break differently.
+
+    Args:
+        input_ids, attention_mask: ``(batch, prompt_len)`` tensors, left-padded.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    n = input_ids.shape[0]
+    new: list[list[int]] = [[] for _ in range(n)]
+    rows = torch.arange(n)  # original row of each batch row
+    open_rows = torch.ones(n, dtype=torch.bool)
+    padded = attention_mask[:, 0] == 0  # left padding: a padded row starts with a masked position
+    position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
+    cache = DynamicCache(config=model.config)
+    step_input = input_ids
+    for step in range(max_new_tokens):
+        with torch.no_grad():
+            logits = model(
+                input_ids=step_input,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
+        next_tokens = logits[:, -1].to(dtype=torch.float32).argmax(-1)
+        for b in torch.nonzero(open_rows).flatten().tolist():
+            token = int(next_tokens[b])
+            new[int(rows[b])].append(token)
+            if token == eos_token_id:
+                open_rows[b] = False
+        if not open_rows.any() or step == max_new_tokens - 1:
+            break
+        keep = _rows_to_keep(open_rows, padded, min_rows)
+        if keep is not None:
+            cache.batch_select_indices(keep)
+            rows, open_rows, padded = rows[keep], open_rows[keep], padded[keep]
+            attention_mask, position_ids, next_tokens = attention_mask[keep], position_ids[keep], next_tokens[keep]
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], dim=-1)
+        position_ids = position_ids[:, -1:] + 1
+        step_input = next_tokens[:, None]
+    return new
+
+
+def _rows_to_keep(open_rows, padded, min_rows: int):
+    """Batch rows for the next step (a LongTensor), or None to keep the batch as it is: the open
+    rows, then finished rows as filler up to ``min_rows`` and one padded row if the batch has one.
+    Shrinks only when it drops at least a quarter of the batch (each shrink copies the KV cache)."""
+    import torch
+
+    size = open_rows.shape[0]
+    keep = torch.nonzero(open_rows).flatten().tolist()
+    closed = torch.nonzero(~open_rows).flatten().tolist()
+    if padded.any() and not padded[keep].any():
+        keep.append(next(b for b in closed if padded[b]))
+    fillers = [b for b in closed if b not in keep]
+    keep += fillers[: max(0, min(min_rows, size) - len(keep))]
+    if size - len(keep) < max(1, size // 4):
+        return None
+    return torch.tensor(sorted(keep))
 
 
 def score_responses(items: list[dict], responses: list[dict]) -> list[dict]:
