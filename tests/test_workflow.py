@@ -460,11 +460,14 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
         if "train.py" in line and not line.split()[1].endswith("bwrap")
     ]
     assert len(trainers) == 1
+    # held still, so that the 60 tiny steps cannot end while the second invocation starts
+    os.kill(int(trainers[0]), signal.SIGSTOP)
     # a second invocation on the same results is refused while the first one runs
     second = snakemake(workdir, target, "--cores", "1", "--resources", "gpu=1")
     assert second.returncode != 0 and "cannot be locked" in second.stdout + second.stderr
     assert proc.poll() is None and orphan_processes(str(workdir))  # the first is untouched
-    os.kill(int(trainers[0]), signal.SIGTERM)
+    os.kill(int(trainers[0]), signal.SIGTERM)  # pending while stopped, delivered on SIGCONT
+    os.kill(int(trainers[0]), signal.SIGCONT)
     assert proc.wait(timeout=120) != 0  # the replay job failed ...
     assert orphan_processes(str(workdir)) == []
     failure = read(workdir / RUN / "replay/last-failure.json")
