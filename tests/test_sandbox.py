@@ -136,6 +136,18 @@ def bare_replay(tmp_path: Path, workspace: Path, isolation: str) -> dict:
     )
 
 
+def one_file_workspace(tmp_path, train_py: str) -> Path:
+    """A workspace built from a recipe of one ``train.py`` (``train_py``) and an embedded profile
+    of ``max_steps: 1``."""
+    from replaykit.harness.workspace import build_workspace
+
+    recipe = tmp_path / "recipe"
+    (recipe / "configs").mkdir(parents=True)
+    (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
+    (recipe / "train.py").write_text(train_py)
+    return build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")["workspace"]
+
+
 def make_dir(path: Path) -> Path:
     path.mkdir(parents=True)
     return path
@@ -279,19 +291,14 @@ def test_frozen_code_changed_during_the_replay_is_an_error(tmp_path, monkeypatch
     """Without the sandbox, a training process that edits the frozen package fails the replay."""
     from replaykit.harness import replay
     from replaykit.harness.hashing import tree_files
-    from replaykit.harness.workspace import build_workspace
 
     package = tmp_path / "package"
     package.mkdir()
     (package / "evaluator.py").write_text("SCORE = 1\n")
     monkeypatch.setattr(replay, "frozen_files", lambda: tree_files(package))
-    recipe = tmp_path / "recipe"
-    (recipe / "configs").mkdir(parents=True)
-    (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
-    (recipe / "train.py").write_text(f"open({str(package / 'evaluator.py')!r}, 'a').write('SCORE = 2\\n')\n")
-    ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
+    ws = one_file_workspace(tmp_path, f"open({str(package / 'evaluator.py')!r}, 'a').write('SCORE = 2\\n')\n")
     with pytest.raises(replay.ReplayError, match="frozen package changed during the replay: evaluator.py: changed"):
-        bare_replay(tmp_path, ws["workspace"], isolation="none")
+        bare_replay(tmp_path, ws, isolation="none")
     assert "changed" in json.loads((tmp_path / "pub" / "last-failure.json").read_text())["error"]
 
 
@@ -426,23 +433,19 @@ def test_a_checkpoint_symlink_to_another_run_is_never_retained(tmp_path, monkeyp
     a hostile review): not counted as published, and the replay fails naming the link."""
     from replaykit.harness import replay
     from replaykit.harness.publish import published
-    from replaykit.harness.workspace import build_workspace
 
     other = tmp_path / "other" / "checkpoint-3"
     other.mkdir(parents=True)
     (other / "model.pt").write_text("weights of another run")
-    recipe = tmp_path / "recipe"
-    (recipe / "configs").mkdir(parents=True)
-    (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
-    (recipe / "train.py").write_text(
+    ws = one_file_workspace(
+        tmp_path,
         "import json, os, sys\nfrom pathlib import Path\n"
         "r = json.loads(Path(sys.argv[2]).read_text())\n"
         f"os.symlink({str(other)!r}, Path(r['publish_dir']) / 'checkpoint-3')\n"
-        "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n"
+        "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n",
     )
-    ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
     with pytest.raises(replay.ReplayError, match="checkpoint-3: not a regular file"):
-        bare_replay(tmp_path, ws["workspace"], isolation="bwrap")
+        bare_replay(tmp_path, ws, isolation="bwrap")
     assert published(tmp_path / "pub") == [] and not (tmp_path / "r.json").exists()
 
 
@@ -470,23 +473,19 @@ def test_training_gets_the_malloc_settings_unless_the_operator_set_them(tmp_path
     """replay.MALLOC_ENV reaches train.py through the sandbox's allow-list; a value the operator
     exported wins (MALLOC_MMAP_MAX_=65536 is glibc's default)."""
     from replaykit.harness import replay
-    from replaykit.harness.workspace import build_workspace
 
     monkeypatch.setenv("MALLOC_MMAP_MAX_", "65536")
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
-    recipe = tmp_path / "recipe"
-    (recipe / "configs").mkdir(parents=True)
-    (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
-    (recipe / "train.py").write_text(
+    ws = one_file_workspace(
+        tmp_path,
         "import json, os, sys\nfrom pathlib import Path\n"
         "r = json.loads(Path(sys.argv[2]).read_text())\n"
         "env = {k: v for k, v in os.environ.items() if k.startswith('MALLOC_')}\n"
         "(Path(r['state_dir']) / 'env.json').write_text(json.dumps(env))\n"
-        "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n"
+        "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n",
     )
-    ws = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")
     try:
-        bare_replay(tmp_path, ws["workspace"], isolation=isolation)
+        bare_replay(tmp_path, ws, isolation=isolation)
     except replay.ReplayError:
         pass  # no checkpoint published: only the environment matters here
     env = json.loads((tmp_path / "state" / "env.json").read_text())
