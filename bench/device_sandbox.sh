@@ -66,18 +66,8 @@ if [ "${FORCE_DEB:-0}" = 1 ] || ! command -v bwrap >/dev/null; then
     deb=$(ls "$CARRY"/bubblewrap_*.deb | head -1)
     if command -v dpkg >/dev/null; then
         dpkg -x "$deb" "$BW_DIR"
-    else  # no dpkg: a .deb is an ar archive holding data.tar.*
-        "$PY" - "$deb" "$BW_DIR" <<'EOF'
-import io, sys, tarfile
-data = open(sys.argv[1], "rb").read()
-pos = 8
-while pos < len(data):
-    name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
-    body = data[pos + 60:pos + 60 + size]
-    if name.startswith("data.tar"):
-        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2])
-    pos += 60 + size + (size & 1)
-EOF
+    else  # no dpkg there
+        "$PY" bench/unpack_deb.py "$deb" "$BW_DIR"
     fi
     export PATH=$BW_DIR/usr/bin:$PATH
 fi
