@@ -120,6 +120,17 @@ def test_relay_rate_limits_dedupes_and_counts():
     assert text.endswith("[replay] 2 lines of repeated warnings left out of this log\n")
 
 
+def test_a_resumed_replay_shows_the_checkpoints_of_earlier_attempts():
+    """After a resume from checkpoint-16 (published 8 and 16 before), the first line names them
+    and the next checkpoint is 24 (cadence 8), not 8."""
+    term, clock = io.StringIO(), Clock(0.0)
+    relay = Relay(
+        io.StringIO(), term, label="dpo/r", started_unix=0, deadline_unix=60, every=8, clock=clock, published=[8, 16]
+    )
+    relay.feed("[train] step 17/32 loss 0.5 elapsed 1 s\n")
+    assert term.getvalue().splitlines()[0].endswith("next checkpoint-24 (published: 8, 16)")
+
+
 def test_hostile_output_is_shown_not_obeyed_and_never_stops_the_relay():
     """A candidate's output: terminal controls written as visible escapes, forged driver lines
     marked, unparsable numbers ignored, publications reach the terminal at most once a second."""

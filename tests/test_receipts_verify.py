@@ -523,3 +523,11 @@ def test_check_run_by_hand(tmp_path, monkeypatch):
     (run2 / "replay/record.json").unlink()
     [missing] = check_run(run2)
     assert missing.state == "missing" and missing.invalidates == [str(run2 / "official.json")]
+
+
+def test_status_of_an_unknown_task_is_refused_and_a_known_one_without_runs_named(tmp_path):
+    out = status(tmp_path, "dpo", "nosuch")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("error: command line: task: unknown task 'nosuch' (known: ddpo, digress, dpo, rm")
+    out = status(tmp_path, "dpo")
+    assert (out.returncode, out.stdout.strip()) == (0, "results: no runs of dpo")

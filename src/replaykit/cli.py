@@ -233,9 +233,13 @@ def cmd_report(a) -> None:
 
 def cmd_status(a) -> int:
     from .harness.verify import status_lines
+    from .tasks import KNOWN
 
+    for name in a.task:
+        if name not in KNOWN:
+            raise InputError("command line", "task", f"unknown task {name!r} (known: {', '.join(KNOWN)})")
     lines, ok = status_lines(a.results, a.task or None)
-    print("\n".join(lines) if lines else f"{a.results}: no runs")
+    print("\n".join(lines) if lines else f"{a.results}: no runs" + (f" of {', '.join(a.task)}" if a.task else ""))
     return 0 if ok else 1
 
 

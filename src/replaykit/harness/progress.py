@@ -149,6 +149,7 @@ class Relay:
         every_s: minimum seconds between two progress lines (publications always shown).
         log_name: the log's path, shown on each progress line.
         clock: the time source (tests pass a fake one).
+        published: checkpoints published before this attempt (a resumed replay's), ascending.
     """
 
     def __init__(
@@ -164,11 +165,12 @@ class Relay:
         every_s: float = EVERY_S,
         log_name: str | None = None,
         clock: Callable[[], float] = time.time,
+        published: list[int] | None = None,
     ):
         self.log, self.terminal, self.label = log, terminal, label
         self.started_unix, self.deadline_unix, self.spent_s = started_unix, deadline_unix, spent_s
         self.every_s, self.log_name, self.clock = every_s, log_name, clock
-        self.progress = Progress(every=every)
+        self.progress = Progress(every=every, published=list(published or []))
         self.seen_warnings: set[str] = set()
         self.dropped = 0
         self.cut = 0  # bytes dropped from over-long lines

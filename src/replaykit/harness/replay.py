@@ -459,6 +459,7 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
         spent_s=start.spent_s,
         every=save_every(workspace, spec.profile, spec.overrides),
         log_name=os.environ.get("REPLAYKIT_LOG"),
+        published=published(publish_dir),
     )
     relay_thread = relay.start(proc.stdout)
     return Launched(proc, relay, relay_thread, frozen_before)
