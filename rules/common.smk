@@ -149,13 +149,15 @@ def get_patch(w):
 
 
 def frozen_package_files(w=None):
-    """Every file of the frozen package (harness, loaders, evaluators): rule frozen_code's input."""
-    from replaykit.harness.frozen import package_dir
+    """Every file of the frozen package (harness, loaders, evaluators) and of the task plug-ins
+    registered by entry points: rule frozen_code's input."""
+    from replaykit.harness.frozen import package_dir, plugin_roots
 
-    root = package_dir()
-    return sorted(
-        str(p) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-    )
+    files = []
+    for root in [package_dir(), *plugin_roots().values()]:
+        found = root.rglob("*") if root.is_dir() else [root]
+        files += [str(p) for p in found if p.is_file() and "__pycache__" not in p.parts]
+    return sorted(files)
 
 
 def sandbox_paths(w):

@@ -160,6 +160,27 @@ def install(folder: Path, dist: str, entry_points: dict[str, str], modules: dict
     return folder
 
 
+def test_the_frozen_code_record_covers_registered_plugins(registered, discover, tmp_path):
+    """A registered plug-in's files are in the frozen-code record (``plugin:<task>/<path>``,
+    hashed here with hashlib); a changed one-module plug-in fails :func:`verify`, naming its file."""
+    import hashlib
+
+    from replaykit.harness import frozen
+
+    files = frozen.frozen_files()
+    source = TOY / "replaykit_toy" / "__init__.py"
+    assert files["plugin:toy/__init__.py"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert "harness/frozen.py" in files and frozen.record()["plugins"] == {"toy": str(source.parent.resolve())}
+
+    discover(install(tmp_path / "site", "onefile", {"onefile": "rk_onefile"}, {"rk_onefile": "METRIC = {}\n"}))
+    rec = tmp_path / "frozen-code.json"
+    frozen.write_record(rec)
+    assert "plugin:onefile/rk_onefile.py" in frozen.frozen_files()
+    (tmp_path / "site" / "rk_onefile.py").write_text("METRIC = {'changed': 1}\n")
+    with pytest.raises(InputError, match=r"rk_onefile\.py: sha256: frozen code differs .*\(changed \(sha256"):
+        frozen.verify(rec)
+
+
 # Plug-ins that do not load, each for its own reason: module name -> (source, what the line says).
 BROKEN = {
     "rk_raises": ("raise RuntimeError('boom\\nin two lines')\n", "RuntimeError: boom in two lines"),
@@ -320,4 +341,7 @@ def test_the_toy_dag_runs_end_to_end_in_the_sandbox(tmp_path):
     assert final["metric"] == "squared_error_final3" and final["direction"] == "minimize"
     assert final["value"] == pytest.approx(value, rel=1e-12) and final["isolation"] == "bwrap"
     assert final["references"]["fixed_start"]["value"] == pytest.approx(4 * 110 / 3, rel=1e-12)  # w = w0 = 1
+    recorded = json.loads((work / "results/frozen-code.json").read_text())
+    assert recorded["plugins"] == {"toy": str((plugins / "replaykit_toy").resolve())}
+    assert "plugin:toy/__init__.py" in recorded["files"]
     print(f"toy DAG: {seconds:.0f} s")

@@ -1,9 +1,11 @@
-"""The frozen code (harness, loaders, evaluators: the ``replaykit`` package) verified by hash.
+"""The frozen code (harness, loaders, evaluators: the ``replaykit`` package and the task
+plug-ins registered by entry points) verified by hash.
 
 ``results/frozen-code.json`` (rule ``frozen_code``) records the SHA-256 of every file of the
-package when the workflow runs; the replay driver checks the package before and after the
-candidate's training (a change is a :class:`FrozenCodeChanged` error, not an advisory), and
-validation and scoring refuse to run when the package differs from the record.
+package, and of every file of each registered plug-in's top-level package under the key
+``plugin:<task>/<path>``, when the workflow runs; the replay driver checks them before and
+after the candidate's training (a change is a :class:`FrozenCodeChanged` error, not an
+advisory), and validation and scoring refuse to run when they differ from the record.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from pathlib import Path
 
 from .errors import InputError
 from .fileio import atomic_write_json, read_json
-from .hashing import sha256_bytes, tree_files
+from .hashing import sha256_bytes, sha256_file, tree_files
+
+PLUGIN = "plugin:"  # record keys of a registered plug-in's files: plugin:<task>/<path>
 
 
 class FrozenCodeChanged(RuntimeError):
@@ -25,9 +29,48 @@ def package_dir() -> Path:
     return Path(replaykit.__file__).resolve().parent
 
 
+def plugin_roots() -> dict[str, Path]:
+    """``{task: folder (or module file)}`` of the top-level package of each plug-in registered
+    by an entry point (:data:`replaykit.tasks.REGISTERED`), found without importing it; a
+    plug-in whose package cannot be found is left out (configuring its task fails anyway,
+    naming it: :func:`replaykit.tasks.get_task`)."""
+    import importlib.util
+
+    from ..tasks import REGISTERED
+
+    roots = {}
+    for name, module in sorted(REGISTERED.items()):
+        try:
+            spec = importlib.util.find_spec(module.split(".")[0])
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.submodule_search_locations:
+            roots[name] = Path(next(iter(spec.submodule_search_locations))).resolve()
+        elif spec is not None and spec.origin and Path(spec.origin).is_file():
+            roots[name] = Path(spec.origin).resolve()
+    return roots
+
+
 def frozen_files() -> dict[str, str]:
-    """``{path relative to the package: sha256}`` of every file of ``replaykit`` (no caches)."""
-    return tree_files(package_dir())
+    """``{key: sha256}`` of every file of ``replaykit`` (key: its path relative to the
+    package) and of each registered plug-in (key: ``plugin:<task>/<path relative to its
+    package folder>``, or ``plugin:<task>/<file name>`` for a one-module plug-in); no caches."""
+    files = tree_files(package_dir())
+    for name, root in plugin_roots().items():
+        found = tree_files(root) if root.is_dir() else {root.name: sha256_file(root)}
+        files.update({f"{PLUGIN}{name}/{rel}": sha for rel, sha in found.items()})
+    return files
+
+
+def locate(key: str) -> Path:
+    """The file behind a record key of :func:`frozen_files` (for messages)."""
+    if key.startswith(PLUGIN):
+        name, _, rel = key[len(PLUGIN) :].partition("/")
+        root = plugin_roots().get(name)
+        if root is None:
+            return Path(key)
+        return root / rel if root.is_dir() else root
+    return package_dir() / key
 
 
 def digest(files: dict[str, str]) -> str:
@@ -37,7 +80,8 @@ def digest(files: dict[str, str]) -> str:
 
 def record() -> dict:
     files = frozen_files()
-    return {"package": str(package_dir()), "sha256": digest(files), "files": files}
+    plugins = {name: str(root) for name, root in plugin_roots().items()}
+    return {"package": str(package_dir()), "plugins": plugins, "sha256": digest(files), "files": files}
 
 
 def write_record(out: str | Path) -> dict:
@@ -68,10 +112,11 @@ def verify(record_path: str | Path) -> str:
     expected = read_json(record_path, required=("files",))["files"]
     diff = first_difference(expected, frozen_files())
     if diff is not None:
+        key, what = diff.split(": ", 1)  # a plug-in key holds ':' but never ': '
         raise InputError(
-            package_dir() / diff.split(":")[0],
+            locate(key),
             "sha256",
-            f"frozen code differs from {record_path} ({diff.split(': ', 1)[1]}); "
+            f"frozen code differs from {record_path} ({what}); "
             "restore it, or rebuild the record with --forcerun frozen_code",
         )
     return digest(expected)
