@@ -1,51 +1,65 @@
 #!/usr/bin/env bash
 # Each task's full-scale config through the whole DAG on random weights (bench/full_dag.py).
 #
-#   bash bench/device_full_dag.sh full dpo rm      # on the GPU machine, from the repo root
+#   bash bench/device_full_dag.sh full dpo rm      # on the GPU machine (any folder: it cds to the repo)
 #   PY=.venv/bin/python bash bench/device_full_dag.sh tiny dpo rm ddpo soup digress   # CPU check
-#   bash bench/device_full_dag.sh wait 570         # device: wait for a run started with setsid
-#                                                   # (at most 570 s), then pack $RESULTS into $OUT
+#   bash bench/device_full_dag.sh wait 570         # wait (at most 570 s) for a run started with
+#                                                   # setsid, then pack $RESULTS into $OUT
 # A device call lasts at most 10 minutes: start the run with `setsid` so that it goes on
-# after the call, and wait for it in this call and, if need be, in the next one.
+# after the call, and wait for it in this call and, if need be, in the next one
+# (bench/results-2026-12-01-full-dag.md shows the commands).
 #
 # For each task: a copy of the workflow under $WORK/<task>, the stand-ins and the config from
 # `bench/full_dag.py <task> --size <size>`, then `snakemake results/<task>/final` with the
-# sandbox on (bubblewrap: the machine's own, else the .deb in .whl/, unpacked). Writes to
-# $RESULTS (kept between calls; `wait` packs it into $OUT): <task>-prepare.log,
-# <task>-snakemake.log, <task>-bench.md (bench/collect.py: per-rule times), <task>-logs.txt
-# (the end of each rule's log), <task>-summary.json, gpu.csv (GPU memory every 2 s) and
-# summary.txt (one line per step).
-# Wheels in .whl/*.whl (packages the machine lacks) are installed into $SITE first, outside
-# /tmp (the sandbox mounts its own /tmp) so that the replay sees them too.
+# sandbox on (bubblewrap: the machine's own, else .whl/bubblewrap_*.deb, unpacked). digress
+# needs .whl/qm9-slim (here, with PyPI: `python bench/full_dag.py qm9-slim --out .whl/qm9-slim`).
+# Writes to $RESULTS (kept between calls; `wait` packs it into $OUT): <task>-config.yaml (the
+# config that ran), <task>-prepare.log, <task>-snakemake.log, <task>-bench.md (bench/collect.py:
+# per-rule times), <task>-logs.txt (the end of each rule's log), <task>-summary.json, gpu.csv
+# (GPU memory every 2 s; bench/gpu_peaks.py reads it) and summary.txt (one line per step).
+#
+# Environment: PY (the Python, default python3); RESULTS (default results/full-dag-out);
+# WORK (workflow copies and stand-ins, default results/full-dag); INSTALL (1: install
+# .whl/*.whl, the packages the machine lacks, into SITE first; default 1 for `full`, 0 for
+# `tiny`); SITE (default /opt/site: outside /tmp, which the sandbox replaces with its own, so
+# that the replay sees the packages too); KEEP (1: keep the full-size stand-ins, tens of GB;
+# default 0); DEADLINE (unix time after which no further task starts; default none).
 set -uo pipefail
+cd "$(dirname "$0")/.."
 REPO=$PWD
 RESULTS=${RESULTS:-$REPO/results/full-dag-out}
+usage="usage: bash bench/device_full_dag.sh full|tiny TASK... | wait SECONDS"
+[ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
 if [ "$1" = wait ]; then
     end=$(( $(date +%s) + $2 ))
     while [ ! -e "$RESULTS/done" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
-    cat "$RESULTS/summary.txt"
+    cat "$RESULTS/summary.txt" 2>/dev/null || echo "no $RESULTS/summary.txt"
     [ -e "$RESULTS/done" ] || echo "still running"
-    [ -n "${OUT:-}" ] && tar -czf "$OUT/$(basename "$RESULTS").tar.gz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
+    [ -n "${OUT:-}" ] && [ -d "$RESULTS" ] \
+        && tar -czf "$OUT/$(basename "$RESULTS").tar.gz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
     exit 0
 fi
 SIZE=$1
 shift
+case $SIZE in full | tiny) ;; *) echo "$usage" >&2; exit 2 ;; esac
 PY=${PY:-python3}
 case $PY in */*) PY=$(realpath -s "$PY") ;; esac  # the steps run in $WORK/<task>
 WORK=${WORK:-$REPO/results/full-dag}
 SITE=${SITE:-/opt/site}
-DEADLINE=${DEADLINE:-0}  # unix time after which no further task starts (0: none)
+DEADLINE=${DEADLINE:-0}
+[ "$SIZE" = full ] && INSTALL=${INSTALL:-1} || INSTALL=${INSTALL:-0}
 mkdir -p "$RESULTS" "$WORK"
 rm -f "$RESULTS/done"
+trap 'kill ${SAMPLER:-} 2>/dev/null; touch "$RESULTS/done"' EXIT  # `wait` stops waiting, whatever the end
 say() { echo "$*" | tee -a "$RESULTS/summary.txt"; }
 
-if compgen -G ".whl/*.whl" >/dev/null && [ "${INSTALL:-1}" = 1 ]; then
+if [ "$INSTALL" = 1 ] && compgen -G ".whl/*.whl" >/dev/null; then
     t0=$(date +%s)
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
         || { say "wheel install failed"; exit 1; }
     say "wheels installed into $SITE in $(( $(date +%s) - t0 )) s"
 fi
-[ -d "$SITE" ] && export PYTHONPATH=$SITE
+[ "$INSTALL" = 1 ] && [ -d "$SITE" ] && export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH=$REPO/src:$REPO/bench${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 if ! command -v bwrap >/dev/null; then
     deb=$(compgen -G ".whl/bubblewrap_*.deb" | head -1)
@@ -55,7 +69,6 @@ fi
 say "== $(date -u +%FT%TZ) size=$SIZE tasks=$* $(nproc) cores; bwrap $(bwrap --version 2>&1)"
 if command -v nvidia-smi >/dev/null; then
     say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
-    # GPU memory and load every 2 s, to read each job's peak beside the rule times
     nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 2 >"$RESULTS/gpu.csv" 2>&1 &
     SAMPLER=$!
 fi
@@ -72,12 +85,14 @@ for task in "$@"; do
     t0=$(date +%s)
     "$PY" bench/full_dag.py "$task" --size "$SIZE" --out "$work/assets" --qm9 "$REPO/.whl/qm9-slim" --shared "$WORK" \
         >"$RESULTS/$task-prepare.log" 2>&1
-    say "$task prepare rc=$? $(( $(date +%s) - t0 )) s (stand-ins: $(du -sh "$work/assets" | cut -f1))"
+    rc=$?
+    say "$task prepare rc=$rc $(( $(date +%s) - t0 )) s (stand-ins: $(du -sh "$work/assets" | cut -f1), shared ones not counted)"
+    [ $rc = 0 ] || continue
+    cp "$work/assets/$task.yaml" "$RESULTS/$task-config.yaml"
     t0=$(date +%s)
     (cd "$work" && "$PY" -m snakemake "results/$task/final" --configfile "assets/$task.yaml" \
         --cores "$(nproc)" --resources gpu=1 --scheduler greedy) >"$RESULTS/$task-snakemake.log" 2>&1
-    rc=$?
-    say "$task DAG rc=$rc wall $(( $(date +%s) - t0 )) s"
+    say "$task DAG rc=$? wall $(( $(date +%s) - t0 )) s"
     "$PY" bench/collect.py "$work/benchmarks" >"$RESULTS/$task-bench.md" 2>&1
     for f in $(cd "$work" && find logs -name '*.log' | sort); do
         echo "==> $f"
@@ -86,6 +101,4 @@ for task in "$@"; do
     [ -f "$work/results/$task/final/summary.json" ] && cp "$work/results/$task/final/summary.json" "$RESULTS/$task-summary.json"
     [ "$SIZE" = full ] && [ "${KEEP:-0}" = 0 ] && rm -rf "$work/assets"  # tens of GB: free the disk for the next task
 done
-[ -n "${SAMPLER:-}" ] && kill "$SAMPLER"
-touch "$RESULTS/done"
 exit 0

@@ -1,7 +1,10 @@
 """Each task's full-scale config through the whole DAG, on random weights (issue 17).
 
-    python bench/full_dag.py TASK --size full|tiny --out DIR     # TASK: dpo rm ddpo soup digress
+    python bench/full_dag.py TASK --size full|tiny --out DIR [--shared DIR] [--qm9 DIR]
     snakemake results/TASK/final --configfile DIR/TASK.yaml ...   # bench/device_full_dag.sh does both
+
+TASK: dpo, rm, ddpo, soup or digress. ``--shared``: where dpo's and rm's model is built once
+for both; ``--qm9``: digress's fixed start, the folder ``qm9-slim`` writes (below).
 
 Writes, under ``DIR``, a stand-in for every local asset that ``config/full-scale/TASK.yaml``
 names -- random weights at the full architecture (``--size full``) or at toy size
@@ -18,7 +21,8 @@ Stand-ins (full size):
   toy byte-level BPE tokenizer of :mod:`replaykit.tiny_model` (ChatML), so prompts and
   answers of UltraFeedback-like lengths (``bench/pref_batches.py``'s length model, in
   tokens) are made of words. UltraFeedback-format pairs; IFEval ``input_data.jsonl`` (541
-  prompts); RewardBench ``filtered.jsonl`` with the real per-subset counts (2,985 rows).
+  prompts); RewardBench ``filtered.jsonl`` with the file's per-subset row counts (2,985 rows:
+  :data:`REWARDBENCH_ROWS`).
 - ddpo: Stable Diffusion v1.5's UNet, VAE and CLIP ViT-L/14 text encoder
   (``bench/ddpo_throughput.py``), CLIP's real BPE tokenizer, a transformers ``CLIPModel`` of
   ViT-L/14's architecture and LAION's aesthetic MLP on 768 inputs; 45 animal prompts.
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -72,7 +77,7 @@ DEVICE_CHANGES = {
 }
 
 
-def words(seed: int = 0) -> list[str]:
+def words() -> list[str]:
     """The word list of the synthetic texts: the embedded instruction texts' words."""
     from replaykit.tasks.dpo import instructions
 
@@ -300,13 +305,11 @@ def ifeval_prompts(path: Path, n: int, texts: Texts) -> Path:
 
 
 def rewardbench_rows(path: Path, texts: Texts, per_subset: int | None) -> Path:
-    """RewardBench v1 ``filtered`` rows: the real count of each subset (or ``per_subset``)."""
-    from replaykit.tasks.rm.rewardbench import EXAMPLE_COUNTS
-
+    """RewardBench v1 ``filtered`` rows: the file's count of each subset (or ``per_subset``)."""
     rng = random.Random(3)
     with open(path, "w") as f:
         i = 0
-        for subset, count in EXAMPLE_COUNTS.items():
+        for subset, count in REWARDBENCH_ROWS.items():
             for _ in range(per_subset or count):
                 p = int(math.exp(rng.gauss(math.log(60), 0.8)))
                 row = {"id": str(i), "subset": subset, "prompt": texts(p)}
@@ -317,6 +320,21 @@ def rewardbench_rows(path: Path, texts: Texts, per_subset: int | None) -> Path:
     return path
 
 
+def _rewardbench_rows() -> dict[str, int]:
+    """Rows per subset of RewardBench v1's ``filtered`` file: the scorer's example counts but
+    for math-prm (447 rows, counted as 984) and the two XSTest subsets (each counted as the
+    other's size); see :mod:`replaykit.tasks.rm.rewardbench`."""
+    from replaykit.tasks.rm.rewardbench import EXAMPLE_COUNTS
+
+    rows = dict(EXAMPLE_COUNTS, **{"math-prm": 447})
+    rows["xstest-should-refuse"], rows["xstest-should-respond"] = (
+        EXAMPLE_COUNTS["xstest-should-respond"],
+        EXAMPLE_COUNTS["xstest-should-refuse"],
+    )
+    return rows
+
+
+REWARDBENCH_ROWS = _rewardbench_rows()
 ANIMALS = (
     "cat dog horse monkey rabbit zebra spider bird sheep deer cow goat lion tiger bear raccoon fox wolf lizard"
     " beetle ant butterfly fish shark whale dolphin squirrel mouse rat snake turtle frog chicken duck goose bee"
@@ -365,10 +383,11 @@ def stand_ins(task: str, size: str, out: Path, qm9: Path | None, shared: Path | 
     elif task == "soup":
         model = soup_ingredients(out / "ingredients", size)
         n_classes, per_class = (1000, 10) if full else (10, 2)
-        data = {"imagenetv2_dir": imagenetv2(out / "imagenetv2", n_classes, per_class, processes=16 if full else 2)}
+        processes = os.cpu_count() or 1
+        data = {"imagenetv2_dir": imagenetv2(out / "imagenetv2", n_classes, per_class, processes=processes)}
     else:
-        if qm9 is None:
-            raise SystemExit("digress needs --qm9 (a folder made by: python bench/full_dag.py qm9-slim --out DIR)")
+        if qm9 is None or not (qm9 / "config.json").is_file():
+            raise SystemExit(f"digress needs --qm9: a folder made by `bench/full_dag.py qm9-slim --out DIR` ({qm9})")
         model, data = qm9.resolve(), {}
     return {"fixed_start": str(model), "data": {k: str(v) for k, v in data.items()}}
 
@@ -376,7 +395,8 @@ def stand_ins(task: str, size: str, out: Path, qm9: Path | None, shared: Path | 
 def task_block(task: str, size: str, paths: dict) -> dict:
     """``config/full-scale/<task>.yaml``'s task block on the stand-ins ``paths`` (see
     :func:`stand_ins`) with :data:`BUDGET` and, at full size, :data:`DEVICE_CHANGES`; at toy
-    size, the toy recipe and evaluation sizes of :data:`TINY_OVERRIDES`/:data:`TINY_EVALUATION`."""
+    size, :data:`TINY_DATA`, :data:`TINY_OVERRIDES` and :data:`TINY_EVALUATION`, and
+    validation in float32 within 5 s."""
     block = yaml.safe_load((ROOT / f"config/full-scale/{task}.yaml").read_text())["tasks"][task]
     block.update(fixed_start=paths["fixed_start"], threads=8 if size == "full" else 1, budget=dict(BUDGET))
     block["data"].update(paths["data"])

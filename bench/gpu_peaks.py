@@ -4,8 +4,10 @@ Usage: python bench/gpu_peaks.py <snakemake log> <gpu.csv>
 ``gpu.csv``: ``nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv -l 2``
 (as ``bench/device_full_dag.sh`` writes it). A job's interval runs from the timestamp line
 before its ``rule``/``checkpoint`` block to the one before its ``Finished jobid`` line
-(Snakemake stamps to the second); its peak is the largest sample inside (memory the
-processes reserved; a peak shorter than the sampling period can be missed).
+(Snakemake stamps to the second); its peak is the largest sample of the device's memory in
+use (``memory.used``: every process's, allocator caches included) taken more than
+:data:`SETTLE_S` after its start, when the job before it has let go of the GPU (so a job of
+less than that shows 0, and a peak shorter than the sampling period can be missed).
 """
 
 import csv
@@ -13,6 +15,7 @@ import datetime as dt
 import re
 import sys
 
+SETTLE_S = 2  # the sampling period of device_full_dag.sh's nvidia-smi
 
 def samples(path: str) -> list[tuple[dt.datetime, int]]:
     out = []
@@ -43,7 +46,8 @@ def main(log: str, gpu: str) -> None:
     record = samples(gpu)
     print("| rule | wall (s) | GPU peak (GiB) |\n|---|---|---|")
     for rule, start, end in jobs(log):
-        peak = max((mib for t, mib in record if start <= t <= end), default=0)
+        settled = start + dt.timedelta(seconds=SETTLE_S)
+        peak = max((mib for t, mib in record if settled < t <= end), default=0)
         print(f"| {rule} | {(end - start).total_seconds():.0f} | {peak / 1024:.1f} |")
 
 

@@ -1,6 +1,10 @@
 """Unpack a Debian package's files without dpkg (a .deb is an ar archive holding data.tar.*).
 
 Usage: python bench/unpack_deb.py PACKAGE.deb DEST   (as ``dpkg -x``; for machines without dpkg)
+
+Reads ``data.tar.{gz,xz,bz2}`` (Debian's packages; Ubuntu's ``.zst`` needs Python 3.14's
+tarfile) and extracts with tarfile's ``"tar"`` filter (Python >= 3.11.4 / 3.12), which
+refuses absolute paths and links that leave ``DEST``.
 """
 
 import io

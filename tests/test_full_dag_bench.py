@@ -1,9 +1,10 @@
 """The configs of ``bench/full_dag.py`` (each task's full-scale DAG on random weights, issue 17).
 
 A device run is worth what its config is: the full-scale config of the task, changed only
-where ``DEVICE_CHANGES`` says (and in the paths, threads and budget). Checked here without
-building the stand-ins: each config passes the workflow's schema, its recipe overrides name
-knobs of the profile with values of the right kind, and the full-size config differs from
+where ``DEVICE_CHANGES`` says (and in the paths, threads and budget). Checked here: each
+config passes the workflow's schema on the toy-size stand-ins, its recipe overrides name knobs
+of the profile with values of the right kind, every key ``DEVICE_CHANGES`` sets already exists
+(in the full-scale block or the profile), and the full-size config differs from
 ``config/full-scale/<task>.yaml`` in no other key.
 """
 
@@ -63,7 +64,6 @@ def flat(d: dict, prefix: str = "") -> dict:
 
 @pytest.mark.parametrize("size", ["full", "tiny"])
 @pytest.mark.parametrize("task", full_dag.TASKS)
-@pytest.mark.slow
 def test_config_passes_the_schema_and_the_recipe_contract(task, size, toy_stand_ins):
     """At both sizes, on the toy stand-ins (the full-size config's knobs on toy files)."""
     from replaykit.config import check_config
@@ -86,3 +86,10 @@ def test_full_size_is_the_full_scale_config_but_for_the_listed_changes(task):
         listed |= {f"{dotted}.{k}" for k in value} if isinstance(value, dict) else {dotted}
     assert changed <= listed, sorted(changed - listed)
     assert block["recipe"]["profile"] == full["recipe"]["profile"]
+    # and each change replaces a key that exists: a misspelt one would add a key instead
+    profile = yaml.safe_load((ROOT / f"recipes/{task}/configs/{full['recipe']['profile']}.yaml").read_text())
+    for dotted, value in full_dag.DEVICE_CHANGES[task].items():
+        if dotted == "recipe.overrides":
+            assert set(value) <= set(profile), sorted(set(value) - set(profile))
+        else:
+            assert dotted in flat(full), dotted
