@@ -17,6 +17,7 @@ import sys
 
 SETTLE_S = 2  # the sampling period of device_full_dag.sh's nvidia-smi
 
+
 def samples(path: str) -> list[tuple[dt.datetime, int]]:
     out = []
     for row in csv.reader(open(path)):
