@@ -151,13 +151,10 @@ def get_patch(w):
 def frozen_package_files(w=None):
     """Every file of the frozen package (harness, loaders, evaluators) and of the task plug-ins
     registered by entry points: rule frozen_code's input."""
-    from replaykit.harness.frozen import package_dir, plugin_roots
+    from replaykit.harness.frozen import frozen_paths
 
-    files = []
-    for root in [package_dir(), *plugin_roots().values()]:
-        found = root.rglob("*") if root.is_dir() else [root]
-        files += [str(p) for p in found if p.is_file() and "__pycache__" not in p.parts]
-    return sorted(files)
+    # braces in a file name are Snakemake wildcards: escaped, they name the file itself
+    return sorted(str(p).replace("{", "{{").replace("}", "}}") for p in frozen_paths())
 
 
 def sandbox_paths(w):

@@ -64,6 +64,6 @@ def test_validation_and_scoring_refuse_a_changed_package_naming_the_file(tmp_pat
 
 
 def test_an_added_or_removed_file_is_named():
-    assert frozen.first_difference({"a.py": "1"}, {"a.py": "1", "b.py": "2"}) == "b.py: added"
-    assert frozen.first_difference({"a.py": "1", "b.py": "2"}, {"a.py": "1"}) == "b.py: removed"
+    assert frozen.first_difference({"a.py": "1"}, {"a.py": "1", "b.py": "2"}) == ("b.py", "added")
+    assert frozen.first_difference({"a.py": "1", "b.py": "2"}, {"a.py": "1"}) == ("b.py", "removed")
     assert frozen.first_difference({"a.py": "1"}, {"a.py": "1"}) is None

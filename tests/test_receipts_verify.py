@@ -525,9 +525,15 @@ def test_check_run_by_hand(tmp_path, monkeypatch):
     assert missing.state == "missing" and missing.invalidates == [str(run2 / "official.json")]
 
 
-def test_status_of_an_unknown_task_is_refused_and_a_known_one_without_runs_named(tmp_path):
+def test_status_of_an_unknown_task_or_folder_is_refused_and_a_known_task_without_runs_named(tmp_path):
+    (tmp_path / "results/gone").mkdir(parents=True)  # runs of a task whose plug-in was removed
     out = status(tmp_path, "dpo", "nosuch")
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.startswith("error: command line: task: unknown task 'nosuch' (known: ddpo, digress, dpo, rm")
-    out = status(tmp_path, "dpo")
-    assert (out.returncode, out.stdout.strip()) == (0, "results: no runs of dpo")
+    assert out.stderr.startswith("error: command line: task: 'nosuch': unknown task (known: ddpo, digress, dpo, rm")
+    out = status(tmp_path, "dpo", "gone")
+    assert (out.returncode, out.stdout.strip()) == (0, "results: no runs of dpo, gone")
+    out = status(tmp_path, "--results", "elsewhere")
+    assert (
+        out.returncode == 2
+        and out.stderr.strip() == "error: elsewhere: --results: not a folder (the workflow's results/)"
+    )

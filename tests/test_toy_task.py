@@ -170,7 +170,7 @@ def test_the_frozen_code_record_covers_registered_plugins(registered, discover, 
     files = frozen.frozen_files()
     source = TOY / "replaykit_toy" / "__init__.py"
     assert files["plugin:toy/__init__.py"] == hashlib.sha256(source.read_bytes()).hexdigest()
-    assert "harness/frozen.py" in files and frozen.record()["plugins"] == {"toy": str(source.parent.resolve())}
+    assert "harness/frozen.py" in files and frozen.record()["plugins"] == {"toy": [str(source.parent.resolve())]}
 
     discover(install(tmp_path / "site", "onefile", {"onefile": "rk_onefile"}, {"rk_onefile": "METRIC = {}\n"}))
     rec = tmp_path / "frozen-code.json"
@@ -179,6 +179,50 @@ def test_the_frozen_code_record_covers_registered_plugins(registered, discover, 
     (tmp_path / "site" / "rk_onefile.py").write_text("METRIC = {'changed': 1}\n")
     with pytest.raises(InputError, match=r"rk_onefile\.py: sha256: frozen code differs .*\(changed \(sha256"):
         frozen.verify(rec)
+
+
+def test_the_frozen_code_record_covers_every_layout_of_a_plugin(registered, discover, monkeypatch, tmp_path):
+    """Each folder of a namespace package; a folder linked in by a symlink; the zip archive a
+    plug-in is imported from. Left out: an entry module that does not exist, and a plug-in
+    folder that holds the working directory (whose task the sandbox refuses)."""
+    import hashlib
+    import zipfile
+
+    from replaykit.harness import frozen
+
+    site = install(tmp_path / "site", "several", {"nstoy": "acme.rk_ns", "sl": "rk_sl", "ghost": "json.no_such"})
+    (tmp_path / "ns1/acme").mkdir(parents=True)
+    (tmp_path / "ns1/acme/other.py").write_text("X = 1\n")
+    (site / "acme").mkdir()
+    (site / "acme/rk_ns.py").write_text("METRIC = {}\n")
+    (tmp_path / "shared/helpers").mkdir(parents=True)
+    (tmp_path / "shared/helpers/__init__.py").write_text("H = 1\n")
+    (site / "rk_sl").mkdir()
+    (site / "rk_sl/__init__.py").write_text("")
+    (site / "rk_sl/helpers").symlink_to(tmp_path / "shared/helpers")
+    archive = tmp_path / "plug.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("rk_zip/__init__.py", "METRIC = {}\n")
+        zf.writestr("zipped-0.dist-info/METADATA", "Metadata-Version: 2.1\nName: zipped\nVersion: 0\n")
+        zf.writestr("zipped-0.dist-info/entry_points.txt", "[replaykit.tasks]\nzp = rk_zip\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "ns1"))
+    discover(archive)
+    discover(site)
+    files = frozen.frozen_files()
+    plugin = {k: v for k, v in files.items() if k.startswith("plugin:") and not k.startswith("plugin:toy/")}
+    assert set(plugin) == {
+        "plugin:nstoy/0/rk_ns.py",  # site comes first on sys.path
+        "plugin:nstoy/1/other.py",
+        "plugin:sl/__init__.py",
+        "plugin:sl/helpers/__init__.py",
+        "plugin:zp/plug.zip",
+    }
+    assert plugin["plugin:zp/plug.zip"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert plugin["plugin:sl/helpers/__init__.py"] == hashlib.sha256(b"H = 1\n").hexdigest()
+    monkeypatch.chdir(TOY / "replaykit_toy")  # a working directory inside a plug-in's folder
+    assert "toy" not in frozen.plugin_roots()
+    with pytest.raises(InputError, match="replaykit_toy holds the working directory"):
+        tasks.code_roots("toy")
 
 
 # Plug-ins that do not load, each for its own reason: module name -> (source, what the line says).
@@ -342,6 +386,6 @@ def test_the_toy_dag_runs_end_to_end_in_the_sandbox(tmp_path):
     assert final["value"] == pytest.approx(value, rel=1e-12) and final["isolation"] == "bwrap"
     assert final["references"]["fixed_start"]["value"] == pytest.approx(4 * 110 / 3, rel=1e-12)  # w = w0 = 1
     recorded = json.loads((work / "results/frozen-code.json").read_text())
-    assert recorded["plugins"] == {"toy": str((plugins / "replaykit_toy").resolve())}
+    assert recorded["plugins"] == {"toy": [str((plugins / "replaykit_toy").resolve())]}
     assert "plugin:toy/__init__.py" in recorded["files"]
     print(f"toy DAG: {seconds:.0f} s")

@@ -82,7 +82,9 @@ def cmd_frozen_code(a) -> None:
     from .harness import frozen
 
     doc = frozen.write_record(a.out)
-    print(f"[frozen-code] {doc['package']}: {len(doc['files'])} files, sha256 {doc['sha256']}")
+    plugins = sum(k.startswith(frozen.PLUGIN) for k in doc["files"])
+    names = f" (plug-ins {', '.join(doc['plugins'])}: {plugins} files)" if doc["plugins"] else ""
+    print(f"[frozen-code] {doc['package']}: {len(doc['files'])} files{names}, sha256 {doc['sha256']}")
 
 
 def cmd_check_sandbox(a) -> None:
@@ -233,11 +235,15 @@ def cmd_report(a) -> None:
 
 def cmd_status(a) -> int:
     from .harness.verify import status_lines
-    from .tasks import KNOWN
+    from .tasks import KNOWN, NAME_RE, REFUSED
 
+    if not Path(a.results).is_dir():
+        raise InputError(a.results, "--results", "not a folder (the workflow's results/)")
     for name in a.task:
-        if name not in KNOWN:
-            raise InputError("command line", "task", f"unknown task {name!r} (known: {', '.join(KNOWN)})")
+        if name in KNOWN or (NAME_RE.fullmatch(name) and (Path(a.results) / name).is_dir()):
+            continue  # a task of this installation, or one whose runs are there (its plug-in gone)
+        why = REFUSED.get(name) or f"unknown task (known: {', '.join(KNOWN)})"
+        raise InputError("command line", "task", f"{name!r}: {why}")
     lines, ok = status_lines(a.results, a.task or None)
     print("\n".join(lines) if lines else f"{a.results}: no runs" + (f" of {', '.join(a.task)}" if a.task else ""))
     return 0 if ok else 1

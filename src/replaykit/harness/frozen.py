@@ -10,6 +10,7 @@ advisory), and validation and scoring refuse to run when they differ from the re
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .errors import InputError
@@ -29,47 +30,101 @@ def package_dir() -> Path:
     return Path(replaykit.__file__).resolve().parent
 
 
-def plugin_roots() -> dict[str, Path]:
-    """``{task: folder (or module file)}`` of the top-level package of each plug-in registered
-    by an entry point (:data:`replaykit.tasks.REGISTERED`), found without importing it; a
-    plug-in whose package cannot be found is left out (configuring its task fails anyway,
-    naming it: :func:`replaykit.tasks.get_task`)."""
+def _on_disk(path: Path) -> Path | None:
+    """``path``, or the archive holding it (a plug-in imported from a zip file), or None."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate.resolve() if candidate == path or candidate.is_file() else None
+    return None
+
+
+def plugin_roots() -> dict[str, list[Path]]:
+    """``{task: [folder or file, ...]}``: the top-level package of each plug-in registered by an
+    entry point (:data:`replaykit.tasks.REGISTERED`) -- its folder (every folder of a namespace
+    package), its module file, or the zip archive it is imported from -- found without
+    importing it. Left out: a plug-in whose entry module is not there (configuring its task
+    fails, naming it: :func:`replaykit.tasks.get_task`) and one whose folder holds the working
+    directory (its task is refused: :func:`replaykit.tasks.code_roots`)."""
     import importlib.util
 
     from ..tasks import REGISTERED
 
+    cwd = Path.cwd().resolve()
     roots = {}
     for name, module in sorted(REGISTERED.items()):
+        top, *rest = module.split(".")
         try:
-            spec = importlib.util.find_spec(module.split(".")[0])
+            spec = importlib.util.find_spec(top)
         except (ImportError, ValueError):
             continue
-        if spec is not None and spec.submodule_search_locations:
-            roots[name] = Path(next(iter(spec.submodule_search_locations))).resolve()
-        elif spec is not None and spec.origin and Path(spec.origin).is_file():
-            roots[name] = Path(spec.origin).resolve()
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            folders = [Path(p) for p in spec.submodule_search_locations]
+            dirs = [f for f in folders if f.is_dir()]  # (none: the package is in an archive)
+            entry = Path(*rest) if rest else None
+            if entry and dirs and not any((f / entry).is_dir() or (f / f"{entry}.py").is_file() for f in dirs):
+                continue  # no such entry module
+            found = [_on_disk(f) for f in folders]
+        else:
+            found = [_on_disk(Path(spec.origin))] if spec.origin else []
+        found = [p for p in dict.fromkeys(found) if p is not None]
+        if found and not any(p.is_dir() and (cwd == p or p in cwd.parents) for p in found):
+            roots[name] = found
     return roots
+
+
+def _code_files(root: Path) -> dict[str, str]:
+    """:func:`tree_files` of a plug-in's folder, following symbolic links to folders (once
+    each: a link loop ends there); a file root (a module, an archive): its own hash."""
+    if root.is_file():
+        return {root.name: sha256_file(root)}
+    out, seen = {}, set()
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith(".tmp"))
+        for n in sorted(names):
+            path = Path(folder) / n
+            if not n.startswith(".tmp") and path.is_file():
+                out[path.relative_to(root).as_posix()] = sha256_file(path)
+    return dict(sorted(out.items()))
+
+
+def _plugin_files() -> dict[str, tuple[Path, str]]:
+    """``{record key: (file, sha256)}`` of every registered plug-in (see :func:`frozen_files`)."""
+    out = {}
+    for name, roots in plugin_roots().items():
+        for i, root in enumerate(roots):
+            prefix = f"{PLUGIN}{name}/" + (f"{i}/" if len(roots) > 1 else "")
+            for rel, sha in _code_files(root).items():
+                out[prefix + rel] = (root / rel if root.is_dir() else root, sha)
+    return out
 
 
 def frozen_files() -> dict[str, str]:
     """``{key: sha256}`` of every file of ``replaykit`` (key: its path relative to the
     package) and of each registered plug-in (key: ``plugin:<task>/<path relative to its
-    package folder>``, or ``plugin:<task>/<file name>`` for a one-module plug-in); no caches."""
+    folder>``, or ``plugin:<task>/<file name>`` for a module or an archive; with
+    ``<i>/`` after the task for the i-th folder of a namespace package); no caches."""
     files = tree_files(package_dir())
-    for name, root in plugin_roots().items():
-        found = tree_files(root) if root.is_dir() else {root.name: sha256_file(root)}
-        files.update({f"{PLUGIN}{name}/{rel}": sha for rel, sha in found.items()})
+    files.update({key: sha for key, (_, sha) in _plugin_files().items()})
     return files
+
+
+def frozen_paths() -> list[Path]:
+    """Every file :func:`frozen_files` hashes (rule ``frozen_code``'s input)."""
+    return [package_dir() / rel for rel in tree_files(package_dir())] + [p for p, _ in _plugin_files().values()]
 
 
 def locate(key: str) -> Path:
     """The file behind a record key of :func:`frozen_files` (for messages)."""
     if key.startswith(PLUGIN):
-        name, _, rel = key[len(PLUGIN) :].partition("/")
-        root = plugin_roots().get(name)
-        if root is None:
-            return Path(key)
-        return root / rel if root.is_dir() else root
+        found = _plugin_files().get(key)
+        return found[0] if found else Path(key)
     return package_dir() / key
 
 
@@ -80,7 +135,7 @@ def digest(files: dict[str, str]) -> str:
 
 def record() -> dict:
     files = frozen_files()
-    plugins = {name: str(root) for name, root in plugin_roots().items()}
+    plugins = {name: [str(root) for root in roots] for name, roots in plugin_roots().items()}
     return {"package": str(package_dir()), "plugins": plugins, "sha256": digest(files), "files": files}
 
 
@@ -91,15 +146,15 @@ def write_record(out: str | Path) -> dict:
     return doc
 
 
-def first_difference(expected: dict[str, str], actual: dict[str, str]) -> str | None:
-    """A one-line description of the first file that was changed, added or removed."""
-    for rel in sorted(set(expected) | set(actual)):
-        if rel not in actual:
-            return f"{rel}: removed"
-        if rel not in expected:
-            return f"{rel}: added"
-        if expected[rel] != actual[rel]:
-            return f"{rel}: changed (sha256 {actual[rel][:12]}, recorded {expected[rel][:12]})"
+def first_difference(expected: dict[str, str], actual: dict[str, str]) -> tuple[str, str] | None:
+    """``(key, what)`` of the first file that was changed, added or removed, or None."""
+    for key in sorted(set(expected) | set(actual)):
+        if key not in actual:
+            return key, "removed"
+        if key not in expected:
+            return key, "added"
+        if expected[key] != actual[key]:
+            return key, f"changed (sha256 {actual[key][:12]}, recorded {expected[key][:12]})"
     return None
 
 
@@ -109,10 +164,19 @@ def verify(record_path: str | Path) -> str:
     Raises:
         InputError: naming the record and the first differing package file.
     """
-    expected = read_json(record_path, required=("files",))["files"]
+    recorded = read_json(record_path, required=("files",))
+    expected = recorded["files"]
     diff = first_difference(expected, frozen_files())
     if diff is not None:
-        key, what = diff.split(": ", 1)  # a plug-in key holds ':' but never ': '
+        key, what = diff
+        name = key[len(PLUGIN) :].split("/")[0] if key.startswith(PLUGIN) else None
+        if name is not None and name not in plugin_roots():
+            raise InputError(
+                record_path,
+                f"plugins.{name}",
+                f"the plug-in of task {name} ({(recorded.get('plugins') or {}).get(name, '?')}) is no longer "
+                "registered or found; reinstall it, or rebuild the record with --forcerun frozen_code",
+            )
         raise InputError(
             locate(key),
             "sha256",

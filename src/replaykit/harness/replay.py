@@ -439,6 +439,7 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
         flush=True,
     )
     frozen_before = frozen_files()
+    earlier = published(publish_dir)  # before the start: the relay counts new ones from their lines
     proc = subprocess.Popen(
         command,
         cwd=workspace,
@@ -459,7 +460,7 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
         spent_s=start.spent_s,
         every=save_every(workspace, spec.profile, spec.overrides),
         log_name=os.environ.get("REPLAYKIT_LOG"),
-        published=published(publish_dir),
+        published=earlier,
     )
     relay_thread = relay.start(proc.stdout)
     return Launched(proc, relay, relay_thread, frozen_before)
@@ -545,7 +546,7 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
         failure = result.get("error") or f"train.py exited with status {returncode} (see the log above)"
     changed = first_difference(launched.frozen_before, frozen_files())
     if changed is not None:
-        failure = f"the frozen package changed during the replay: {changed}"
+        failure = f"the frozen package changed during the replay: {changed[0]}: {changed[1]}"
     elif sha256_tree(workspace) != verified.workspace_info["workspace_sha256"]:  # read-only in the sandbox
         failure = f"the workspace {workspace} changed during the replay"
     else:

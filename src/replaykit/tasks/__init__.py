@@ -223,13 +223,24 @@ def code_roots(name: str) -> list[Path]:
     module file), read from the imported plug-in.
 
     Raises:
-        InputError: as :func:`get_task`.
+        InputError: as :func:`get_task`; a plug-in folder that holds the working directory
+            (it would show the hidden paths to the sandbox).
     """
     if name not in REGISTERED:
         return []
     top = sys.modules[get_task(name).module.__name__.split(".")[0]]
     paths = getattr(top, "__path__", None)
-    return [Path(p) for p in paths] if paths else [Path(top.__file__)]
+    roots = [Path(p) for p in paths] if paths else [Path(top.__file__)]
+    cwd = Path.cwd().resolve()
+    for root in roots:
+        if root.is_dir() and (cwd == root.resolve() or root.resolve() in cwd.parents):
+            raise InputError(
+                _origin_of(name),
+                "package",
+                f"its folder {root} holds the working directory {cwd}: showing it to the sandbox would "
+                "show the hidden split too; install the plug-in outside the working directory",
+            )
+    return roots
 
 
 def builders() -> dict[str, str]:
