@@ -127,8 +127,9 @@ def test_a_resumed_replay_shows_the_checkpoints_of_earlier_attempts():
     relay = Relay(
         io.StringIO(), term, label="dpo/r", started_unix=0, deadline_unix=60, every=8, clock=clock, published=[8, 16]
     )
+    assert relay.announce() == "[progress] dpo/r: training resumed after checkpoint-16"
     relay.feed("[train] step 17/32 loss 0.5 elapsed 1 s\n")
-    assert term.getvalue().splitlines()[0].endswith("next checkpoint-24 (published: 8, 16)")
+    assert term.getvalue().splitlines()[1].endswith("next checkpoint-24 (published: 8, 16)")
 
 
 def test_hostile_output_is_shown_not_obeyed_and_never_stops_the_relay():

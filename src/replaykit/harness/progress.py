@@ -277,7 +277,9 @@ class Relay:
     def announce(self) -> str:
         """The first line on the terminal: which replay started and where its full log is
         (Snakemake's own job block, with inputs, outputs and resources, stays as it is)."""
-        text = f"[progress] {self.label}: training started" + (f"; full log: {self.log_name}" if self.log_name else "")
+        done = self.progress.published
+        started = f"training resumed after checkpoint-{max(done)}" if done else "training started"
+        text = f"[progress] {self.label}: {started}" + (f"; full log: {self.log_name}" if self.log_name else "")
         if self.terminal is not None:
             try:
                 self.terminal.write(text + "\n")
