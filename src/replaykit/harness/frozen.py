@@ -10,7 +10,6 @@ advisory), and validation and scoring refuse to run when they differ from the re
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .errors import InputError
@@ -47,9 +46,8 @@ def plugin_roots() -> dict[str, list[Path]]:
     directory (its task is refused: :func:`replaykit.tasks.code_roots`)."""
     import importlib.util
 
-    from ..tasks import REGISTERED
+    from ..tasks import REGISTERED, holds_working_directory
 
-    cwd = Path.cwd().resolve()
     roots = {}
     for name, module in sorted(REGISTERED.items()):
         top, *rest = module.split(".")
@@ -69,38 +67,21 @@ def plugin_roots() -> dict[str, list[Path]]:
         else:
             found = [_on_disk(Path(spec.origin))] if spec.origin else []
         found = [p for p in dict.fromkeys(found) if p is not None]
-        if found and not any(p.is_dir() and (cwd == p or p in cwd.parents) for p in found):
+        if found and not any(holds_working_directory(p) for p in found):
             roots[name] = found
     return roots
 
 
-def _code_files(root: Path) -> dict[str, str]:
-    """:func:`tree_files` of a plug-in's folder, following symbolic links to folders (once
-    each: a link loop ends there); a file root (a module, an archive): its own hash."""
-    if root.is_file():
-        return {root.name: sha256_file(root)}
-    out, seen = {}, set()
-    for folder, dirs, names in os.walk(root, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith(".tmp"))
-        for n in sorted(names):
-            path = Path(folder) / n
-            if not n.startswith(".tmp") and path.is_file():
-                out[path.relative_to(root).as_posix()] = sha256_file(path)
-    return dict(sorted(out.items()))
-
-
-def _plugin_files() -> dict[str, tuple[Path, str]]:
-    """``{record key: (file, sha256)}`` of every registered plug-in (see :func:`frozen_files`)."""
+def _plugin_files(hash_file=sha256_file) -> dict[str, tuple[Path, str]]:
+    """``{record key: (file, hash_file(file))}`` of every registered plug-in (see
+    :func:`frozen_files`): a folder's files through symbolic links too; a module or an
+    archive by itself."""
     out = {}
     for name, roots in plugin_roots().items():
         for i, root in enumerate(roots):
             prefix = f"{PLUGIN}{name}/" + (f"{i}/" if len(roots) > 1 else "")
-            for rel, sha in _code_files(root).items():
+            found = tree_files(root, hash_file, follow_links=True) if root.is_dir() else {root.name: hash_file(root)}
+            for rel, sha in found.items():
                 out[prefix + rel] = (root / rel if root.is_dir() else root, sha)
     return out
 
@@ -116,8 +97,11 @@ def frozen_files() -> dict[str, str]:
 
 
 def frozen_paths() -> list[Path]:
-    """Every file :func:`frozen_files` hashes (rule ``frozen_code``'s input)."""
-    return [package_dir() / rel for rel in tree_files(package_dir())] + [p for p, _ in _plugin_files().values()]
+    """Every file :func:`frozen_files` hashes, listed without reading them (rule
+    ``frozen_code``'s input)."""
+    unread = lambda path: ""  # noqa: E731
+    package = [package_dir() / rel for rel in tree_files(package_dir(), unread)]
+    return package + [path for path, _ in _plugin_files(unread).values()]
 
 
 def locate(key: str) -> Path:

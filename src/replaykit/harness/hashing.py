@@ -25,22 +25,36 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def tree_files(root: str | Path, hash_file: Callable[[Path], str] = sha256_file) -> dict[str, str]:
+def tree_files(
+    root: str | Path, hash_file: Callable[[Path], str] = sha256_file, follow_links: bool = False
+) -> dict[str, str]:
     """``{relative posix path: sha256}`` of every regular file under ``root`` (sorted).
 
     Skipped: temporary entries (names starting with ``.tmp``), ``__pycache__``, and the
     ``.snakemake_timestamp`` file Snakemake adds to ``directory()`` outputs. ``hash_file``
-    computes one file's hex SHA-256 (e.g. :meth:`HashCache.file`).
+    computes one file's hex SHA-256 (e.g. :meth:`HashCache.file`). ``follow_links``: descend
+    into symbolic links to folders too (each real folder once: a link loop ends there).
     """
     root = Path(root)
     out: dict[str, str] = {}
-    for path in sorted(root.rglob("*")):
+    for path in sorted(_walk(root) if follow_links else root.rglob("*")):
         rel = path.relative_to(root)
         if any(part.startswith(".tmp") or part in _SKIP for part in rel.parts):
             continue
         if path.is_file():
             out[rel.as_posix()] = hash_file(path)
     return out
+
+
+def _walk(root: Path):
+    """Every path under ``root``, through symbolic links to folders, each real folder once."""
+    seen = set()
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        if os.path.realpath(folder) in seen:
+            dirs[:] = []
+            continue
+        seen.add(os.path.realpath(folder))
+        yield from (Path(folder) / n for n in (*dirs, *names))
 
 
 def listing_sha256(files: dict[str, str]) -> str:

@@ -231,16 +231,21 @@ def code_roots(name: str) -> list[Path]:
     top = sys.modules[get_task(name).module.__name__.split(".")[0]]
     paths = getattr(top, "__path__", None)
     roots = [Path(p) for p in paths] if paths else [Path(top.__file__)]
-    cwd = Path.cwd().resolve()
     for root in roots:
-        if root.is_dir() and (cwd == root.resolve() or root.resolve() in cwd.parents):
+        if holds_working_directory(root):
             raise InputError(
                 _origin_of(name),
                 "package",
-                f"its folder {root} holds the working directory {cwd}: showing it to the sandbox would "
-                "show the hidden split too; install the plug-in outside the working directory",
+                f"its folder {root} holds the working directory {Path.cwd()}: showing it to the sandbox "
+                "would show the hidden split too; install the plug-in outside the working directory",
             )
     return roots
+
+
+def holds_working_directory(path: Path) -> bool:
+    """Whether folder ``path`` is the working directory or one of its parents."""
+    cwd, path = Path.cwd().resolve(), Path(path).resolve()
+    return path.is_dir() and (path == cwd or path in cwd.parents)
 
 
 def builders() -> dict[str, str]:
