@@ -158,7 +158,7 @@ def cmd_proxy_table(a) -> None:
 
 
 def cmd_final(a) -> None:
-    from .harness.results import final_result
+    from .report.final import final_result
     from .tasks import get_task
 
     plugin = get_task(a.task)
@@ -181,8 +181,7 @@ def cmd_final(a) -> None:
 
 
 def cmd_ablation(a) -> None:
-    from .harness.ablation import ablation_result
-    from .report.ablation import differences
+    from .report.ablation import ablation_result, differences
     from .tasks import get_task
 
     plugin = get_task(a.task)
