@@ -37,7 +37,7 @@ def functions(root: Path = SRC) -> list[tuple[str, int]]:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                     name = f"{prefix}{child.name}"
-                    out.append((f"{path.relative_to(ROOT)}:{name}", child.end_lineno - child.lineno + 1))
+                    out.append((f"{path.relative_to(root.parent)}:{name}", child.end_lineno - child.lineno + 1))
                     visit(child, f"{name}.")
                 elif isinstance(child, ast.ClassDef):
                     visit(child, f"{prefix}{child.name}.")

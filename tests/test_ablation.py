@@ -425,7 +425,7 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
     import difflib
 
     from conftest import ROOT, copy_workflow, snakemake, write_config
-    from replaykit.models import private_path
+    from replaykit.harness.fixed_start import private_path
     from replaykit.tasks.soup import ingredients
 
     fixed_start = tmp_path / "ingredients"

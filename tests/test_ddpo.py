@@ -500,7 +500,7 @@ def test_compile_knob_compiles_the_unet_and_saves_the_same_lora(fixed_start, ass
 
 
 def test_nan_reward_stops_training_and_keeps_earlier_checkpoints(fixed_start, assets, tmp_path, capsys):
-    from replaykit.harness.trainer import NAN_EXIT
+    from replaykit.runtime import NAN_EXIT
 
     calls = []
 
@@ -511,7 +511,7 @@ def test_nan_reward_stops_training_and_keeps_earlier_checkpoints(fixed_start, as
 
     assert run_recipe(fixed_start, assets, tmp_path, {}, reward=reward) == NAN_EXIT
     result = json.loads((tmp_path / "state/train_result.json").read_text())
-    assert result["stop_reason"] == "nan" and "epoch 2: 4 of 4 rewards are NaN/inf" in result["error"]
+    assert result["stop_reason"] == "nan_loss" and "epoch 2: 4 of 4 rewards are NaN/inf" in result["error"]
     assert sorted(p.name for p in (tmp_path / "publish").glob("checkpoint-*")) == ["checkpoint-1"]
     assert "error: epoch 2" in capsys.readouterr().out
 
@@ -582,7 +582,7 @@ def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, m
     import time as real_time
     from types import SimpleNamespace
 
-    from replaykit.harness import session
+    from replaykit.runtime import session
 
     train = recipe_module("train")
     offset = [0.0]
@@ -596,7 +596,7 @@ def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, m
     monkeypatch.setattr(train, "train_epoch", train_then_jump)
     clock = SimpleNamespace(time=lambda: real_time.time() + offset[0])
     monkeypatch.setattr(train, "time", clock)
-    monkeypatch.setattr(session, "time", clock)  # the deadline is the ReplaySession's
+    monkeypatch.setattr(session, "time", clock)  # the deadline is the runtime Session's
     assert run_recipe(fixed_start, assets, tmp_path, {"save_freq": 5}) == 0  # deadline: exit 0
     result = json.loads((tmp_path / "state/train_result.json").read_text())
     assert result["stop_reason"] == "deadline" and result["steps"] == 1

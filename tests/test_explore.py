@@ -22,8 +22,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, copy_workflow, snakemake, write_config
-from replaykit.harness import explore
-from replaykit.harness.hashing import sha256_file, tree_files
+from replaykit.harness.hashing import sha256_file, sha256_tree, tree_files
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +101,7 @@ def test_explore_greedy_submit_and_formal_replay_are_linked(work):
     assert probe["kind"] == "probe" and probe["returncode"] == 0 and probe["stop"] == "exit"
     [(rel, digest)] = probe["checkpoints"].items()
     checkpoint = ex / rel
-    assert rel == "runs/probe-1/publish/checkpoint-3" and digest == explore.sha256_tree(checkpoint)
+    assert rel == "runs/probe-1/publish/checkpoint-3" and digest == sha256_tree(checkpoint)
     coefficients = json.loads((checkpoint / "coefficients.json").read_text())
     assert coefficients["method"] == "greedy"
 

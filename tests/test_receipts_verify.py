@@ -194,9 +194,9 @@ def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
     cases = [
         (
             SOUP_RUN / "validation/checkpoint-3.json",
-            {"validate", "score_final", "official", "final"},
+            {"validate", "score", "official", "final"},
         ),
-        (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score_final", "official", "final"}),
+        (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score", "official", "final"}),
         (SOUP_RUN / "official.json", {"official", "final"}),
         (Path(SOUP) / ".complete", {"final"}),
     ]
@@ -306,8 +306,8 @@ def test_dpo_changed_checkpoint_is_revalidated_and_rescored(dpo_finished, tmp_pa
     flip_middle_byte(work / DPO_RUN / f"replay/checkpoint-{official}/adapter_model.safetensors")
     started = time.time()
     out = build(work, DPO)
-    assert set(jobs_run(out)) == {"validate", "score_final", "official", "final"}
-    assert jobs_run(out)["validate"] == 1 and jobs_run(out)["score_final"] == 1
+    assert set(jobs_run(out)) == {"validate", "score", "official", "final"}
+    assert jobs_run(out)["validate"] == 1 and jobs_run(out)["score"] == 1
     assert_receipts_agree(work, "dpo", DPO_RUN, tampered=(official,))
     assert read(work / DPO / "summary.json")["official"]["progress"] != official
     assert "invalid: checkpoint changed after publication" in (work / DPO / "report.md").read_text()
@@ -331,7 +331,7 @@ def test_dpo_deleted_record_marker_and_score_are_rebuilt(dpo_finished, tmp_path)
     (work / DPO_RUN / "validation/checkpoint-4.json").unlink()
     (work / DPO_RUN / "final-scores/checkpoint-5/.complete").unlink()
     out = build(work, DPO)
-    assert jobs_run(out) == {"validate": 1, "score_final": 2, "official": 1, "final": 1}
+    assert jobs_run(out) == {"validate": 1, "score": 2, "official": 1, "final": 1}
     assert_receipts_agree(work, "dpo", DPO_RUN)
     assert status(work, "dpo").returncode == 0
 

@@ -114,7 +114,7 @@ def assets(fixed_start, tmp_path_factory):
 
 
 def test_builder_and_splits(fixed_start, assets):
-    from replaykit.models import private_path
+    from replaykit.harness.fixed_start import private_path
 
     config = json.loads((fixed_start / "config.json").read_text())
     heldout = json.loads(private_path(fixed_start).read_text())["heldout_indices"]

@@ -139,7 +139,7 @@ def test_hidden_split_is_read_by_scoring_rules_only():
         for name, body in blocks.items()
         if "assets/hidden" in body and "output:" in body and "assets/hidden" in body.split("output:")[0]
     )
-    assert readers == ["reference_fixed_start", "score_final"]
+    assert readers == ["reference_fixed_start", "score"]  # score: its final split
 
 
 def test_gpu_jobs_never_overlap_under_one_gpu_slot(finished):
