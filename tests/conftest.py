@@ -29,6 +29,19 @@ def make_tiny_model(out: Path, model_type: str = "llama") -> Path:
     return make(out, model_type)
 
 
+def rediscover(monkeypatch, folder: Path) -> None:
+    """The task registry (``replaykit.tasks``) as a process with ``folder`` on its path finds it
+    (undone with ``monkeypatch``; ``get_task``'s cache cleared)."""
+    import replaykit.tasks as tasks
+
+    monkeypatch.syspath_prepend(str(folder))
+    known, found, refused = tasks._discover()
+    monkeypatch.setattr(tasks, "KNOWN", known)
+    monkeypatch.setattr(tasks, "REGISTERED", found)
+    monkeypatch.setattr(tasks, "REFUSED", refused)
+    tasks.get_task.cache_clear()
+
+
 def recipe_train(task: str):
     """``recipes/<task>/train.py`` as module ``<task>_recipe_train`` (each task's under its own
     name: several recipes are called ``train``)."""

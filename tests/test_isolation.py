@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import replaykit.tasks as tasks
-from conftest import ROOT
+from conftest import ROOT, rediscover
 from replaykit import cli
 from replaykit.exploration import Exploration, probe_plan
 from replaykit.exploration.proxy import proxy_plan
@@ -29,12 +29,7 @@ TASKS = ("ddpo", "digress", "dpo", "rm", "soup", "toy")
 def work(tmp_path, monkeypatch):
     """A working directory with a task's assets, a fixed start outside it, and a shared dataset
     folder holding a final-split source beside a training file; the toy plug-in registered."""
-    monkeypatch.syspath_prepend(str(TOY))
-    known, found, refused = tasks._discover()
-    monkeypatch.setattr(tasks, "KNOWN", known)
-    monkeypatch.setattr(tasks, "REGISTERED", found)
-    monkeypatch.setattr(tasks, "REFUSED", refused)
-    tasks.get_task.cache_clear()
+    rediscover(monkeypatch, TOY)
     work = tmp_path / "work"
     for task in TASKS:
         for split in ("public", "hidden"):

@@ -212,6 +212,16 @@ def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_config_file_that_changes_nothing_a_replay_reads_reruns_nothing(soup_finished, tmp_path):
+    """Issue 27: the replay's parameters do not name the config files (the sandbox shows none), so
+    one more --configfile that sets what is set already leaves every finished job as it is."""
+    extra = tmp_path / "extra.yaml"  # (the finished folder itself: its .snakemake/ holds the jobs' params)
+    extra.write_text("isolation: bwrap\nsandbox_hide: []\n")
+    out = build(soup_finished, SOUP, "--configfile", str(extra), "-n")
+    assert out.returncode == 0 and "Nothing to be done" in out.stdout + out.stderr, out.stdout[-2000:]
+
+
+@pytest.mark.slow
 def test_soup_deleted_record_reruns_the_replay_without_recomputing(soup_finished, tmp_path):
     work = copy_run(soup_finished, tmp_path / "w")
     marker_mtime = (work / SOUP_RUN / "validation/checkpoint-3.json").stat().st_mtime_ns

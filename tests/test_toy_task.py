@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import replaykit.tasks as tasks
-from conftest import ROOT, snakemake, write_config
+from conftest import ROOT, rediscover, snakemake, write_config
 from replaykit.config import check_config, config_schema, fill_defaults
 from replaykit.harness.errors import InputError
 
@@ -56,12 +56,7 @@ def python_path(*folders) -> str:
 @pytest.fixture
 def registered(monkeypatch):
     """The registry as a process with tests/toy_task/ on its path finds it."""
-    monkeypatch.syspath_prepend(str(TOY))
-    known, found, refused = tasks._discover()
-    monkeypatch.setattr(tasks, "KNOWN", known)
-    monkeypatch.setattr(tasks, "REGISTERED", found)
-    monkeypatch.setattr(tasks, "REFUSED", refused)
-    tasks.get_task.cache_clear()
+    rediscover(monkeypatch, TOY)
     yield
     tasks.get_task.cache_clear()
 
@@ -262,15 +257,7 @@ def test_a_broken_plugin_not_configured_leaves_the_builtin_builders_alone(tmp_pa
 def discover(monkeypatch):
     """``discover(folder)``: the registry as a process with ``folder`` on its path finds it."""
 
-    def rediscover(folder: Path) -> None:
-        monkeypatch.syspath_prepend(str(folder))
-        known, found, refused = tasks._discover()
-        monkeypatch.setattr(tasks, "KNOWN", known)
-        monkeypatch.setattr(tasks, "REGISTERED", found)
-        monkeypatch.setattr(tasks, "REFUSED", refused)
-        tasks.get_task.cache_clear()
-
-    yield rediscover
+    yield lambda folder: rediscover(monkeypatch, folder)
     tasks.get_task.cache_clear()
 
 

@@ -22,9 +22,9 @@ It is an allow-list. A run sees the system's part of the sandbox
 and writable the run's own folders. Never shown, and masked where they lie inside a shown
 path: every final-split path (the installed package data of ``FINAL_PACKAGE_DATA``, the local
 ``FINAL_SOURCES``, the task's ``results/<task>/assets/hidden``) and the operator's
-``sandbox_hide`` paths; the working directory is masked wherever a shown path holds it (what a
-run needs from it is shown by name). The config files need no hiding: nothing of the working
-directory is shown unless named.
+``sandbox_hide`` paths; the working directory is masked (an empty, read-only folder: what a run
+needs from it is shown by name inside it, and nothing can be created there). The config files
+need no hiding: nothing of the working directory is shown unless named.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     shown = [p for p in dict.fromkeys(environment + named) if not any(inside(p, f) for f in final)]
     shown = [p for p in shown if p not in writable]
     masks = [f for f in final if any(inside(f, p) and f != p for p in shown + writable)]
-    masks += [cwd] if any(inside(cwd, p) and cwd != p for p in environment) else []
+    masks += [cwd] if cwd != Path("/") else []  # empty and read-only, but for what is named inside it
     spelled = [*run.read_only, run.fixed_start, run.public_dir, *run.writable]
     links = python_links() + [link for p in spelled for link in links_to(p)]
     return IsolationPlan(
