@@ -345,9 +345,11 @@ def get_exploration_proxy(w):
 # missing receipt and everything built from it, up to official.json and final/, are removed
 # (replaykit.harness.verify.reverify), so that Snakemake rebuilds them. Snakemake alone would
 # not: it never looks inside a checkpoint, does not notice a deleted output of a `checkpoint`
-# rule, and skips a missing intermediate file whose consumers are up to date. Commands that
-# only build the DAG (--summary, --dag, --report) and dry runs say what is stale and remove
-# nothing; a job run remotely (SLURM) does not check again.
+# rule, and skips a missing intermediate file whose consumers are up to date. Snakemake has not
+# parsed its command line into settings yet when it reads the workflow, so the targets and the
+# kind of invocation are read from the command line itself (`command_line`). Dry runs and
+# commands that only build or read the DAG say what is stale and remove nothing; a job run
+# remotely (SLURM) does not check again.
 RECEIPT_SCOPES = (
     (r"results/(?P<task>[^/]+)/final(/.*)?", "final"),
     (r"results/(?P<task>[^/]+)/report(\.html|/.*)", "report"),
@@ -355,6 +357,59 @@ RECEIPT_SCOPES = (
     (rf"results/(?P<task>[^/]+)/(?P<run>{RUN_RE})/figures(/.*)?", "figures"),
     (r"results/(?P<task>[^/]+)/ablation/(?P<candidate>[^/]+)(/.*)?", "ablation"),
 )
+# options after which Snakemake builds no job (or only reports): the check removes nothing then
+NO_REMOVAL = {
+    "-n",
+    "--dry-run",
+    "--dryrun",
+    "--summary",
+    "-S",
+    "--detailed-summary",
+    "-D",
+    "--dag",
+    "--rulegraph",
+    "--filegraph",
+    "--d3dag",
+    "--report",
+    "--lint",
+    "--unlock",
+    "--cleanup-metadata",
+    "--cm",
+    "--list-rules",
+    "--list",
+    "-l",
+    "--list-target-rules",
+    "--lt",
+    "--list-changes",
+    "--lc",
+    "--touch",
+    "-t",
+    "--containerize",
+    "--print-compilation",
+    "--help",
+    "-h",
+    "--version",
+    "-v",
+}
+
+
+def command_line(argv):
+    """``(targets, remove)`` of Snakemake's command line: the arguments that name a results path
+    (``["all"]``, the default target, when none does), and whether stale receipts may be
+    removed (not in a dry run, a report, a listing, ...)."""
+    named = [
+        a
+        for a in argv
+        if not a.startswith("-") and a.rstrip("/").startswith("results/")
+    ]
+    named += [
+        a
+        for a in argv
+        if not a.startswith("-") and os.path.isabs(a) and "/results/" in a
+    ]
+    short = [a for a in argv if re.fullmatch(r"-[a-zA-Z]+", a)]
+    remove = not (NO_REMOVAL & set(argv)) and not any("n" in a for a in short)
+    return (named or ["all"]), remove
 
 
 def receipt_scope(targets):
@@ -412,9 +467,10 @@ def report_ablation_runs(task):
     return [run for candidate in listed for run in ablation_runs(task, candidate)]
 
 
-if workflow.is_main_process and workflow.dag_settings is not None:
+if workflow.is_main_process:
+    _targets, _remove = command_line(sys.argv[1:])
     reverify(
-        *receipt_scope(workflow.dag_settings.targets or ["all"]),
-        remove=workflow.execution_settings is not None and not workflow.dryrun,
+        *receipt_scope(_targets),
+        remove=_remove,
         say=lambda line: print(line, file=sys.stderr),
     )

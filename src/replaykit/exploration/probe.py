@@ -29,7 +29,7 @@ def probe_plan(exploration: Exploration, run_dir: Path):
         read_only=(exploration.dir / "runs",),
         writable=(exploration.workspace, run_dir),
     )
-    return plan(info["task"], info["data"], exploration.settings(), run)
+    return plan(info["task"], info.get("data", {}), exploration.settings(), run)
 
 
 def run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, ends_unix: float, echo: bool) -> tuple[int, str]:

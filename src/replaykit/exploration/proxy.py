@@ -31,7 +31,7 @@ def proxy_plan(exploration: Exploration, checkpoint: Path, out: Path):
         writable=(out,),
         frozen_only=True,
     )
-    return plan(info["task"], info["data"], exploration.settings(), run)
+    return plan(info["task"], info.get("data", {}), exploration.settings(), run)
 
 
 def _steps(ex: Exploration, checkpoint: Path, out: Path) -> list[list[str]]:

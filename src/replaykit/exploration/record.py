@@ -199,7 +199,7 @@ class Exploration:
 
     def settings(self) -> Settings:
         """The config's isolation keys recorded at the start."""
-        return Settings.from_config(self.info["sandbox"])
+        return Settings.from_config(self.info.get("sandbox", {"isolation": self.info.get("isolation", "bwrap")}))
 
     def status(self) -> dict:
         receipts = self.receipts()
