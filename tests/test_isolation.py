@@ -184,3 +184,25 @@ def test_a_process_in_a_plan_reads_nothing_it_does_not_name(work, tmp_path):
     assert result.returncode == 0, result.stderr
     read = [line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith("READ")]
     assert read == paths[:2], result.stdout
+
+
+def test_a_path_spelled_through_a_symbolic_link_resolves_inside(work, tmp_path):
+    """A run path reached through a symbolic link (a prefix under a linked folder, as a venv or
+    a conda environment often is): the real folder is bound and the link recreated, so the
+    spelled path works inside; the link's own folder shows nothing else."""
+    from replaykit.isolation import RunPaths, Settings, plan
+
+    real = tmp_path / "real" / "workspace"
+    real.mkdir(parents=True)
+    (real / "data.txt").write_text("ok\n")
+    (tmp_path / "real" / "other.txt").write_text("not shown\n")
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    spelled = tmp_path / "linked" / "workspace"
+    shown = plan("soup", {}, Settings("bwrap"), RunPaths(work / "fixed", work / "public", read_only=(spelled,)))
+    assert real.resolve() in shown.read_only and (str(tmp_path / "real"), tmp_path / "linked") in shown.links
+    data, folder = str(spelled / "data.txt"), str(tmp_path / "real")
+    script = f"import os; print(open({data!r}).read().strip(), os.listdir({folder!r}))"
+    argv = shown.argv([sys.executable, "-c", script], chdir=real)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=shown.environment({"PATH": "/usr/bin"}))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok", "['workspace']"]
