@@ -212,11 +212,11 @@ def _delay_visibility(work, seconds):
     there, as on a shared filesystem whose other clients see files late."""
     rule = work / "rules/replay.smk"
     text = rule.read_text()
-    end = ' --threads {threads} {params.sandbox} > {log} 2>&1"'
+    end = '" > {log} 2>&1"'  # the replay command's last line
     assert text.count(" exec python -m replaykit replay") == 1 and text.count(end) == 1
     text = text.replace(" exec python -m replaykit replay", " python -m replaykit replay").replace(
         end,
-        " --threads {threads} {params.sandbox} > {log} 2>&1;"
+        '" > {log} 2>&1;'
         ' mv {params.publish_dir}/checkpoint-5 {params.publish_dir}/.not-yet-visible;"'
         f'" (sleep {seconds}; mv {{params.publish_dir}}/.not-yet-visible {{params.publish_dir}}/checkpoint-5)'
         ' > /dev/null 2>&1 &"',
