@@ -1,8 +1,18 @@
 """lm_eval's IFEval checkers, offline, on hand-written responses whose verdict is known."""
 
-import pytest
+import inspect
+import json
+import random
 
+import pytest
+import yaml
+from lm_eval.tasks.ifeval import instructions as lm_instructions
+
+from conftest import ROOT
+from replaykit.harness.errors import InputError
+from replaykit.harness.fileio import read_jsonl
 from replaykit.tasks.dpo import ifeval
+from replaykit.tasks.dpo.evaluator import read_items, score_responses, summarise
 
 
 def verdict(instruction_id, kwargs, response):
@@ -63,18 +73,6 @@ def test_verdicts_are_reproducible():
 
 
 # --- kwargs outside a checker's domain (issue 31) ------------------------------------------------
-import inspect  # noqa: E402
-import json  # noqa: E402
-import random  # noqa: E402
-
-import yaml  # noqa: E402
-from conftest import ROOT  # noqa: E402
-from lm_eval.tasks.ifeval import instructions as lm_instructions  # noqa: E402
-
-from replaykit.harness.errors import InputError  # noqa: E402
-from replaykit.harness.fileio import read_jsonl  # noqa: E402
-from replaykit.tasks.dpo.evaluator import read_items, score_responses, summarise  # noqa: E402
-
 # One row inside the domain for each of the 25 registered instructions (google-research IFEval's
 # own spellings where it has them).
 IN_DOMAIN = {
@@ -113,7 +111,8 @@ OUT_OF_DOMAIN = [
     (
         "detectable_content:number_placeholders",
         {"num_placeholders": -1},
-        f"detectable_content:number_placeholders: argument 'num_placeholders' is -1; must be a whole number ≥ 1 {DRAWN}",
+        "detectable_content:number_placeholders: argument 'num_placeholders' is -1; must be a whole number ≥ 1 "
+        + DRAWN,
         "drawn",
     ),
     (
@@ -337,10 +336,8 @@ def _write_row(tmp_path, iid, kwargs, key="r"):
 def _lm_eval_args(iid, kwargs, seed):
     """What lm_eval's own (unpatched) checker makes of ``kwargs`` with the global RNG at
     ``seed``: its arguments, or the exception's type. lm_eval drops falsy values first."""
-    cls = {
-        "keywords:letter_frequency": lm_instructions.LetterFrequencyChecker,
-    }.get(iid) or ifeval.registry()[iid]
-    checker = cls(iid)
+    unpatched = lm_instructions.LetterFrequencyChecker if iid == ifeval.LETTER_FREQUENCY else ifeval.registry()[iid]
+    checker = unpatched(iid)
     random.seed(seed)
     try:
         checker.build_description(**{k: v for k, v in kwargs.items() if v})
@@ -397,8 +394,8 @@ UPSTREAM_LITERAL = [
     },
     {
         "key": 1129,
-        "prompt": 'Write a short startup pitch for a new kind of ice cream called "Sunnis ice cream". Contain 6 or more '
-        'exclamation marks "!" in your response.',
+        "prompt": 'Write a short startup pitch for a new kind of ice cream called "Sunnis ice cream". Contain 6 or '
+        'more exclamation marks "!" in your response.',
         "instruction_id_list": ["keywords:letter_frequency"],
         "kwargs": [{"let_relation": "at least", "letter": "!", "let_frequency": 6}],
     },
@@ -422,9 +419,9 @@ def test_upstream_non_letter_is_counted_literally_with_an_advisory(tmp_path):
     summary = summarise(score_responses(items, responses), "m")
     assert summary["value"] == 1.0
     assert summary["advisories"] == [
-        "1 rows scored with a fixed interpretation (ids 1122): keywords:letter_frequency: letter '#' is not a letter "
+        "1 row scored with a fixed interpretation (ids 1122): keywords:letter_frequency: letter '#' is not a letter "
         "a-z; counted as that character (lm_eval would draw a random letter)",
-        "1 rows scored with a fixed interpretation (ids 1129): keywords:letter_frequency: letter '!' is not a letter "
+        "1 row scored with a fixed interpretation (ids 1129): keywords:letter_frequency: letter '!' is not a letter "
         "a-z; counted as that character (lm_eval would draw a random letter)",
     ]
 

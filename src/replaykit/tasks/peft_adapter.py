@@ -32,6 +32,34 @@ def load_tokenizer(fixed_start: str | Path):
     return tokenizer
 
 
+def apply_adapter(model, checkpoint: str | Path):
+    """``model`` (the fixed start, loaded in its scoring dtype) with the checkpoint's PEFT adapter
+    applied the way it was trained: a plain transformers model (LoRA deltas and any
+    ``modules_to_save``, e.g. rm's reward head), in eval mode.
+
+    * float32: merged (PEFT ``merge_and_unload``). ``W + dW`` in float32 is the trained map up to
+      float32 rounding (SmolLM2 + a trained dpo adapter: max logit difference 1.1e-4 to the
+      unmerged model, 8/8 greedy generations equal), and generation runs at the bare model's
+      speed: the embedded default's CPU scoring.
+    * bfloat16 / float16 (``dtype: auto`` on a GPU, full scale): unmerged, the adapter's weights in
+      float32 (PEFT's ``autocast_adapter_dtype``), as the recipe's forward pass trains them: each
+      projection's output gets ``scaling * B A x`` added before it is rounded to the model's dtype.
+      A merge would round every entry of ``W + dW`` to the bfloat16 grid of ``W``, where trained
+      deltas mostly fall below half a unit in the last place and vanish (77-87 % of the entries
+      of every projection of a 12-step SmolLM2 dpo adapter; issue 31, ``bench/lora_merge_precision.py``).
+      The cost is the adapter's matrix products at every step.
+
+    Raises what PEFT raises for an adapter that does not load (OSError, ValueError, RuntimeError).
+    """
+    import torch
+    from peft import PeftModel
+
+    peft_model = PeftModel.from_pretrained(model, str(checkpoint), autocast_adapter_dtype=True)
+    if next(model.parameters()).dtype == torch.float32:
+        return peft_model.merge_and_unload().eval()
+    return peft_model.get_base_model().eval()
+
+
 def lora_rank_and_alpha(config, module_name: str) -> tuple[int, float]:
     r"""``(r, lora_alpha)`` that PEFT gives the LoRA on ``module_name`` under ``config``.
 

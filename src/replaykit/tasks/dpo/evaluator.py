@@ -217,7 +217,8 @@ def summarise(rows: list[dict], metric: str) -> dict:
         for line in r.get("interpretations") or ():
             interpreted[line].append(str(r["id"]))
     for line, ids in interpreted.items():
-        advisories.append(f"{len(ids)} rows scored with a fixed interpretation (ids {', '.join(ids)}): {line}")
+        rows_word = "row" if len(ids) == 1 else "rows"
+        advisories.append(f"{len(ids)} {rows_word} scored with a fixed interpretation (ids {', '.join(ids)}): {line}")
     return {
         "metric": metric,
         "direction": "maximize",
