@@ -22,7 +22,7 @@ that is not a–z, a negative count, ``nth_paragraph`` past ``num_paragraphs``, 
 read from lm_eval 0.4.13's ``instructions.py`` (:data:`ARGUMENT_DOMAINS`); a row outside it is
 refused when items are read, and :func:`check` / :func:`describe` refuse it too. One spelling
 that the upstream benchmark itself ships is scored with a fixed interpretation instead
-(:data:`LITERAL_LETTER`): google-research's IFEval ``input_data.jsonl`` asks for the frequency
+(:func:`literal_letter`): google-research's IFEval ``input_data.jsonl`` asks for the frequency
 of ``'#'`` (key 1122) and ``'!'`` (key 1129) with ``keywords:letter_frequency``, whose checker
 would draw a random letter; here it counts that character (what the prompt asks), and
 :func:`interpretations` names the rows so that the summary can say so.
@@ -121,7 +121,16 @@ LETTER_FREQUENCY = "keywords:letter_frequency"
 def literal_letter(value) -> bool:
     """True for a ``letter`` that is one visible character but not an ASCII letter (``'#'``,
     ``'!'``): upstream IFEval ships such rows, and they are counted as that character."""
-    return isinstance(value, str) and len(value) == 1 and not value.isspace() and not ("a" <= value.lower() <= "z")
+    return (
+        isinstance(value, str)
+        and len(value) == len(value.lower()) == 1
+        and not value.isspace()
+        and not _ascii_letter(value)
+    )
+
+
+def _ascii_letter(value: str) -> bool:
+    return value.isascii() and value.isalpha()
 
 
 def _literal_letter_checker(base: type) -> type:
@@ -218,7 +227,7 @@ def _letter(value, kwargs):
     """lm_eval draws ``random.choice(string.ascii_letters)`` unless ``letter`` is one a–z / A–Z
     (``len(letter) > 1`` or ``ord(letter.lower())`` outside 97–122); a non-string raises. One
     other visible character is counted literally here (:func:`literal_letter`)."""
-    if isinstance(value, str) and len(value) == 1 and ("a" <= value.lower() <= "z" or literal_letter(value)):
+    if isinstance(value, str) and len(value) == 1 and (_ascii_letter(value) or literal_letter(value)):
         return None
     return "one letter a–z or A–Z (or one other visible character, counted as it is)", (
         DRAWN if isinstance(value, str) else RAISES
