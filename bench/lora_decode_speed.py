@@ -1,7 +1,7 @@
 """Greedy decoding speed of the dpo scorer with a LoRA merged vs applied unmerged (issue 31).
 
-Random weights of a given architecture in bfloat16 on the GPU (or ``--arch tiny`` on a CPU, a
-smoke run), a LoRA on q, k, v, o, gate, up, down (``--r``, the full profile's 128), prompts of
+Random weights of ``bench/rm_throughput.py``'s Mistral-7B (or its tiny Mistral: ``--arch tiny``,
+a smoke run on a CPU) in bfloat16, a LoRA on q, k, v, o, gate, up, down (``--r``, the full profile's 128), prompts of
 ``--prompt-tokens`` random tokens, ``--new-tokens`` steps of the scorer's ``greedy_batch``
 (no EOS: every row runs to the end). Paths: ``merged`` (``merge_and_unload``: the scorer before
 issue 31), ``unmerged-fp32`` (the scorer now: adapter weights in float32), ``unmerged-bf16``
@@ -17,32 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
-ARCHS = {
-    "mistral-7b": dict(
-        model_type="mistral",
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        vocab_size=32000,
-    ),
-    "tiny": dict(
-        model_type="llama",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=400,
-    ),
-}
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+sys.path.insert(0, str(Path(__file__).parent))
+from rm_throughput import MISTRAL_7B, TARGETS, TINY  # noqa: E402  (bench/ is not a package)
+
+ARCHS = {"mistral-7b": MISTRAL_7B, "tiny": TINY}
 
 
 def main() -> None:
@@ -59,8 +44,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     a = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    spec = dict(ARCHS[a.arch])
-    config = AutoConfig.for_model(spec.pop("model_type"), **spec, max_position_embeddings=4096)
+    config = AutoConfig.for_model(**ARCHS[a.arch])
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         with torch.device(device):

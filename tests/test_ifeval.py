@@ -471,3 +471,19 @@ def test_every_row_the_project_builds_or_reads_scores_the_same_twice(tmp_path):
                 assert first == second, (name, row.get("id"), text)
                 scored += 1
     assert scored > 1000
+
+
+def test_the_docs_list_every_instruction_and_argument():
+    """docs/tasks/dpo.md's table of domains names every registered instruction that takes
+    arguments, with each of its arguments, and counts the others."""
+    docs = (ROOT / "docs" / "tasks" / "dpo.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line for line in docs.splitlines() if line.startswith("| `")}
+    without = 0
+    for iid, cls in ifeval.registry().items():
+        params = inspect.signature(cls(iid).build_description).parameters
+        if not params:
+            without += 1
+            continue
+        assert iid in rows, iid
+        assert all(f"`{name}`:" in rows[iid] for name in params), iid
+    assert f"| the other {without} | no arguments" in docs
