@@ -218,11 +218,15 @@ def test_assets_streams(fixed_start, assets):
     assert (fixed_start / "model_index.json").is_file() and (fixed_start / "clip/open_clip.safetensors").is_file()
 
 
-def make_lora(fixed_start: Path, out: Path, targets=("to_q", "to_k", "to_v", "to_out.0"), scale: float = 0.3) -> Path:
+def make_lora(
+    fixed_start: Path, out: Path, targets=("to_q", "to_k", "to_v", "to_out.0"), scale: float = 0.3, **config
+) -> Path:
     from peft import LoraConfig
 
     pipe = pipeline.Pipeline(fixed_start)
-    pipe.unet.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights="gaussian", target_modules=list(targets)))
+    pipe.unet.add_adapter(
+        LoraConfig(r=2, lora_alpha=2, init_lora_weights="gaussian", target_modules=list(targets), **config)
+    )
     torch.manual_seed(1)
     with torch.no_grad():
         for name, p in pipe.unet.named_parameters():
@@ -268,6 +272,29 @@ def test_validator_names_wrong_targets_and_shapes(fixed_start, tmp_path):
     save_file(state, str(shapes / "adapter_model.safetensors"))
     verdict = loader.validate(shapes, fixed_start)
     assert not verdict["valid"] and "wrong shapes" in verdict["reason"] and key in verdict["reason"]
+
+
+def test_validator_resolves_rank_pattern_as_peft(fixed_start, tmp_path):
+    """A UNet LoRA with ``rank_pattern`` / ``alpha_pattern`` keys that PEFT reads as regular
+    expressions (issue 31): the validator expects, per module, the rank PEFT gives it on loading."""
+    patterns = {"rank_pattern": {"to_q|to_v": 4, r"down_blocks\.0\..*\.to_k": 3}, "alpha_pattern": {"to_q|to_v": 8}}
+    checkpoint = make_lora(fixed_start, tmp_path / "ckpt", **patterns)
+    verdict = loader.validate(checkpoint, fixed_start)
+    assert verdict["valid"], verdict["reason"]
+    unet = pipeline.Pipeline(fixed_start).unet
+    lora.load_lora(unet, checkpoint)  # PEFT's own loading
+    loaded = {
+        name: (module.r["default"], module.lora_alpha["default"])
+        for name, module in unet.named_modules()
+        if hasattr(module, "lora_A") and "default" in getattr(module, "r", {})
+    }
+    counts: dict = {}
+    for pair in loaded.values():
+        counts[pair] = counts.get(pair, 0) + 1
+    assert verdict["checks"]["lora"]["rank_alpha"] == [
+        {"r": r, "alpha": a, "modules": n} for (r, a), n in sorted(counts.items())
+    ]
+    assert {r for r, _ in loaded.values()} == {2, 3, 4}  # every key applies somewhere
 
 
 def test_evaluator_mean_and_se_against_rows(fixed_start, assets):
