@@ -1,13 +1,35 @@
-"""Shared fixtures: a tiny random Llama with a locally trained tokenizer, and a copy of the
-workflow to run Snakemake in (so tests never touch the repository's results/)."""
+"""Shared fixtures: a tiny random Llama with a locally trained tokenizer, a copy of the
+workflow to run Snakemake in (so tests never touch the repository's results/), and tiny runs
+built once per test session.
+
+How a test gets a built tiny run (docs/testing.md, "Tiny runs built once"):
+
+* **It only reads the run** (files, receipts, a dry run, ``--summary``, ``--report`` to a path
+  outside the run): take the shared tree, e.g. the ``dpo_run`` fixture, and change nothing in
+  it. Every test of the session, on every pytest-xdist worker, sees the same folder; a test
+  that changes it is reported when the session ends (``shared_runs_unchanged``).
+* **It changes or breaks a run** (deletes a receipt, flips a byte, runs more jobs there):
+  ``copy_run(dpo_run, tmp_path / "w")`` and work in the copy. The copy keeps every file's
+  mtime but not ``.snakemake/`` (whose records hold the original folder's path in the replay
+  rule's sandbox parameters), so Snakemake finds the copy up to date, from file times.
+* **Its meaning is running the DAG itself** (kill -9, SIGTERM, a fault injected into a rule, a
+  config whose assets differ): its own ``workdir`` and ``write_config``, as before.
+
+A new kind of shared run is a session fixture that calls ``build_once`` (see ``dpo_run``):
+the first worker that asks builds it under a file lock, the others wait for it and reuse it.
+"""
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,7 +70,8 @@ def tiny_task(task: str) -> dict:
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama", "llama")
+    """The tiny Llama of ``make_tiny_model``, one for the whole session (read only)."""
+    return build_once(tmp_path_factory, "tiny-llama", lambda out: make_tiny_model(out, "llama"))
 
 
 def tiny_config(fixed_start: Path, **task_overrides) -> dict:
@@ -137,3 +160,228 @@ def orphan_processes(marker: str) -> list[str]:
     # -ww: full command lines (ps cuts them to the terminal width, COLUMNS, otherwise)
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [l for l in out.splitlines() if marker in l and ("train.py" in l or "replaykit replay" in l)]
+
+
+# ---------------------------------------------------------------- tiny runs built once per session
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """The session's folder for what is built once: the same for every pytest-xdist worker (a
+    worker's own base folder, ``popen-gw<N>``, is a child of the session's; the recipe of
+    pytest-xdist's docs for session fixtures shared by workers)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+def _snapshot(tree: Path) -> dict[str, list[int]]:
+    """``relpath -> [size, mtime_ns]`` of every file of ``tree`` outside ``.snakemake/`` (where a
+    dry run may write its log)."""
+    return {
+        str(p.relative_to(tree)): [p.lstat().st_size, p.lstat().st_mtime_ns]
+        for p in sorted(tree.rglob("*"))
+        if ".snakemake" not in p.relative_to(tree).parts and not p.is_dir()
+    }
+
+
+_BUILT: list[tuple[Path, Path]] = []  # (tree, its snapshot file) this worker handed out
+
+
+def build_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """``<shared_dir>/<name>``, written by ``build(path)`` once per test session.
+
+    The first worker to ask builds it, holding ``<name>.lock`` (``filelock``); the others
+    wait on the lock and then reuse it. A build that raised is not tried again: later askers
+    fail at once with its traceback (``<name>.failed``). ``<name>.done`` holds the build's
+    wall time (seconds) and a snapshot of its files, which ``shared_runs_unchanged`` compares
+    when the session ends. The tree is built where it stays (never moved): Snakemake's records
+    and the replay's sandbox parameters hold its absolute path.
+    """
+    from filelock import FileLock
+
+    root = shared_dir(tmp_path_factory)
+    dest, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
+    with FileLock(root / f"{name}.lock"):
+        if failed.exists():
+            raise RuntimeError(f"{name}: its build failed in another test (once per session):\n{failed.read_text()}")
+        if not done.exists():
+            if dest.exists():
+                shutil.rmtree(dest)
+            started = time.time()
+            try:
+                build(dest)
+            except BaseException:
+                failed.write_text(traceback.format_exc())
+                raise
+            done.write_text(json.dumps({"seconds": time.time() - started, "files": _snapshot(dest)}))
+    _BUILT.append((dest, done))
+    return dest
+
+
+def build_seconds(tree: Path) -> float:
+    """How long the build of a ``build_once`` tree took (in whichever worker built it)."""
+    return json.loads(tree.with_name(f"{tree.name}.done").read_text())["seconds"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_runs_unchanged():
+    """When the session ends: every shared tree this worker handed out still has the files,
+    sizes and mtimes it had when it was built (a test that changed one must use ``copy_run``)."""
+    yield
+    changed = []
+    for tree, done in dict(_BUILT).items():
+        before, after = json.loads(done.read_text())["files"], _snapshot(tree)
+        diff = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        if diff:
+            changed.append(f"{tree.name}: {', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}")
+    assert not changed, f"shared runs changed by a test (use copy_run): {'; '.join(changed)}"
+
+
+def copy_run(tree: Path, dest: Path, without: tuple[str, ...] = ()) -> Path:
+    """A copy of a built workflow folder to change or break: every file with its mtime
+    (``shutil.copy2``), symlinks as links, ``.snakemake/`` left out (its records name the
+    original folder), so Snakemake sees the copy as up to date from file times alone.
+    ``without``: paths (relative, glob patterns) left out too, e.g. one run's folders, so that
+    Snakemake builds them again in the copy."""
+    shutil.copytree(tree, dest, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    for pattern in without:
+        for path in dest.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    return dest
+
+
+def _tiny_dag(work: Path, config: dict, *targets: str, cores: int = 2) -> None:
+    work.mkdir()
+    copy_workflow(work)
+    write_config(work, config)
+    for target in targets:
+        snakemake(work, target, "--cores", str(cores), "--resources", "gpu=1", check=True)
+
+
+@pytest.fixture(scope="session")
+def dpo_run(tiny_llama, tmp_path_factory) -> Path:
+    """The tiny dpo DAG of ``tiny_config(tiny_llama)`` built: ``results/dpo/final`` (one seed,
+    5 steps, checkpoints 3-5 retained), then ``results/dpo/shipped-seed42/proxy.json``, each by
+    ``snakemake --cores 2 --resources gpu=1`` (two CPU jobs at a time, GPU jobs one at a
+    time). Shared and read only: change a ``copy_run`` of it."""
+    return build_once(
+        tmp_path_factory,
+        "dpo-run",
+        lambda work: _tiny_dag(
+            work, tiny_config(tiny_llama), "results/dpo/final", "results/dpo/shipped-seed42/proxy.json"
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def rm_run(tiny_llama, tmp_path_factory) -> Path:
+    """The tiny rm DAG of ``rm_config(tiny_llama)`` built: ``results/rm/report.html`` (one seed,
+    4 steps, checkpoints 2-4 retained), then ``results/rm/shipped-seed42/proxy.json``, as
+    ``dpo_run``. Shared and read only: change a ``copy_run`` of it."""
+    return build_once(
+        tmp_path_factory,
+        "rm-run",
+        lambda work: _tiny_dag(
+            work, rm_config(tiny_llama), "results/rm/report.html", "results/rm/shipped-seed42/proxy.json"
+        ),
+    )
+
+
+def soup_task(fixed_start: Path, **extra) -> dict:
+    """A tiny soup block on ``fixed_start`` (``soup_start``): one seed, 3 greedy rounds."""
+    return {
+        "fixed_start": str(fixed_start),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "recipe": {"profile": "embedded", "overrides": {}},
+        "seeds": [42],
+        "threads": 1,
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 200},
+        **extra,
+    }
+
+
+@pytest.fixture(scope="session")
+def soup_start(tmp_path_factory) -> Path:
+    """The soup-digits builder's fixed start (3 ingredients, 1 epoch, 4 held-out digits per
+    class), written as the fixed_start_model rule writes it (with its private file and
+    manifest beside it: ``soup-start/ingredients``). Shared and read only."""
+    from replaykit.models import build_from_builder
+
+    spec = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4}
+
+    def build(out: Path) -> None:
+        out.mkdir()
+        build_from_builder(spec, out / "ingredients", out / "ingredients.manifest.json")
+
+    return build_once(tmp_path_factory, "soup-start", build) / "ingredients"
+
+
+@pytest.fixture(scope="session")
+def soup_run(soup_start, tmp_path_factory) -> Path:
+    """The tiny soup DAG of ``soup_task(soup_start)`` built: ``results/soup/final`` by
+    ``snakemake --cores 1 --resources gpu=1``. Shared and read only: change a ``copy_run``."""
+    config = {"models": {}, "tasks": {"soup": soup_task(soup_start)}}
+    return build_once(tmp_path_factory, "soup-run", lambda work: _tiny_dag(work, config, "results/soup/final", cores=1))
+
+
+# ---------------------------------------------------------------- scheduling on pytest-xdist workers
+
+
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return bool(info) and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+# Started first, after the main job: the longest unit (docs/testing.md: the SLURM DAG's set-up
+# alone took 363 s of the serial suite). Only an ordering hint: a stale entry costs time, not results.
+LONG_POLES = ("test_slurm.py::",)
+SHARED_RUNS = ("dpo_run", "rm_run", "soup_run")  # the build_once runs that several modules read
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group and order the tests for pytest-xdist's workers (README's test command runs
+    ``pytest -n 2``; pyproject.toml adds ``--dist loadgroup --no-loadscope-reorder``, so a
+    worker takes the next unit in this order whenever it runs short of work).
+
+    * Grouped: the tests of a module that use a module-scoped fixture run on one worker, in
+      file order (``xdist_group`` ``<module>``), so that the fixture is built once. A test
+      that marks its own ``xdist_group`` (an exclusive resource) keeps it. Tiny runs read by
+      several modules are session fixtures (``build_once``), built once across workers.
+    * Ordered, longest first, so that the long ones overlap and short ones fill the end: the
+      main job, ``LONG_POLES``, groups holding slow tests, slow tests, the rest. Slow tests
+      that read a shared run take turns by run (dpo, rm, soup, other, dpo, ...), so that the
+      two workers' first readers build different runs instead of one waiting for the other.
+      File order otherwise.
+    """
+    group_of: dict[pytest.Item, str] = {}
+    for item in items:
+        marks = [m.args[0] if m.args else m.kwargs.get("name", "default") for m in item.iter_markers("xdist_group")]
+        if not marks and _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            marks = [item.module.__name__]
+        if marks:
+            group_of[item] = "_".join(sorted(map(str, marks)))
+    slow_groups = {g for item, g in group_of.items() if item.get_closest_marker("slow")}
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("main_job"):
+            return 0
+        if any(pole in item.nodeid for pole in LONG_POLES):
+            return 1
+        if item in group_of:
+            return 2 if group_of[item] in slow_groups else 4
+        return 3 if item.get_closest_marker("slow") else 4
+
+    turn: dict[pytest.Item, int] = {}
+    seen: dict[str, int] = {}
+    for item in items:
+        if rank(item) == 3:
+            run = next((name for name in SHARED_RUNS if name in item.fixturenames), "")
+            turn[item] = seen.get(run, 0)
+            seen[run] = turn[item] + 1
+    items.sort(key=lambda item: (rank(item), turn.get(item, 0)))  # stable: file order otherwise

@@ -46,12 +46,11 @@ def soup_task(fixed_start: Path, **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    """A workflow copy with the tiny soup's assets built (``results/soup/assets``)."""
-    from test_soup import build_start
-
+def work(soup_start, tmp_path_factory):
+    """A workflow copy with the tiny soup's assets built (``results/soup/assets``) on
+    conftest's shared ``soup_start``."""
+    start = soup_start
     base = tmp_path_factory.mktemp("explore")
-    start = build_start(base / "ingredients")
     work = base / "work"
     work.mkdir()
     copy_workflow(work)

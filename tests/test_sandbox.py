@@ -209,11 +209,14 @@ def soup_task(fixed_start: Path, patch: Path) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def soup_start(tmp_path_factory):
-    from test_soup import build_start
+@pytest.fixture
+def soup_start(soup_start, tmp_path):
+    """A copy of conftest's shared soup start (with its private file and manifest): the probe
+    without isolation writes into its fixed start."""
+    import shutil
 
-    return build_start(tmp_path_factory.mktemp("soup-sandbox") / "ingredients")
+    shutil.copytree(soup_start.parent, tmp_path / "soup-start", symlinks=True)
+    return tmp_path / "soup-start" / soup_start.name
 
 
 def run_probe(work: Path, task: str, target: str) -> tuple[dict, dict]:
