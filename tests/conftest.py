@@ -166,9 +166,9 @@ def orphan_processes(marker: str) -> list[str]:
 
 
 def shared_dir(tmp_path_factory) -> Path:
-    """The session's folder for what is built once: the same for every pytest-xdist worker (a
-    worker's own base folder, ``popen-gw<N>``, is a child of the session's; the recipe of
-    pytest-xdist's docs for session fixtures shared by workers)."""
+    """The session's folder for what is built once: the same for every pytest-xdist worker and
+    their controller (a worker's own base folder, ``popen-gw<N>``, is a child of the session's;
+    the recipe of pytest-xdist's docs for session fixtures shared by workers)."""
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
     root.mkdir(exist_ok=True)
@@ -328,6 +328,62 @@ def soup_run(soup_start, tmp_path_factory) -> Path:
     return build_once(tmp_path_factory, "soup-run", lambda work: _tiny_dag(work, config, "results/soup/final", cores=1))
 
 
+# ---------------------------------------------------------------- the main job's install, with other workers
+
+
+def _main_job_installed(tmp_path_factory) -> Path:
+    return shared_dir(tmp_path_factory) / "main-job-installed"
+
+
+@pytest.fixture
+def main_job_install_signal(tmp_path_factory):
+    """For the main-job test: README's main command reinstalls this venv's editable
+    ``replaykit`` (pip removes its ``.pth`` file, then writes it again), and a Python process
+    that starts in between cannot import replaykit. The other pytest-xdist worker waits for
+    this signal (``pytest_runtest_setup``): ``main-job-installed``, written once pip has
+    written the new ``replaykit-*.dist-info/RECORD`` (its last file) or when the test ends."""
+    import threading
+
+    signal = _main_job_installed(tmp_path_factory)
+    started, stop = time.time(), threading.Event()
+    records = "lib/python*/site-packages/replaykit-*.dist-info/RECORD"
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            try:
+                if any(r.stat().st_mtime > started for r in (ROOT / ".venv").glob(records)):
+                    signal.touch()
+                    return
+            except OSError:  # a file of the old install, removed between glob and stat
+                continue
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    yield
+    stop.set()
+    watcher.join()
+    signal.touch()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """On a pytest-xdist worker, when the session holds the main job (ordered first, so the
+    other worker starts it at once): no other test sets up (its fixtures may start Python
+    processes) before the main command's pip has reinstalled replaykit
+    (``main_job_install_signal``); waited for once per worker, at most 10 minutes."""
+    session = item.session
+    if (
+        os.environ.get("PYTEST_XDIST_WORKER")
+        and not item.get_closest_marker("main_job")
+        and not getattr(session, "main_job_installed", False)
+        and any(other.get_closest_marker("main_job") for other in session.items)
+    ):
+        signal, deadline = _main_job_installed(item.config._tmp_path_factory), time.time() + 600
+        while not signal.exists() and time.time() < deadline:
+            time.sleep(1)
+    session.main_job_installed = True
+
+
 # ---------------------------------------------------------------- scheduling on pytest-xdist workers
 
 
@@ -366,6 +422,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             marks = [item.module.__name__]
         if marks:
             group_of[item] = "_".join(sorted(map(str, marks)))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # for the controller's GroupScheduling
+        groups = _groups_file(config)
+        partial = groups.with_name(f"{groups.name}.{os.environ['PYTEST_XDIST_WORKER']}")
+        partial.write_text(json.dumps({item.nodeid: group for item, group in group_of.items()}))
+        os.replace(partial, groups)
     slow_groups = {g for item, g in group_of.items() if item.get_closest_marker("slow")}
 
     def rank(item: pytest.Item) -> int:
@@ -385,3 +446,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             turn[item] = seen.get(run, 0)
             seen[run] = turn[item] + 1
     items.sort(key=lambda item: (rank(item), turn.get(item, 0)))  # stable: file order otherwise
+
+
+def _groups_file(config: pytest.Config) -> Path:
+    return shared_dir(config._tmp_path_factory) / "xdist-groups.json"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` with the groups of ``pytest_collection_modifyitems``.
+
+    pytest-xdist 3.8's own loadgroup renames a grouped test's node id (``item._nodeid``),
+    which pytest 9.2 no longer reads: its groups never reach the controller. Here the workers
+    write ``nodeid -> group`` to ``xdist-groups.json`` in the session's shared folder, and the
+    controller's scheduler (pytest-xdist's ``LoadScopeScheduling``: one unit per group, or per
+    test outside a group, handed out in collection order) reads it when it starts scheduling,
+    after every worker has collected."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                path = _groups_file(self.config)
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
