@@ -37,6 +37,13 @@ import yaml
 
 from replaykit.tiny_model import CHAT_TEMPLATE  # noqa: F401  (tests import it from here)
 
+# One thread per pytest-xdist worker, for in-process torch and every process a test starts
+# (a rule that wants more sets OMP_NUM_THREADS itself): two workers of two OpenMP threads each on
+# two cores spin at each other's barriers (docs/testing.md: a small training loop run twice at
+# once took 10x the wall time and 4.5x the CPU time with 2 threads each than with 1).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 TEST_CONFIG = ROOT / "config" / "test.yaml"  # the tiny settings users run too (README)
