@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, copy_workflow, snakemake, tiny_config, write_config
+from conftest import soup_task as tiny_soup_task
 from replaykit.harness import frozen, sandbox
 
 pytestmark = pytest.mark.slow
@@ -194,19 +195,8 @@ def host_server():
 
 
 def soup_task(fixed_start: Path, patch: Path) -> dict:
-    return {
-        "fixed_start": str(fixed_start),
-        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-        "recipe": {"profile": "embedded", "overrides": {}},
-        "seeds": [42],
-        "threads": 1,
-        "candidate": "probe",
-        "candidates": {"probe": str(patch)},
-        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-        "validation": {"runtime": 5},
-        "evaluation": {"batch_size": 64, "runtime": 5},
-        "final": {"n_boot": 200},
-    }
+    """conftest's tiny soup block with the probe as its candidate."""
+    return tiny_soup_task(fixed_start, candidate="probe", candidates={"probe": str(patch)})
 
 
 @pytest.fixture
