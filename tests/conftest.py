@@ -39,8 +39,8 @@ from replaykit.tiny_model import CHAT_TEMPLATE  # noqa: F401  (tests import it f
 
 # One thread per pytest-xdist worker, for in-process torch and every process a test starts
 # (a rule that wants more sets OMP_NUM_THREADS itself): two workers of two OpenMP threads each on
-# two cores spin at each other's barriers (docs/testing.md: a small training loop run twice at
-# once took 10x the wall time and 4.5x the CPU time with 2 threads each than with 1).
+# two cores spin at each other's barriers (bench/results-2026-12-01-omp-threads.md: a small training
+# loop run twice at once took 10x the wall time and 4.5x the CPU time with 2 threads each than with 1).
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
