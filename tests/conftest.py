@@ -422,7 +422,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       main job, ``LONG_POLES``, groups holding slow tests, slow tests, the rest. Slow tests
       that read a shared run take turns by run (dpo, rm, soup, other, dpo, ...), so that the
       two workers' first readers build different runs instead of one waiting for the other.
-      File order otherwise.
+      File order otherwise, except that units 3 and 4 are two quick tests (see below).
     """
     group_of: dict[pytest.Item, str] = {}
     for item in items:
@@ -456,6 +456,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             turn[item] = seen.get(run, 0)
             seen[run] = turn[item] + 1
     items.sort(key=lambda item: (rank(item), turn.get(item, 0)))  # stable: file order otherwise
+    # pytest-xdist hands each worker two units at the start (a worker runs a test only once it
+    # holds the next one), so the second unit a worker gets waits behind its long first one:
+    # units 3 and 4 are two quick tests of the fast tier, which then wait for nothing much.
+    units = list(dict.fromkeys(group_of.get(item, item.nodeid) for item in items))
+    quick = [item for item in items if item not in group_of and rank(item) == 4][:2]
+    if len(units) > 4 and len(quick) == 2:
+        first_two = set(units[:2])
+        cut = max(i for i, item in enumerate(items) if group_of.get(item, item.nodeid) in first_two) + 1
+        rest = [item for item in items[cut:] if item not in quick]
+        items[:] = items[:cut] + quick + rest
 
 
 def _groups_file(config: pytest.Config) -> Path:
