@@ -400,7 +400,7 @@ def command_line(argv):
     named = [
         a
         for a in argv
-        if not a.startswith("-") and a.rstrip("/").startswith("results/")
+        if not a.startswith("-") and a.rstrip(os.sep).startswith("results/")
     ]
     named += [
         a

@@ -21,6 +21,7 @@ import pytest
 from conftest import (
     ROOT,
     VENV_BIN,
+    copy_run,
     copy_workflow,
     orphan_processes,
     snakemake,
@@ -130,11 +131,6 @@ def jobs_run(out: subprocess.CompletedProcess) -> dict[str, int]:
     }
 
 
-def copy_run(src: Path, dest: Path) -> Path:
-    shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
-    return dest
-
-
 # ---------------------------------------------------------------- the hash cache
 
 
@@ -160,30 +156,11 @@ def test_hash_cache_rereads_only_changed_files(tmp_path):
 # ---------------------------------------------------------------- soup (no Trainer)
 
 
-@pytest.fixture(scope="module")
-def soup_finished(tmp_path_factory):
-    from replaykit.models import build_from_builder
-
-    base = tmp_path_factory.mktemp("soup-receipts")
-    fixed = base / "ingredients"
-    spec = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1}
-    build_from_builder({**spec, "heldout_per_class": 4}, fixed, base / "ingredients.manifest.json")
-    (base / "work").mkdir()
-    work = copy_workflow(base / "work")
-    task = {
-        "fixed_start": str(fixed),
-        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-        "recipe": {"profile": "embedded", "overrides": {}},
-        "seeds": [42],
-        "threads": 1,
-        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-        "validation": {"runtime": 5},
-        "evaluation": {"batch_size": 64, "runtime": 5},
-        "final": {"n_boot": 200},
-    }
-    write_config(work, {"models": {}, "tasks": {"soup": task}})
-    build(work, SOUP)
-    return work
+@pytest.fixture
+def soup_finished(soup_run):
+    """conftest's ``soup_run`` (the soup-digits start of 3 ingredients, ``SOUP`` built with
+    --cores 1): copied before use."""
+    return soup_run
 
 
 @pytest.mark.slow
@@ -300,12 +277,10 @@ def run_env(work, env: dict, *args) -> subprocess.CompletedProcess:
 # ---------------------------------------------------------------- dpo (Trainer)
 
 
-@pytest.fixture(scope="module")
-def dpo_finished(tiny_llama, tmp_path_factory):
-    work = copy_workflow(tmp_path_factory.mktemp("dpo-receipts"))
-    write_config(work, tiny_config(tiny_llama))
-    build(work, DPO, "--cores", "2")
-    return work
+@pytest.fixture
+def dpo_finished(dpo_run):
+    """conftest's ``dpo_run`` (``DPO`` built with --cores 2, then the proxy): copied before use."""
+    return dpo_run
 
 
 @pytest.mark.slow

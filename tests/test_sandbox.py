@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, copy_workflow, snakemake, tiny_config, write_config
+from conftest import soup_task as tiny_soup_task
 from replaykit.harness import sandbox
 from replaykit.harness.sandbox import IsolationPlan
 from replaykit.tasks import frozen_code
@@ -201,26 +202,18 @@ def host_server():
 
 
 def soup_task(fixed_start: Path, patch: Path) -> dict:
-    return {
-        "fixed_start": str(fixed_start),
-        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-        "recipe": {"profile": "embedded", "overrides": {}},
-        "seeds": [42],
-        "threads": 1,
-        "candidate": "probe",
-        "candidates": {"probe": str(patch)},
-        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-        "validation": {"runtime": 5},
-        "evaluation": {"batch_size": 64, "runtime": 5},
-        "final": {"n_boot": 200},
-    }
+    """conftest's tiny soup block with the probe as its candidate."""
+    return tiny_soup_task(fixed_start, candidate="probe", candidates={"probe": str(patch)})
 
 
-@pytest.fixture(scope="module")
-def soup_start(tmp_path_factory):
-    from test_soup import build_start
+@pytest.fixture
+def soup_start(soup_start, tmp_path):
+    """A copy of conftest's shared soup start (with its private file and manifest): the probe
+    without isolation writes into its fixed start."""
+    import shutil
 
-    return build_start(tmp_path_factory.mktemp("soup-sandbox") / "ingredients")
+    shutil.copytree(soup_start.parent, tmp_path / "soup-start", symlinks=True)
+    return tmp_path / "soup-start" / soup_start.name
 
 
 def run_probe(work: Path, task: str, target: str) -> tuple[dict, dict]:
