@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from replaykit.harness.errors import InputError
-from replaykit.harness.select import proxy_selected
 from replaykit.harness.receipts import write_summary
+from replaykit.harness.select import proxy_selected
 from replaykit.harness.stats import (
     ci_verdict,
     detectable_difference,

@@ -106,10 +106,9 @@ def test_ci_verdict_margins_and_zero_width():
     assert ci_verdict(0.04, 0.2, "maximize", margin=0.05) == "not established (CI reaches +0.05, the margin)"
     assert ci_verdict(-0.2, -0.01, "maximize", margin=0.05) == "established loss"
     # non-inferiority, margin 0.02: a loss of at most 0.02 accepted
-    assert ci_verdict(-0.01, 0.03, "maximize", hypothesis="non-inferiority", margin=0.02) == "non-inferior (margin 0.02)"
-    assert ci_verdict(-0.03, 0.03, "maximize", hypothesis="non-inferiority", margin=0.02).startswith(
-        "non-inferiority not established (CI reaches -0.02"
-    )
+    ni = {"hypothesis": "non-inferiority", "margin": 0.02}
+    assert ci_verdict(-0.01, 0.03, "maximize", **ni) == "non-inferior (margin 0.02)"
+    assert ci_verdict(-0.03, 0.03, "maximize", **ni).startswith("non-inferiority not established (CI reaches -0.02")
     # minimised (NLL), margin 0.5: the candidate's NLL may be at most 0.5 higher
     assert ci_verdict(-1.0, 0.4, "minimize", hypothesis="non-inferiority", margin=0.5) == "non-inferior (margin 0.5)"
     assert ci_verdict(-1.0, 0.6, "minimize", hypothesis="non-inferiority", margin=0.5).startswith("non-inferiority not")
