@@ -642,3 +642,281 @@ def test_one_seed_draws_no_verdict(tmp_path):
     assert off["seeds_for_power"] is None and off["hierarchical"]["seed_variance"] is None
     # the bootstrap still gives the rows' CI, which alone would have excluded 0
     assert off["hierarchical"]["ci_low"] > 0 and "one seed" in s["advisories"][0]
+
+
+def _summary_file(folder: Path, value: float, direction: str = "maximize") -> Path:
+    write_summary(
+        folder,
+        {
+            "metric": "toy_top1",
+            "direction": direction,
+            "value": value,
+            "uncertainty": {"value": 0.01, "kind": "se"},
+            "n": 20,
+            "diagnostics": {},
+            "advisories": [],
+        },
+    )
+    return folder
+
+
+def test_tiny_soup_case_normalisation_undefined_and_zero_width_t_interval(tmp_path):
+    """The tiny soup of issue 30: fixed start 0.45, shipped 0.40, candidate 0.35 on every seed.
+    The normalised score once read (0.35 - 0.45) / (0.40 - 0.45) = 2.0000, and the t-interval of
+    identical seeds, [-0.05, -0.05], read "established loss" beside "not established"."""
+    shipped_rows = [1.0] * 8 + [0.0] * 12  # 8 / 20 = 0.40
+    cand_rows = [0.0] + [1.0] * 7 + [0.0] * 12  # 7 / 20 = 0.35: row 0 is the one difference
+    cand = [fake_run(tmp_path, f"greedy-seed{s}", s, {3: cand_rows}) for s in (42, 43)]
+    ship = [fake_run(tmp_path, f"shipped-seed{s}", s, {3: shipped_rows}) for s in (42, 43)]
+    s = ablation_result(
+        task="soup",
+        candidate="greedy",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=_summary_file(tmp_path / "fixed", 0.45),
+        n_boot=1000,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "out",
+    )
+    off = s["comparisons"]["official"]
+    assert [p["normalised"] for p in off["per_seed"]] == [None, None] and off["normalised"]["mean"] is None
+    assert all("(0.4000) is below the fixed start (0.4500)" in p["normalised_undefined"] for p in off["per_seed"])
+    assert any(a.startswith("seed 42, 43: normalised score undefined") for a in s["advisories"])
+    # every replicate is -(times row 0 is drawn) / 20 <= 0, and row 0 is missed by about (19/20)^20
+    # = 36 % of the draws: the upper bound is 0, so the CI touches 0 and establishes nothing
+    assert off["hierarchical"]["ci_high"] == 0.0 and s["verdict"] == "not established (CI spans 0)"
+    t = off["t_interval"]
+    assert t["ci_low"] == t["ci_high"] == pytest.approx(-0.05)
+    assert off["t_interval_reading"].startswith("zero width") and "established" not in off["t_interval_reading"]
+    # both seeds lose on both seeds' pairs: P = 0 of 4, an interval of zero width
+    assert off["probability_of_improvement"]["value"] == 0.0 and off["probability_of_improvement"]["pairs"] == 4
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "2.0000" not in report and "| undefined |" in report and "established loss" not in report
+
+
+def test_probability_of_improvement_from_the_runs_files(tmp_path):
+    cand, ship = make_ablation(tmp_path, 0.0, seeds=(1, 2, 3, 4))
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=500,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "o",
+    )
+    # by a different method: a plain loop over every pair of the runs' official values
+    c = [json.loads(p.read_text())["official"]["value"] for p in cand]
+    sh = [json.loads(p.read_text())["official"]["value"] for p in ship]
+    wins = sum((x > y) + 0.5 * (x == y) for x in c for y in sh) / 16
+    pi = s["comparisons"]["official"]["probability_of_improvement"]
+    assert pi["value"] == pytest.approx(wins) and pi["ci_low"] <= wins <= pi["ci_high"]
+    assert s["diagnostics"]["probability_of_improvement"] == pi
+
+
+def test_proxy_selected_comparison_and_oracle_gap(tmp_path):
+    """Each run's proxy ranks checkpoint 2 first; the official result of the candidate is its
+    checkpoint 1 (0.02 above its 2), the shipped one's is its checkpoint 2: oracle gaps 0.02 and
+    0, and the proxy-selected comparison is the last-checkpoint one here."""
+    rng = np.random.default_rng(11)
+    cand, ship = [], []
+    for seed in (1, 2, 3):
+        base = rng.normal(0.5, 0.1, 40)
+        gain = 0.05 + rng.normal(0, 0.05, 40)
+        proxy = {1: 0.3, 2: 0.6}
+        ship.append(fake_run(tmp_path, f"shipped-seed{seed}", seed, {1: list(base - 0.01), 2: list(base)}, proxy=proxy))
+        cand.append(
+            fake_run(
+                tmp_path, f"cand-seed{seed}", seed, {1: list(base + gain), 2: list(base + gain - 0.02)}, proxy=proxy
+            )
+        )
+    s = ablation_result(
+        task="toy",
+        candidate="cand",
+        candidate_officials=cand,
+        shipped_officials=ship,
+        fixed_start_scores=None,
+        n_boot=500,
+        scale=1.0,
+        row_cluster=None,
+        out_dir=tmp_path / "o",
+    )
+    for p in s["proxy_selected"]:
+        assert p["candidate"]["progress"] == 2 and p["candidate"]["oracle_gap"] == pytest.approx(0.02)
+        assert p["shipped"]["progress"] == 2 and p["shipped"]["oracle_gap"] == 0.0
+        assert set(p["candidate"]) == {"progress", "proxy_value", "final_value", "oracle_gap"}
+    assert s["selection_bias"]["oracle_gap"] == {"candidate": pytest.approx(0.02), "shipped": 0.0}
+    ps, last = s["comparisons"]["proxy_selected"], s["comparisons"]["last"]
+    assert [p["difference"] for p in ps["per_seed"]] == [p["difference"] for p in last["per_seed"]]
+    assert ps["mean_difference"] == pytest.approx(s["comparisons"]["official"]["mean_difference"] - 0.02)
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "| 1 | checkpoint-2, 0.6000 → " in report
+
+
+def _rule(comparison="official", alpha=0.05, seeds=(1, 2, 3), **extra) -> dict:
+    from replaykit.harness.decision import rule_from_config
+
+    metric = {"final": "toy_top1_{n}", "direction": "maximize"}
+    ablation = {"decision": {"alpha": alpha, "comparison": comparison, **extra}}
+    return rule_from_config("toy", "cand", ablation, list(seeds), metric)
+
+
+def test_decision_rule_hash_and_history(tmp_path):
+    import hashlib
+
+    from replaykit.harness.decision import read_history, rule_receipt, rule_sha256, write_rule
+
+    rule = _rule()
+    # the canonical JSON, written out by hand: keys sorted, no spaces
+    text = (
+        '{"alpha":0.05,"candidate":"cand","comparison":"official","direction":"maximize",'
+        '"hypothesis":"superiority","margin":0.0,"metric":"toy_top1_{n}","seeds":[1,2,3],"task":"toy"}'
+    )
+    assert rule_sha256(rule) == hashlib.sha256(text.encode()).hexdigest()
+    path = tmp_path / "decision-rules" / "cand.json"
+    first = write_rule(rule, path, now=1000.0)
+    assert first["sha256"] == rule_sha256(rule) and json.loads(path.read_text())["sha256"] == first["sha256"]
+    # the same rule written again keeps its hash; a changed α gives another
+    assert write_rule(rule, path, now=1500.0)["sha256"] == first["sha256"]
+    changed = write_rule(_rule(alpha=0.1), path, now=2000.0)
+    assert changed["sha256"] != first["sha256"]
+    assert [(v["sha256"], v["written_unix"]) for v in read_history(path)] == [
+        (first["sha256"], 1000.0),
+        (first["sha256"], 1500.0),
+        (changed["sha256"], 2000.0),
+    ]
+    # the first replay started between the writes: the rule in force then is not the one now
+    late = rule_receipt(path, first_started=1800.0)
+    assert late["fixed_in_advance"] is False and late["in_force_at_first_attempt"]["sha256"] == first["sha256"]
+    assert "changed after the candidate's first replay started" in late["note"]
+    assert rule_receipt(path, first_started=2500.0)["fixed_in_advance"] is True
+    none_before = rule_receipt(path, first_started=900.0)
+    assert none_before["fixed_in_advance"] is False and none_before["in_force_at_first_attempt"] is None
+    assert rule_receipt(path, first_started=None)["fixed_in_advance"] is None
+    # a rule edited by hand gets its own hash, which no version written had
+    doc = json.loads(path.read_text())
+    doc["rule"]["alpha"] = 0.2
+    path.write_text(json.dumps(doc))
+    edited = rule_receipt(path, first_started=2500.0)
+    assert edited["hand_edited"] and edited["fixed_in_advance"] is False
+
+
+def test_decision_rule_refusals(tmp_path):
+    from replaykit.harness.decision import check_rule, write_rule
+
+    with pytest.raises(InputError, match=r"rule\.margin: invalid value 0\.0"):
+        write_rule(_rule(hypothesis="non-inferiority"), tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists() and not (tmp_path / "x.history.jsonl").exists()
+    with pytest.raises(InputError, match=r"rule\.comparison"):
+        check_rule({**_rule(), "comparison": "best"}, "cfg")
+    with pytest.raises(InputError, match=r"rule\.extra: not a decision-rule field"):
+        check_rule({**_rule(), "extra": 1}, "cfg")
+
+
+def test_ablation_judged_against_its_rule_and_a_changed_rule_is_visible(tmp_path):
+    from replaykit.harness.decision import write_rule
+
+    started = 10_000.0
+    cand, ship = make_ablation(tmp_path, 0.03, seeds=(1, 2, 3))
+    for path in cand:  # the candidate's replays started at 10,000 s (their records' first attempt)
+        doc = json.loads(path.read_text())
+        record = path.parent / "replay" / "record.json"
+        record.parent.mkdir()
+        record.write_text(json.dumps({"attempts": [{"started_unix": started + doc["seed"]}]}))
+        path.write_text(json.dumps({**doc, "record": str(record)}))
+    rule_path = tmp_path / "decision-rules" / "cand.json"
+    fixed = write_rule(_rule(), rule_path, now=started - 100)
+
+    def run(out: str) -> dict:
+        return ablation_result(
+            task="toy",
+            candidate="cand",
+            candidate_officials=cand,
+            shipped_officials=ship,
+            fixed_start_scores=None,
+            n_boot=1000,
+            scale=1.0,
+            row_cluster=None,
+            decision_rule=rule_path,
+            out_dir=tmp_path / out,
+        )
+
+    s = run("before")
+    d = s["decision"]
+    assert d["rule_file"]["fixed_in_advance"] is True and d["rule_file"]["sha256"] == fixed["sha256"]
+    assert d["rule_file"]["first_attempt_started_unix"] == started + 1 and d["under_rule_in_force"] is None
+    assert s["verdict"] == d["verdict"] == s["comparisons"]["official"]["verdict"]
+    assert f"decision rule {fixed['sha256'][:12]} fixed before the first replay" in s["sentence"]
+    # after the replays: the rule now compares the last checkpoints at α 0.2 -- a new hash, said so
+    later = write_rule(_rule(comparison="last", alpha=0.2), rule_path, now=started + 500)
+    s = run("after")
+    d = s["decision"]
+    assert d["rule_file"]["fixed_in_advance"] is False and d["rule_file"]["sha256"] == later["sha256"]
+    assert d["comparison"] == "last" and s["value"] == s["comparisons"]["last"]["mean_difference"]
+    assert s["comparisons"]["last"]["hierarchical"]["confidence"] == pytest.approx(0.8)
+    then = d["under_rule_in_force"]
+    assert then["sha256"] == fixed["sha256"] and then["confidence"] == pytest.approx(0.95)
+    assert "NOT fixed before the first replay" in s["sentence"]
+    assert any(a.startswith("decision rule: the rule changed after") for a in s["advisories"])
+    report = (tmp_path / "after" / "report.md").read_text()
+    assert "- fixed in advance: **no**" in report and f"(sha256 `{fixed['sha256']}`)" in report
+    # a rule whose seeds are not the runs' is refused
+    write_rule(_rule(seeds=(1, 2)), rule_path, now=started + 600)
+    with pytest.raises(InputError, match=r"rule\.seeds: \[1, 2\], but the ablation's runs have \[1, 2, 3\]"):
+        run("seeds")
+
+
+def test_judge_p_value_agrees_with_the_verdict(tmp_path):
+    """The decision's p-value is below α exactly when its interval claims something (verdicts
+    over a sweep of gains); a one-seed ablation has none."""
+    from replaykit.harness.decision import write_rule
+
+    rule_path = write_rule(_rule(seeds=(1, 2, 3, 4)), tmp_path / "rule.json") and tmp_path / "rule.json"
+    for i, delta in enumerate((-0.3, -0.02, 0.0, 0.02, 0.05, 0.3)):
+        cand, ship = make_ablation(tmp_path / str(i), delta)
+        s = ablation_result(
+            task="toy",
+            candidate="cand",
+            candidate_officials=cand,
+            shipped_officials=ship,
+            fixed_start_scores=None,
+            n_boot=1000,
+            scale=1.0,
+            row_cluster=None,
+            decision_rule=rule_path,
+            out_dir=tmp_path / str(i) / "o",
+        )
+        claims = s["verdict"].startswith(("established gain", "established loss"))
+        assert (s["decision"]["p_value"] < 0.05) == claims, (delta, s["verdict"], s["decision"]["p_value"])
+
+
+def test_holm_verdicts_on_three_candidates():
+    from replaykit.harness.ablation import holm_verdicts
+
+    def summary(name, verdict, p):
+        return {"candidate": name, "verdict": verdict, "decision": {"alpha": 0.05, "p_value": p}}
+
+    # p 0.01, 0.04, 0.03 -> Holm: 0.03, 0.06, 0.06 (test_stats); only `a` keeps its claim
+    out = holm_verdicts(
+        [
+            summary("a", "established gain", 0.01),
+            summary("b", "established gain", 0.04),
+            summary("c", "established loss", 0.03),
+        ]
+    )
+    assert [o["rejected"] for o in out] == [True, False, False] and {o["m"] for o in out} == {3}
+    assert out[0]["verdict"] == "established gain"
+    assert out[1]["verdict"] == (
+        "not established after Holm's adjustment for 3 comparisons (adjusted p 0.06 >= 0.05; "
+        "unadjusted: established gain)"
+    )
+    assert out[2]["adjusted_p_value"] == pytest.approx(0.06) and out[2]["unadjusted_verdict"] == "established loss"
+    # a verdict that claims nothing stays as it is; one comparison changes nothing
+    quiet = holm_verdicts([summary("a", "not established (CI spans 0)", 0.5), summary("b", "established gain", 0.001)])
+    assert quiet[0]["verdict"] == "not established (CI spans 0)" and quiet[1]["verdict"] == "established gain"
+    assert holm_verdicts([summary("b", "established gain", 0.04)])[0]["verdict"] == "established gain"
+    with pytest.raises(ValueError, match="one alpha"):
+        holm_verdicts([summary("a", "x", 0.1), {**summary("b", "y", 0.1), "decision": {"alpha": 0.1, "p_value": 0.1}}])
