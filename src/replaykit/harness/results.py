@@ -289,6 +289,20 @@ def _proxy_selected_of(doc: dict) -> dict | None:
     return {"run": doc["run"], **{k: chosen[k] for k in keys}}
 
 
+def _decision_rule_of(doc: dict) -> dict | None:
+    """The official run's decision-rule receipt, short (``path``, ``sha256``, ``fixed_in_advance``,
+    ``in_force_sha256``: the version in force at the first replay, ``note``); None for a run
+    without one (the shipped recipe, or an ``official.json`` that predates them)."""
+    receipt = doc.get("decision_rule")
+    if not receipt:
+        return None
+    in_force = receipt.get("in_force_at_first_attempt") or {}
+    return {
+        **{k: receipt.get(k) for k in ("path", "sha256", "fixed_in_advance", "note")},
+        "in_force_sha256": in_force.get("sha256"),
+    }
+
+
 def _final_advisories(best: dict, isolation: list[str], refs: tuple, normalisation: str | None, primary) -> list[str]:
     """The official checkpoint's advisories, the replays' isolation first when it was not the
     sandbox, then what the references could not give and a missing proxy-selected result."""
@@ -311,6 +325,9 @@ def _final_advisories(best: dict, isolation: list[str], refs: tuple, normalisati
     if primary.get("proxy_selected") is None:
         why = "no valid checkpoint has a proxy score" if "proxy_selected" in primary else "official.json predates it"
         advisories.append(f"no proxy-selected result for run {primary['run']}: {why}")
+    rule = _decision_rule_of(primary)
+    if rule and rule["fixed_in_advance"] is not True:
+        advisories.append(f"decision rule {rule['sha256'][:12]} not shown to be fixed in advance: {rule['note']}")
     return advisories
 
 
@@ -394,6 +411,7 @@ def final_summary(
         "normalised_undefined": normalisation,
         # the checkpoint the proxy ranks best and official − proxy-selected (issue 30)
         "proxy_selected": _proxy_selected_of(primary),
+        "decision_rule": _decision_rule_of(primary),
         "seeds": {**mean_sd([s["value"] for s in per_seed if s["value"] is not None]), "per_seed": per_seed},
         "exploration": exploration_section(primary, proxy_table),
         "lineage": _lineage(primary),
