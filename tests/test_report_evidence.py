@@ -5,9 +5,9 @@ each shown exactly as the summary holds it; and ``final_summary`` carrying them 
 runs' ``official.json``."""
 
 import copy
-import html
 import json
 
+from markupsafe import escape
 from test_report_markdown import DOC, SUMMARY
 
 from replaykit.harness.results import final_summary
@@ -59,6 +59,17 @@ def test_markdown_shows_proxy_selected_and_the_changed_rule():
         f"candidate's first replay: **no** ({RULE['note']})." in lines
     )
     assert "| 42 | `beta02-seed42` | 0.8125 (5) | 0.7969 (4) | 0.0156 |" in lines
+    # the run's table marks both choices and gives each checkpoint's proxy value
+    doc = copy.deepcopy(DOC)
+    doc["checkpoints"][0].update(proxy_value=0.75, proxy_se=0.0625)
+    doc["checkpoints"][1].update(valid=True, value=0.8125, se=0.05)
+    doc.update(official={"progress": 5}, proxy_selected={"progress": 4})
+    table = render_report("dpo", evidence_summary(), [doc], ()).splitlines()
+    assert (
+        "| checkpoint-4 (proxy-selected) | valid | 0.7969 ± 0.0500 | 0.7500 ± 0.0625 | `m4` | `s4/summary.json` |"
+        in table
+    )
+    assert "| checkpoint-5 (official) | valid | 0.8125 ± 0.0500 | - | `m5` | `s5/summary.json` |" in table
     # the shipped run (no rule): no line; a rule fixed in advance: "yes"
     shipped = {**evidence_summary(), "decision_rule": None}
     assert not any(line.startswith("**Decision rule**") for line in render_report("dpo", shipped, [], ()).splitlines())
@@ -81,7 +92,7 @@ def test_html_shows_the_same_numbers():
     assert '<span class="proxy-selected-final" data-value="0.796875">0.7969</span>' in page
     assert '<span class="oracle-gap" data-value="0.015625">0.0156</span>' in page
     assert f'<p id="decision-rule" data-sha256="{SHA_NOW}" data-fixed-in-advance="false">' in page
-    assert "first replay:\n<strong>no</strong>" in page and html.escape(RULE["note"]) in page
+    assert "first replay:\n<strong>no</strong>" in page and str(escape(RULE["note"])) in page
     assert 'id="decision-rule"' not in render_html({**evidence_summary(), "decision_rule": None})
     unknown = render_html({**evidence_summary(), "decision_rule": {**RULE, "fixed_in_advance": None}})
     assert 'data-fixed-in-advance="null"' in unknown and "<strong>unknown</strong>" in unknown

@@ -90,10 +90,10 @@ def test_every_number_of_the_summary_is_in_the_report():
         "Stopped: max_steps; publications: 5; budget used: 25.0% of the outer limit (420 s) over all attempts "
         "(this attempt: setup 12 s, training 91 s of which publishing 2 s, idle 0 s)." in lines
     )
-    assert "| checkpoint | valid | final score ± SE | nll | marker | summary |" in lines
-    assert "|---|---|---|---|---|---|" in lines
-    assert "| checkpoint-4 | valid | 0.7969 ± 0.0500 | - | `m4` | `s4/summary.json` |" in lines
-    assert "| checkpoint-5 | invalid: loss is nan | - | - | `m5` | `s5/summary.json` |" in lines
+    assert "| checkpoint | valid | final score ± SE | proxy ± SE | nll | marker | summary |" in lines
+    assert "|---|---|---|---|---|---|---|" in lines
+    assert "| checkpoint-4 | valid | 0.7969 ± 0.0500 | - | - | `m4` | `s4/summary.json` |" in lines
+    assert "| checkpoint-5 | invalid: loss is nan | - | - | - | `m5` | `s5/summary.json` |" in lines
     assert "(patch `bb`)" in lines[-1] and "## Exploration" not in text and "## Advisories" not in text
     assert "\n\n\n" not in text  # no doubled blank lines where a block tag stood
 
@@ -140,5 +140,5 @@ def test_free_text_stays_inside_its_table_cell():
     summary = copy.deepcopy(SUMMARY)
     summary["advisories"] = ["two\nlines | here"]
     lines = render_report("dpo", summary, [doc], ()).splitlines()
-    assert "| checkpoint-5 | invalid: shape \\| mismatch # not a heading | - | `m5` | `s5/summary.json` |" in lines
+    assert "| checkpoint-5 | invalid: shape \\| mismatch # not a heading | - | - | `m5` | `s5/summary.json` |" in lines
     assert "- two lines \\| here" in lines and "# not a heading" not in lines
