@@ -568,24 +568,27 @@ def test_rm_style_weighted_rows_in_percent(tmp_path):
 
 
 def test_readme_example_as_written_plans_3_seeds_of_both(tmp_path):
-    """docs/operations.md's ablation command, as written, in a copy of the workflow (dry run)."""
+    """docs/operations.md's ablation commands (embedded and tiny config), as written, in a copy
+    of the workflow (dry run): 3 seeds of both sides, the decision rule before the replays."""
     import shlex
     import shutil
 
     from conftest import ROOT, copy_workflow, snakemake
 
-    line = next(
+    lines = [
         l
         for l in (ROOT / "docs/operations.md").read_text().splitlines()
-        if l.startswith(".venv/bin/snakemake results/soup/ablation/greedy")
-    )
+        if l.startswith(".venv/bin/snakemake results/rm/ablation/margin")
+    ]
+    assert len(lines) == 2
     work = copy_workflow(tmp_path)
     shutil.copytree(ROOT / "patches", work / "patches")
-    dry = snakemake(work, *shlex.split(line)[1:], "-n", check=True)
-    counts = job_counts(dry.stdout)
-    assert counts["replay"] == 6 and counts["ablation"] == 1
-    runs = set(re.findall(r"run=((?:greedy|shipped)-seed4[234])\b", dry.stdout))
-    assert runs == {f"{c}-seed{s}" for c in ("greedy", "shipped") for s in (42, 43, 44)}
+    for line in lines:
+        dry = snakemake(work, *shlex.split(line)[1:], "-n", check=True)
+        counts = job_counts(dry.stdout)
+        assert counts["replay"] == 6 and counts["ablation"] == 1 and counts["decision_rule"] == 1, line
+        runs = set(re.findall(r"run=((?:margin|shipped)-seed4[234])\b", dry.stdout))
+        assert runs == {f"{c}-seed{s}" for c in ("margin", "shipped") for s in (42, 43, 44)}
 
 
 @pytest.mark.slow
