@@ -61,7 +61,7 @@ fill_defaults(config, _schema)
 
 
 def check_decision_rules():
-    """Every candidate's decision rule (rules/ablation.smk) as it will be written: a bad one
+    """Every candidate's decision rule, as rules/ablation.smk will write it. A bad one
     (non-inferiority without a margin) is refused in one line before any job starts."""
     from replaykit.harness.decision import check_rule, rule_from_config
 
@@ -339,8 +339,8 @@ def get_ablation_officials(w, candidate):
 
 
 def get_decision_rule(w):
-    """A candidate run's decision rule (ancient: it orders the jobs and reruns none when it
-    changes); nothing for a shipped run, shared by every candidate."""
+    """A candidate run's decision-rule file, ancient (it orders the jobs and reruns none
+    when it changes); nothing for a shipped run, shared by every candidate."""
     candidate, _ = parse_run(w.run)
     if candidate == "shipped":
         return []
@@ -348,7 +348,7 @@ def get_decision_rule(w):
 
 
 def get_decision_rule_json(w):
-    """The rule that rule decision_rule writes (replaykit.harness.decision.rule_from_config:
+    """What the decision_rule job writes (replaykit.harness.decision.rule_from_config from
     tasks.<task>.ablation.decision, then decisions.<candidate>, the seeds and the plug-in's
     metric), as JSON: a change of the rule itself, and nothing else, reruns it (params).
     """

@@ -202,7 +202,7 @@ def compare(
     Returns the comparison and the bootstrap replicates of the mean difference (metric units;
     None when the selection is unavailable), for :func:`judge`.
     """
-    alpha, hypothesis, margin = rule["alpha"], rule["hypothesis"], rule["margin"]
+    alpha = rule["alpha"]
     entries = [(pick(c, selection), pick(s, selection)) for (c, _), (s, _) in zip(candidate, shipped)]
     out = {"selection": selection, "description": SELECTIONS[selection]}
     reason = _unavailable(entries, candidate, shipped, selection)
@@ -221,6 +221,19 @@ def compare(
         keep_replicates=True,
     )
     per_seed = _per_seed(entries, candidate, shipped, boot["per_seed"], scale, fixed_start, direction)
+    return {
+        **out,
+        "available": True,
+        "per_seed": per_seed,
+        **_figures(per_seed, boot, scale=scale, direction=direction, rule=rule, n_boot=n_boot),
+    }, scale * boot["replicates"]
+
+
+def _figures(per_seed: list[dict], boot: dict, *, scale: float, direction: str, rule: dict, n_boot: int) -> dict:
+    """A comparison's numbers from its per-seed differences and its bootstrap ``boot``: the
+    mean, the intervals at ``1 - alpha``, the verdict, P(improvement), the power figures and
+    the normalised scores (:func:`compare`)."""
+    alpha = rule["alpha"]
     k = len(per_seed)
     diffs = [p["difference"] for p in per_seed]
     t = t_interval(diffs, confidence=1.0 - alpha)
@@ -232,9 +245,6 @@ def compare(
     sides = ([p["candidate"]["value"] for p in per_seed], [p["shipped"]["value"] for p in per_seed])
     skip = ("per_seed", "difference", "replicates")
     return {
-        **out,
-        "available": True,
-        "per_seed": per_seed,
         "mean_difference": mean,
         "hierarchical": {
             **{k_: v for k_, v in boot.items() if k_ not in skip},
@@ -244,7 +254,7 @@ def compare(
         },
         "t_interval": t,
         "verdict": (
-            ci_verdict(ci["ci_low"], ci["ci_high"], direction, hypothesis=hypothesis, margin=margin)
+            ci_verdict(ci["ci_low"], ci["ci_high"], direction, hypothesis=rule["hypothesis"], margin=rule["margin"])
             if k > 1
             else ONE_SEED
         ),
@@ -258,7 +268,7 @@ def compare(
             "per_seed": norms,
             "mean": (sum(norms) / k if all(v is not None for v in norms) else None),
         },
-    }, scale * boot["replicates"]
+    }
 
 
 def judge(replicates: np.ndarray | None, comparison: dict, rule: dict, k: int) -> dict:
@@ -449,19 +459,9 @@ def ablation_summary(
     direction = cand[0][0]["direction"]
     decision = _decision_rule(decision_rule, cand, task, candidate, direction, [d["seed"] for d, _ in cand])
     rule = decision["rule"]
-    comparisons, replicates = {}, {}
-    for sel in SELECTIONS:
-        comparisons[sel], replicates[sel] = compare(
-            cand,
-            ship,
-            sel,
-            direction=direction,
-            scale=scale,
-            cluster_field=row_cluster,
-            n_boot=n_boot,
-            fixed_start=fixed,
-            rule=rule,
-        )
+    options = {"direction": direction, "scale": scale, "cluster_field": row_cluster, "n_boot": n_boot}
+    done = {sel: compare(cand, ship, sel, **options, fixed_start=fixed, rule=rule) for sel in SELECTIONS}
+    comparisons, replicates = ({sel: pair[i] for sel, pair in done.items()} for i in (0, 1))
     main = comparisons[rule["comparison"]]
     if not main["available"]:
         raise InputError(candidate_officials[0], rule["comparison"], main["reason"])
@@ -471,10 +471,7 @@ def ablation_summary(
         "metric": f"{metric} difference (candidate - shipped)",
         "direction": direction,
         "value": main["mean_difference"],
-        "uncertainty": {
-            "value": main["hierarchical"]["se"],
-            "kind": "two_stage_bootstrap_se_seeds_rows",
-        },
+        "uncertainty": {"value": main["hierarchical"]["se"], "kind": "two_stage_bootstrap_se_seeds_rows"},
         "n": main["hierarchical"]["n"],
         "diagnostics": {
             "t_interval": main["t_interval"],
@@ -492,6 +489,16 @@ def ablation_summary(
         "resampling": _resampling(main, row_cluster),
         "fixed_start": {"value": fixed, "scores": str(fixed_start_scores or "") or None},
         "comparisons": comparisons,
+        **_selection(comparisons),
+    }
+    summary["sentence"] = _sentence(summary, metric, main)
+    return summary
+
+
+def _selection(comparisons: dict) -> dict:
+    """``proxy_selected`` per seed (candidate and shipped) and ``selection_bias``: what choosing
+    the checkpoint on the final split added (mean official − last and official − proxy-selected)."""
+    return {
         "proxy_selected": [
             {"seed": p["seed"], **{side: p[side]["proxy_selected"] for side in ("candidate", "shipped")}}
             for p in comparisons["official"]["per_seed"]
@@ -504,8 +511,6 @@ def ablation_summary(
             "proxy-selected (oracle_gap), mean over seeds, in the metric's units",
         },
     }
-    summary["sentence"] = _sentence(summary, metric, main)
-    return summary
 
 
 def _sentence(summary: dict, metric: str, main: dict) -> str:

@@ -365,24 +365,16 @@ def final_summary(
     if best is None:
         raise _no_official(officials[0], primary)
     shipped_best = shipped["official"]
-    comparisons = {}
-    if fixed:
-        comparisons["vs_fixed_start"] = paired_comparison(
-            best["scores"], fixed_start_scores, n_boot, seed=0, scale=scale
-        )
-    if shipped_best:
-        comparisons["vs_shipped"] = paired_comparison(
-            best["scores"], shipped_best["scores"], n_boot, seed=0, scale=scale
-        )
-    direction = primary["direction"]
-    normalisation = (
-        normalisation_undefined(fixed["value"], shipped_best["value"], direction) if shipped_best and fixed else None
-    )
-    normalised = (
-        normalised_score(best["value"], fixed["value"], shipped_best["value"], direction)
-        if shipped_best and fixed
-        else None
-    )
+    against = {
+        "vs_fixed_start": fixed_start_scores if fixed else None,
+        "vs_shipped": (shipped_best or {}).get("scores"),
+    }
+    comparisons = {
+        name: paired_comparison(best["scores"], other, n_boot, seed=0, scale=scale)
+        for name, other in against.items()
+        if other
+    }
+    normalised, normalisation = _normalisation(best, fixed, shipped_best, primary["direction"])
     per_seed = _per_seed(docs, officials)
     isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
     summary = {
@@ -417,6 +409,18 @@ def final_summary(
         "lineage": _lineage(primary),
     }
     return summary, docs
+
+
+def _normalisation(best: dict, fixed: dict | None, shipped_best: dict | None, direction: str) -> tuple:
+    """``(normalised score, why it is undefined)`` of the official result: both None without a
+    fixed-start or shipped reference (the advisories say which); the score None and the
+    reason given where the shipped reference does not beat the fixed start."""
+    if not (fixed and shipped_best):
+        return None, None
+    return (
+        normalised_score(best["value"], fixed["value"], shipped_best["value"], direction),
+        normalisation_undefined(fixed["value"], shipped_best["value"], direction),
+    )
 
 
 def _final_split(manifest_path: str | None) -> dict:

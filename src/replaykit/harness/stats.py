@@ -252,15 +252,12 @@ def hierarchical_bootstrap(
     :func:`t_interval`. Resampling each seed's rows independently instead (a nested scheme)
     would understate ``var_r / n`` K-fold.
 
-    Task resampling: ``strata`` and ``weights`` as in :func:`paired_bootstrap` (rm: rows
-    resampled within RewardBench subsets, the weighted score recomputed); ``clusters`` for a
-    clustered uncertainty (soup: the class of an image), whole clusters drawn together.
-
     Args:
         a, b: K × n arrays (K >= 1 seeds, n >= 1 rows, row i the same row in every seed).
         n_boot: replicates; seed: seed of the generator (numpy PCG64); confidence: two-sided.
-        weights: per-row weight, equal within a stratum; strata, clusters: per-row labels
-            (a cluster lies inside one stratum).
+        weights, strata: as in :func:`paired_bootstrap` (rm: RewardBench subsets, the weighted
+            score recomputed); clusters: per-row labels drawn whole (soup: an image's class),
+            each inside one stratum.
         chunk: replicates drawn at once (memory ``chunk × clusters``).
         keep_replicates: also return the replicates (``replicates``, an array of n_boot), e.g.
             for :func:`percentile_p_value`.
