@@ -231,6 +231,15 @@ def fake_run(
     return path
 
 
+def toy_ablation(cand: list[Path], ship: list[Path], out_dir: Path, **given) -> dict:
+    """``ablation_result`` of a toy task's candidate ``cand`` against ``ship``: no fixed start,
+    no row clusters, metric units as the rows', 500 replicates unless ``given`` says otherwise."""
+    options = {"task": "toy", "candidate": "cand", "fixed_start_scores": None, "n_boot": 500, "scale": 1.0}
+    return ablation_result(
+        candidate_officials=cand, shipped_officials=ship, out_dir=out_dir, **{"row_cluster": None, **options, **given}
+    )
+
+
 def make_ablation(root: Path, delta: float, seeds=(1, 2, 3, 4), n: int = 60, direction="maximize"):
     """Candidate = shipped + ``delta`` + seed and row noise, on the same rows; two checkpoints
     per run (the last one slightly worse, so selection matters)."""
@@ -267,17 +276,7 @@ def make_ablation(root: Path, delta: float, seeds=(1, 2, 3, 4), n: int = 60, dir
 )
 def test_verdict_flips_as_the_difference_grows(tmp_path, delta, verdict):
     cand, ship = make_ablation(tmp_path, delta)
-    s = ablation_result(
-        task="toy",
-        candidate="cand",
-        candidate_officials=cand,
-        shipped_officials=ship,
-        fixed_start_scores=None,
-        n_boot=2000,
-        scale=1.0,
-        row_cluster=None,
-        out_dir=tmp_path / "out",
-    )
+    s = toy_ablation(cand, ship, tmp_path / "out", n_boot=2000)
     assert s["verdict"] == verdict
     assert (tmp_path / "out" / ".complete").exists() and verdict in (tmp_path / "out" / "report.md").read_text()
     assert f": {verdict} (no decision rule file)." in s["sentence"]
@@ -300,34 +299,14 @@ def test_verdict_sweep_and_minimised_metric(tmp_path):
     verdicts = []
     for i, delta in enumerate([0.0, 0.01, 0.03, 0.1, 0.3]):
         cand, ship = make_ablation(tmp_path / str(i), delta)
-        s = ablation_result(
-            task="toy",
-            candidate="cand",
-            candidate_officials=cand,
-            shipped_officials=ship,
-            fixed_start_scores=None,
-            n_boot=1000,
-            scale=1.0,
-            row_cluster=None,
-            out_dir=tmp_path / str(i) / "out",
-        )
+        s = toy_ablation(cand, ship, tmp_path / str(i) / "out", n_boot=1000)
         verdicts.append(s["verdict"])
     assert verdicts[0] == "not established (CI spans 0)" and verdicts[-1] == "established gain"
     first = verdicts.index("established gain")
     assert all(v == "established gain" for v in verdicts[first:])
     # for a minimised metric the same positive difference is a loss
     cand, ship = make_ablation(tmp_path / "min", 0.3, direction="minimize")
-    s = ablation_result(
-        task="toy",
-        candidate="cand",
-        candidate_officials=cand,
-        shipped_officials=ship,
-        fixed_start_scores=None,
-        n_boot=1000,
-        scale=1.0,
-        row_cluster=None,
-        out_dir=tmp_path / "min" / "out",
-    )
+    s = toy_ablation(cand, ship, tmp_path / "min" / "out", n_boot=1000)
     assert s["verdict"] == "established loss"
 
 
@@ -346,17 +325,7 @@ def test_normalised_score_selection_bias_and_power(tmp_path):
             "advisories": [],
         },
     )
-    s = ablation_result(
-        task="toy",
-        candidate="cand",
-        candidate_officials=cand,
-        shipped_officials=ship,
-        fixed_start_scores=fixed,
-        n_boot=1000,
-        scale=1.0,
-        row_cluster=None,
-        out_dir=tmp_path / "out",
-    )
+    s = toy_ablation(cand, ship, tmp_path / "out", fixed_start_scores=fixed, n_boot=1000)
     off = s["comparisons"]["official"]
     for p in off["per_seed"]:  # fixed start 0, this seed's shipped run 1
         expected = (p["candidate"]["value"] - 0.2) / (p["shipped"]["value"] - 0.2)
@@ -382,31 +351,11 @@ def test_clustered_rows_and_refusals(tmp_path):
             (score_dir / "rows.jsonl").write_text(
                 "".join(json.dumps({**r, "label": labels[i]}) + "\n" for i, r in enumerate(rows))
             )
-    s = ablation_result(
-        task="toy",
-        candidate="cand",
-        candidate_officials=cand,
-        shipped_officials=ship,
-        fixed_start_scores=None,
-        n_boot=500,
-        scale=1.0,
-        row_cluster="label",
-        out_dir=tmp_path / "c",
-    )
+    s = toy_ablation(cand, ship, tmp_path / "c", row_cluster="label")
     assert s["comparisons"]["official"]["hierarchical"]["clusters"] == 5 and "clusters" in s["resampling"]
     # seeds not matched
     with pytest.raises(InputError, match="seed"):
-        ablation_result(
-            task="toy",
-            candidate="cand",
-            candidate_officials=cand,
-            shipped_officials=ship[::-1],
-            fixed_start_scores=None,
-            n_boot=500,
-            scale=1.0,
-            row_cluster=None,
-            out_dir=tmp_path / "x",
-        )
+        toy_ablation(cand, ship[::-1], tmp_path / "x")
     # rows that do not reproduce the summary's value are refused
     doc = json.loads(cand[0].read_text())
     rows_file = Path(doc["official"]["scores"]) / "rows.jsonl"
@@ -414,17 +363,7 @@ def test_clustered_rows_and_refusals(tmp_path):
     rows[0]["score"] += 1.0
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(InputError, match="rows give a difference"):
-        ablation_result(
-            task="toy",
-            candidate="cand",
-            candidate_officials=cand,
-            shipped_officials=ship,
-            fixed_start_scores=None,
-            n_boot=500,
-            scale=1.0,
-            row_cluster=None,
-            out_dir=tmp_path / "y",
-        )
+        toy_ablation(cand, ship, tmp_path / "y")
 
 
 def job_counts(stdout: str) -> dict[str, int]:
@@ -544,17 +483,7 @@ def test_rm_style_weighted_rows_in_percent(tmp_path):
         better = np.maximum(base, rng.random(60) < 0.3)
         ship.append(fake_run(tmp_path, f"shipped-seed{seed}", seed, {5: list(base)}, extra=extra, scale=100.0))
         cand.append(fake_run(tmp_path, f"cand-seed{seed}", seed, {5: list(better)}, extra=extra, scale=100.0))
-    s = ablation_result(
-        task="rm",
-        candidate="cand",
-        candidate_officials=cand,
-        shipped_officials=ship,
-        fixed_start_scores=None,
-        n_boot=1000,
-        scale=100.0,
-        row_cluster=None,
-        out_dir=tmp_path / "o",
-    )
+    s = toy_ablation(cand, ship, tmp_path / "o", task="rm", n_boot=1000, scale=100.0)
     off = s["comparisons"]["official"]
     for p, cp, sp in zip(off["per_seed"], cand, ship):
         assert p["difference"] == pytest.approx(
@@ -628,17 +557,7 @@ def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
 
 def test_one_seed_draws_no_verdict(tmp_path):
     cand, ship = make_ablation(tmp_path, 0.3, seeds=(1,))
-    s = ablation_result(
-        task="toy",
-        candidate="cand",
-        candidate_officials=cand,
-        shipped_officials=ship,
-        fixed_start_scores=None,
-        n_boot=500,
-        scale=1.0,
-        row_cluster=None,
-        out_dir=tmp_path / "o",
-    )
+    s = toy_ablation(cand, ship, tmp_path / "o")
     off = s["comparisons"]["official"]
     assert s["verdict"] == "not established (one seed: seed-to-seed variance unknown)"
     assert off["t_interval"] is None and off["detectable_difference"] is None
@@ -671,16 +590,14 @@ def test_tiny_soup_case_normalisation_undefined_and_zero_width_t_interval(tmp_pa
     cand_rows = [0.0] + [1.0] * 7 + [0.0] * 12  # 7 / 20 = 0.35: row 0 is the one difference
     cand = [fake_run(tmp_path, f"greedy-seed{s}", s, {3: cand_rows}) for s in (42, 43)]
     ship = [fake_run(tmp_path, f"shipped-seed{s}", s, {3: shipped_rows}) for s in (42, 43)]
-    s = ablation_result(
+    s = toy_ablation(
+        cand,
+        ship,
+        tmp_path / "out",
         task="soup",
         candidate="greedy",
-        candidate_officials=cand,
-        shipped_officials=ship,
         fixed_start_scores=_summary_file(tmp_path / "fixed", 0.45),
         n_boot=1000,
-        scale=1.0,
-        row_cluster=None,
-        out_dir=tmp_path / "out",
     )
     off = s["comparisons"]["official"]
     assert [p["normalised"] for p in off["per_seed"]] == [None, None] and off["normalised"]["mean"] is None
@@ -700,17 +617,7 @@ def test_tiny_soup_case_normalisation_undefined_and_zero_width_t_interval(tmp_pa
 
 def test_probability_of_improvement_from_the_runs_files(tmp_path):
     cand, ship = make_ablation(tmp_path, 0.0, seeds=(1, 2, 3, 4))
-    s = ablation_result(
-        task="toy",
-        candidate="cand",
-        candidate_officials=cand,
-        shipped_officials=ship,
-        fixed_start_scores=None,
-        n_boot=500,
-        scale=1.0,
-        row_cluster=None,
-        out_dir=tmp_path / "o",
-    )
+    s = toy_ablation(cand, ship, tmp_path / "o")
     # by a different method: a plain loop over every pair of the runs' official values
     c = [json.loads(p.read_text())["official"]["value"] for p in cand]
     sh = [json.loads(p.read_text())["official"]["value"] for p in ship]
@@ -736,17 +643,7 @@ def test_proxy_selected_comparison_and_oracle_gap(tmp_path):
                 tmp_path, f"cand-seed{seed}", seed, {1: list(base + gain), 2: list(base + gain - 0.02)}, proxy=proxy
             )
         )
-    s = ablation_result(
-        task="toy",
-        candidate="cand",
-        candidate_officials=cand,
-        shipped_officials=ship,
-        fixed_start_scores=None,
-        n_boot=500,
-        scale=1.0,
-        row_cluster=None,
-        out_dir=tmp_path / "o",
-    )
+    s = toy_ablation(cand, ship, tmp_path / "o")
     for p in s["proxy_selected"]:
         assert p["candidate"]["progress"] == 2 and p["candidate"]["oracle_gap"] == pytest.approx(0.02)
         assert p["shipped"]["progress"] == 2 and p["shipped"]["oracle_gap"] == 0.0
@@ -834,18 +731,7 @@ def test_ablation_judged_against_its_rule_and_a_changed_rule_is_visible(tmp_path
     fixed = write_rule(_rule(), rule_path, now=started - 100)
 
     def run(out: str) -> dict:
-        return ablation_result(
-            task="toy",
-            candidate="cand",
-            candidate_officials=cand,
-            shipped_officials=ship,
-            fixed_start_scores=None,
-            n_boot=1000,
-            scale=1.0,
-            row_cluster=None,
-            decision_rule=rule_path,
-            out_dir=tmp_path / out,
-        )
+        return toy_ablation(cand, ship, tmp_path / out, n_boot=1000, decision_rule=rule_path)
 
     s = run("before")
     d = s["decision"]
@@ -880,18 +766,7 @@ def test_judge_p_value_agrees_with_the_verdict(tmp_path):
     rule_path = write_rule(_rule(seeds=(1, 2, 3, 4)), tmp_path / "rule.json") and tmp_path / "rule.json"
     for i, delta in enumerate((-0.3, -0.02, 0.0, 0.02, 0.05, 0.3)):
         cand, ship = make_ablation(tmp_path / str(i), delta)
-        s = ablation_result(
-            task="toy",
-            candidate="cand",
-            candidate_officials=cand,
-            shipped_officials=ship,
-            fixed_start_scores=None,
-            n_boot=1000,
-            scale=1.0,
-            row_cluster=None,
-            decision_rule=rule_path,
-            out_dir=tmp_path / str(i) / "o",
-        )
+        s = toy_ablation(cand, ship, tmp_path / str(i) / "o", n_boot=1000, decision_rule=rule_path)
         claims = s["verdict"].startswith(("established gain", "established loss"))
         assert (s["decision"]["p_value"] < 0.05) == claims, (delta, s["verdict"], s["decision"]["p_value"])
 
