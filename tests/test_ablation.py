@@ -752,6 +752,8 @@ def test_ablation_judged_against_its_rule_and_a_changed_rule_is_visible(tmp_path
     assert any(a.startswith("decision rule: the rule changed after") for a in s["advisories"])
     report = (tmp_path / "after" / "report.md").read_text()
     assert "- fixed in advance: **no**" in report and f"(sha256 `{fixed['sha256']}`)" in report
+    # the rule judged now is named by its new hash, beside the one in force at the first replay
+    assert f"(sha256 `{later['sha256']}`, written " in report and later["sha256"] != fixed["sha256"]
     # a rule whose seeds are not the runs' is refused
     write_rule(_rule(seeds=(1, 2)), rule_path, now=started + 600)
     with pytest.raises(InputError, match=r"rule\.seeds: \[1, 2\], but the ablation's runs have \[1, 2, 3\]"):
