@@ -59,6 +59,32 @@ def test_ddim_logprob_equals_gaussian_density(index):
     torch.testing.assert_close(again, density, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sampled_log_prob_scores_the_stored_16_bit_sample(dtype):
+    """A 16-bit trajectory stores x_{t-1} in 16 bits, and training scores that stored value: the
+    sampling step's log-probability is of the rounded sample, so with the same eps the training
+    pass gives it exactly (PPO's ratio is 1 before an update) -- and it is the Gaussian density
+    of the rounded sample. Scoring the unrounded sample instead put the first update's ratios of
+    a bf16 toy pipeline off by more than the full profile's clip range (1e-4) on 92 % of its
+    (sample, step) entries, up to 0.2 in log-probability (bench/results-2026-12-01-speed.md)."""
+    step = recipe_module("ddim_with_logprob").ddim_step_with_logprob
+    scheduler = ddim()
+    t = scheduler.timesteps[8]  # a late step: small sigma, where the rounding of x_{t-1} weighs most
+    g = torch.Generator().manual_seed(3)
+    x, eps, noise = (torch.randn(4, 4, 8, 8, generator=g) for _ in range(3))
+    x, eps = x.to(dtype), eps.to(dtype)
+    prev, log_prob = step(scheduler, eps, t, x, eta=1.0, noise=noise)
+    assert prev.dtype == dtype
+    _, again = step(scheduler, eps, t, x, eta=1.0, prev_sample=prev)
+    assert torch.equal(again, log_prob)
+    mean = scheduler.step(eps.float(), t, x.float(), eta=1.0, variance_noise=torch.zeros_like(noise)).prev_sample
+    std = scheduler._get_variance(t, t - 1000 // 10).sqrt()
+    density = torch.distributions.Normal(mean, std).log_prob(prev.float()).mean(dim=(1, 2, 3))
+    torch.testing.assert_close(log_prob, density, rtol=1e-5, atol=1e-5)
+    unrounded = torch.distributions.Normal(mean, std).log_prob(mean + std * noise).mean(dim=(1, 2, 3))
+    assert (unrounded - density).abs().max() > 1e-4  # what the old bookkeeping got wrong, at this step
+
+
 def test_stat_tracker_falls_back_to_batch_statistics_below_min_count():
     tracker = recipe_module("stat_tracking").PerPromptStatTracker(buffer_size=4, min_count=3)
     prompts, rewards_1 = ["a", "a", "b"], [1.0, 3.0, 5.0]
