@@ -35,6 +35,7 @@ from replaykit.harness.trainer import (
     run_training,
     training_arguments,
 )
+from replaykit.tasks.common.pair_steps import PairStepMixin, drop_padding_mask
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -51,6 +52,18 @@ class DPOKnobs(TrainerKnobs):
     quantization: Literal["nf4"] | None = knob("nf4: 4-bit base weights (bitsandbytes, GPU only); null: none")
     max_length: int = knob("tokens per sequence, prompt + response", minimum=1)
     warmup_ratio: float = knob("share of max_steps with a linear learning-rate warm-up", minimum=0, maximum=1)
+    causal_padding: bool = knob("right-padded rows go in without an attention mask (drop_padding_mask): the same "
+                                "log-probabilities, and sdpa keeps its fused causal kernel", default=False)
+    micro_batch_tokens: int | None = knob(
+        "null: the Trainer's micro-batches of per_device_train_batch_size pairs. A number: each optimizer step's "
+        "per_device_train_batch_size x gradient_accumulation_steps pairs (the same pairs, the same loss: their mean) "
+        "run as length-grouped micro-batches of at most this many padded tokens (2 x pairs x longest sequence)",
+        minimum=1, default=None)
+
+
+class RecipeDPOTrainer(PairStepMixin, DPOTrainer):
+    """TRL's ``DPOTrainer``; with ``micro_batch_tokens`` set, each optimizer step's pairs run as
+    length-grouped micro-batches with the same loss (``replaykit.tasks.common.pair_steps``)."""
 
 
 def main() -> int:
@@ -72,6 +85,8 @@ def main() -> int:
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
             bnb_4bit_use_double_quant=False)
     model = AutoModelForCausalLM.from_pretrained(request["fixed_start"], **model_kwargs)
+    if recipe.causal_padding:
+        drop_padding_mask(model)
 
     rows = [json.loads(line) for line in (Path(request["public_dir"]) / "train_prefs.jsonl").read_text().splitlines()
             if line.strip()]
@@ -85,8 +100,8 @@ def main() -> int:
                      warmup_steps=math.ceil(recipe.warmup_ratio * max_steps), **training_arguments(recipe, request))
     callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
                               log_keys={"reward_margin": "rewards/margins", "reward_acc": "rewards/accuracies"})
-    trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=peft_config, callbacks=[callback])
+    trainer = RecipeDPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                               peft_config=peft_config, callbacks=[callback], micro_batch_tokens=recipe.micro_batch_tokens)
     return run_training(trainer, callback, request)
 
 
