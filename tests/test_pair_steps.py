@@ -251,3 +251,46 @@ def test_rm_recipe_grouped_in_float32_matches_its_plain_run(tiny_mistral, tmp_pa
     assert change > 1e-4
     worst = max((c[k] - a[k]).abs().max().item() for k in a)
     assert worst <= 1e-4 * change, worst
+
+
+def test_bfloat16_lora_weights_round_the_full_profile_updates_away(tiny_mistral, tmp_path):
+    """``lora_dtype: bfloat16`` (dpo) is a recipe change, not a speed-up: one AdamW step at the
+    full profile's learning rate (5e-6; Adam's first step moves each weight by the learning
+    rate) on LoRA A weights as PEFT draws them (uniform in ±1/sqrt(fan_in), fan_in 4,096:
+    ±1/64) moves every float32 weight and leaves the bfloat16 ones with |w| > 2^-9 (7/8 of
+    them) where they were: there bfloat16's half-step (>= 2^-17 = 7.6e-6) exceeds the update."""
+    from replaykit.harness.session import load_config
+
+    dpo = recipe_train("dpo")
+    lr = load_config(dpo.DPOKnobs, dpo.HERE / "configs", "full", {}).learning_rate
+    assert lr == 5e-6
+    g = torch.Generator().manual_seed(0)
+    start = (torch.rand(64, 4096, generator=g) * 2 - 1) / 64
+    grad = torch.randn(64, 4096, generator=g)
+    moved = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        w = torch.nn.Parameter(start.to(dtype, copy=True))
+        w.grad = grad.to(dtype)
+        torch.optim.AdamW([w], lr=lr, weight_decay=0.0).step()
+        moved[dtype] = w.detach() != start.to(dtype)
+    assert moved[torch.float32].all()
+    large = start.to(torch.bfloat16).float().abs() > 2**-9  # above the binade edge: steps of 2^-16
+    assert not moved[torch.bfloat16][large].any()
+    assert 0.85 < large.float().mean() < 0.9
+    # the knob casts the trainable weights only
+    rows = varied_pairs(4)
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig
+
+    trainer = dpo.RecipeDPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_mistral, dtype=torch.float32),
+        args=DPOConfig(output_dir=str(tmp_path), max_steps=1, report_to="none", use_cpu=True),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoTokenizer.from_pretrained(tiny_mistral),
+        peft_config=LoraConfig(r=4, lora_alpha=4, target_modules=["q_proj"], task_type="CAUSAL_LM"),
+        lora_dtype="bfloat16",
+    )
+    dtypes = {(p.requires_grad, p.dtype) for p in trainer.model.parameters()}
+    assert dtypes == {(True, torch.bfloat16), (False, torch.float32)}
