@@ -176,7 +176,7 @@ def timed(trainer_class, timing: Timing):
 def run(a) -> dict:
     import torch
 
-    overrides = {**json.loads(a.overrides), "max_steps": a.steps, "save_steps": a.steps}
+    overrides = {**json.loads(a.overrides), **json.loads(a.extra), "max_steps": a.steps, "save_steps": a.steps}
     state = Path(a.work) / a.label
     (state / "state").mkdir(parents=True, exist_ok=True)
     request = {
@@ -226,6 +226,7 @@ def main() -> None:
     r.add_argument("--task", choices=("rm", "dpo"), required=True)
     r.add_argument("--profile", default="full")
     r.add_argument("--overrides", default="{}", help="JSON: recipe knobs over the profile")
+    r.add_argument("--extra", default="{}", help="JSON: more knobs, not shown in the row (a CPU check's dtype, optim)")
     r.add_argument("--steps", type=int, default=3)
     r.add_argument("--label", required=True)
     r.add_argument("--work", default="/tmp/recipe-steps", help="state and publish folders")

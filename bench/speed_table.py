@@ -1,0 +1,110 @@
+"""The compact table of ``bench/device_speed.sh``: reads the JSON files its sections wrote in a
+folder (``rows.json`` of ``bench/recipe_steps.py``, ``sdpa.json``, ``ddpo-ratio*.json``,
+``digress.json``, ``soup.json``) and prints Markdown.
+
+Recipe steps: ``s/step`` is the median, over steps 2 and later, of the time from one optimizer
+step's end to the next (the step's data, forward/backward, optimizer and logging); step 1
+(warm-up) is shown apart. For a plain run with micro-batches (``micro_batch_s``), also 64 x the
+median micro-batch after the first 8 of step 1, a check on a 2-step run.
+
+    python bench/speed_table.py /tmp/speed-work
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def recipe_rows(rows: list[dict]) -> list[str]:
+    out = [
+        "| recipe variant | overrides | s/step (steps 2+) | step 1 s | micro-batches | real tokens/step "
+        "| model TFLOP/s | peak GiB | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    by_label = {}
+    for r in rows:
+        steps = r.get("steps", [])
+        later = [s["cycle_s"] for s in steps[1:] if s.get("cycle_s")]
+        steady = statistics.median(later) if later else None
+        by_label[r["label"]] = steady
+        note = r.get("error", "") or ""
+        if steps and len(steps[0].get("micro_batch_s", [])) > 16:
+            micro = steps[0]["micro_batch_s"][8:]
+            note += f"step 1's micro-batches 9+: {statistics.median(micro):.3f} s each"
+        tflops = statistics.median(s["tflops"] for s in steps[1:]) if len(steps) > 1 else None
+        out.append(
+            f"| {r['task']} {r['label']} ({r['profile']}) | `{json.dumps(r['overrides'])}` "
+            f"| {'-' if steady is None else f'**{steady:.2f}**'} | {steps[0]['seconds']:.1f} "
+            if steps
+            else f"| {r['task']} {r['label']} ({r['profile']}) | `{json.dumps(r['overrides'])}` | - | - "
+        )
+        out[-1] += (
+            f"| {steps[-1]['micro_batches'] if steps else '-'} | {steps[-1]['real_tokens'] if steps else '-'} "
+            f"| {'-' if tflops is None else f'{tflops:.0f}'} | {r.get('peak_gib', 0):.1f} | {note} |"
+        )
+    pairs = [("rm-plain", "rm-grouped"), ("rm-plain", "rm-grouped-nogc"), ("dpo-nf4-plain", "dpo-nf4")]
+    pairs += [("dpo-bf16-plain", "dpo-bf16"), ("dpo-bf16", "dpo-bf16-lora-bf16")]
+    for before, after in pairs:
+        if by_label.get(before) and by_label.get(after):
+            out.append(f"\n{after} against {before}: {by_label[before] / by_label[after]:.2f}x")
+    return out
+
+
+def main() -> None:
+    work = Path(sys.argv[1])
+    lines = []
+    rows = work / "rows.json"
+    if rows.exists():
+        lines += recipe_rows(json.loads(rows.read_text()))
+    sdpa = work / "sdpa.json"
+    if sdpa.exists():
+        s = json.loads(sdpa.read_text())
+        lines.append(
+            f"\nsdpa (torch {s['torch']}): causal without mask -> {s['backend_causal_no_mask']}, with a padding mask "
+            f"-> {s['backend_with_mask']}; {s['calls']} forward+backward at new lengths {s['new_lengths_s']:.3f} s, "
+            f"at one length seen before {s['same_length_s']:.3f} s"
+        )
+    for path in sorted(work.glob("ddpo-ratio*.json")):
+        d = json.loads(path.read_text())
+        lines.append(f"\nddpo ratio before an update ({path.stem}: {d['dtype']}, {d['steps']} steps)\n")
+        lines.append("| path | log-probs compared | max abs diff | mean | above clip 1e-4 | exactly 0 | sampling s |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in d["rows"]:
+            for name in ("recipe", "unrounded"):
+                m = r[name]
+                lines.append(
+                    f"| {r['path']} | {name} | {m['max']:.2e} | {m['mean']:.2e} | {m['above_clip']:.1%} "
+                    f"| {m['exact']:.1%} | {r['sample_s']:.1f} |"
+                )
+    digress = work / "digress.json"
+    if digress.exists():
+        lines.append("\ndigress, `cuda_graph` + `compile` (full profile)\n")
+        lines.append("| compile_scope | epoch 1 s (compiling) | later epochs s | compiling ≈ s | rc |")
+        lines.append("|---|---|---|---|---|")
+        for r in json.loads(digress.read_text()):
+            e = r["epoch_s"]
+            lines.append(
+                f"| {r['compile_scope']} | {e[0]:.1f} | {', '.join(f'{x:.2f}' for x in e[1:])} "
+                f"| {r['compile_s'] or 0:.0f} | {r['returncode']} |"
+                if e
+                else f"| {r['compile_scope']} | - | - | - | {r['returncode']} |"
+            )
+    soup = work / "soup.json"
+    if soup.exists():
+        d = json.loads(soup.read_text())
+        lines.append(f"\nsoup candidate ({d['n_ingredients']} ingredients, {d['n_proxy']} images)\n")
+        lines.append("| variant | s/candidate | weighted sum s | predictions changed |")
+        lines.append("|---|---|---|---|")
+        for r in d["rows"]:
+            lines.append(
+                f"| {r['variant']} | {r['s_per_candidate']:.4f} | {r['weighted_sum_s']:.4f} "
+                f"| {r['predictions_changed']} of {r['predictions']} |"
+            )
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
