@@ -16,8 +16,8 @@ are other draws of the same distribution.
 
 Why (``bench/results-2026-12-01-speed.md``): at one pair per micro-batch, the rm full
 profile's step is bound by launching kernels, not by the GPU -- a forward, recompute and
-backward of Mistral-7B with a LoRA on its 7 projections dispatches ≈ 24,000 operators whatever
-the pair's length, and a step of 64 pairs is 64 of them.
+backward of Mistral-7B with a LoRA on its 7 projections dispatches ≈ 22,000 operators whatever
+the pair's length (``bench/rm_ops.py``), and a step of 64 pairs is 64 of them.
 
 TRL's collators put the chosen rows first, then the rejected ones, right-padded
 (``DataCollatorForPreference`` of both ``RewardTrainer`` and ``DPOTrainer``); :func:`take`
