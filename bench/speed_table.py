@@ -4,8 +4,8 @@ folder (``rows.json`` of ``bench/recipe_steps.py``, ``sdpa.json``, ``ddpo-ratio*
 
 Recipe steps: ``s/step`` is the median, over steps 2 and later, of the time from one optimizer
 step's end to the next (the step's data, forward/backward, optimizer and logging); step 1
-(warm-up) is shown apart. For a plain run with micro-batches (``micro_batch_s``), also 64 x the
-median micro-batch after the first 8 of step 1, a check on a 2-step run.
+(warm-up) is shown apart. A one-step run of many micro-batches (rm's plain path: 64) gets its
+micro-batch count x the median micro-batch after the first 8 instead.
 
     python bench/speed_table.py /tmp/speed-work
 """
@@ -18,33 +18,48 @@ import sys
 from pathlib import Path
 
 
+def steady_seconds(steps: list[dict]) -> tuple[float | None, str]:
+    """(seconds per step, how): the median end-to-end time of steps 2 and later; for a one-step
+    run of many micro-batches, their count x the median micro-batch after the first 8."""
+    later = [s["cycle_s"] for s in steps[1:] if s.get("cycle_s")]
+    if later:
+        return statistics.median(later), f"median of steps 2-{len(steps)}"
+    micro = steps[0].get("micro_batch_s", []) if steps else []
+    if len(micro) > 16:
+        return len(micro) * statistics.median(micro[8:]), f"{len(micro)} x its median micro-batch (9+)"
+    return None, ""
+
+
 def recipe_rows(rows: list[dict]) -> list[str]:
     out = [
-        "| recipe variant | overrides | s/step (steps 2+) | step 1 s | micro-batches | real tokens/step "
-        "| model TFLOP/s | peak GiB | note |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| recipe variant | overrides | s/step | how | step 1 s | micro-batches | real tokens/step "
+        "| model TFLOP/s | peak GiB | error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_label = {}
     for r in rows:
         steps = r.get("steps", [])
-        later = [s["cycle_s"] for s in steps[1:] if s.get("cycle_s")]
-        steady = statistics.median(later) if later else None
+        steady, how = steady_seconds(steps)
         by_label[r["label"]] = steady
-        note = r.get("error", "") or ""
-        if steps and len(steps[0].get("micro_batch_s", [])) > 16:
-            micro = steps[0]["micro_batch_s"][8:]
-            note += f"step 1's micro-batches 9+: {statistics.median(micro):.3f} s each"
-        tflops = statistics.median(s["tflops"] for s in steps[1:]) if len(steps) > 1 else None
-        out.append(
-            f"| {r['task']} {r['label']} ({r['profile']}) | `{json.dumps(r['overrides'])}` "
-            f"| {'-' if steady is None else f'**{steady:.2f}**'} | {steps[0]['seconds']:.1f} "
-            if steps
-            else f"| {r['task']} {r['label']} ({r['profile']}) | `{json.dumps(r['overrides'])}` | - | - "
+        last = steps[-1] if steps else {}
+        tflops = (
+            statistics.median(s["tflops"] for s in steps[1:])
+            if len(steps) > 1
+            else (last.get("tflops") if steps else None)
         )
-        out[-1] += (
-            f"| {steps[-1]['micro_batches'] if steps else '-'} | {steps[-1]['real_tokens'] if steps else '-'} "
-            f"| {'-' if tflops is None else f'{tflops:.0f}'} | {r.get('peak_gib', 0):.1f} | {note} |"
-        )
+        cells = [
+            f"{r['task']} {r['label']} ({r['profile']})",
+            f"`{json.dumps(r['overrides'])}`",
+            "-" if steady is None else f"**{steady:.2f}**",
+            how,
+            f"{steps[0]['seconds']:.1f}" if steps else "-",
+            str(last.get("micro_batches", "-")),
+            f"{last['real_tokens']:,}" if steps else "-",
+            "-" if tflops is None else f"{tflops:.0f}",
+            f"{r.get('peak_gib', 0):.1f}",
+            r.get("error", ""),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
     pairs = [("rm-plain", "rm-grouped"), ("rm-plain", "rm-grouped-nogc"), ("dpo-nf4-plain", "dpo-nf4")]
     pairs += [("dpo-bf16-plain", "dpo-bf16"), ("dpo-bf16", "dpo-bf16-lora-bf16")]
     for before, after in pairs:
