@@ -23,7 +23,6 @@ import json
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -36,7 +35,7 @@ def main() -> None:
     from safetensors.torch import load_file
     from transformers import TrainerCallback
 
-    from conftest import make_tiny_model, recipe_train
+    from conftest import make_tiny_model, recipe_train, write_request
 
     scratch = Path(tempfile.mkdtemp(prefix="rm-dropout-"))
     model = make_tiny_model(scratch / "model", "mistral")
@@ -72,13 +71,8 @@ def main() -> None:
 
         train.RecipeRewardTrainer = Trainer
         state = scratch / name
-        (state / "state").mkdir(parents=True)
-        request = {"fixed_start": str(model), "public_dir": str(public), "publish_dir": str(state / "publish"),
-                   "state_dir": str(state / "state"), "seed": 42, "deadline_unix": time.time() + 900,
-                   "export_reserve_s": 60, "profile": "embedded", "overrides": {**common, **overrides}, "threads": 1,
-                   "keep": 3, "resume": False}  # fmt: skip
-        (state / "request.json").write_text(json.dumps(request))
-        sys.argv = ["train.py", "--request", str(state / "request.json")]
+        request = write_request(state, model, public, {**common, **overrides})
+        sys.argv = ["train.py", "--request", str(request)]
         assert train.main() == 0
         return load_file(str(state / "publish/checkpoint-4/adapter_model.safetensors"))
 

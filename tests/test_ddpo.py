@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, copy_workflow, snakemake, write_config
+from conftest import ROOT, copy_workflow, snakemake, write_config, write_request
 from replaykit.tasks import ddpo
 from replaykit.tasks.ddpo import evaluator, loader, lora, pipeline, rewards
 
@@ -454,28 +454,11 @@ TINY_RECIPE = {
 
 def run_recipe(fixed_start, assets, state: Path, overrides: dict, resume: bool = False, reward=None) -> int:
     """``train.main()`` in this process on a request like the replay driver's."""
-    import time
-
     train = recipe_module("train")
     root, _ = assets
-    request = {
-        "fixed_start": str(fixed_start),
-        "public_dir": str(root / "public"),
-        "publish_dir": str(state / "publish"),
-        "state_dir": str(state / "state"),
-        "seed": 42,
-        "deadline_unix": time.time() + 600,
-        "export_reserve_s": 60,
-        "profile": "embedded",
-        "overrides": {**TINY_RECIPE, **overrides},
-        "threads": 1,
-        "keep": 3,
-        "resume": resume,
-    }
-    (state / "state").mkdir(parents=True, exist_ok=True)
-    (state / "request.json").write_text(json.dumps(request))
+    request = write_request(state, fixed_start, root / "public", {**TINY_RECIPE, **overrides}, resume=resume)
     argv, original = sys.argv, train.reward_fn
-    sys.argv = ["train.py", "--request", str(state / "request.json")]
+    sys.argv = ["train.py", "--request", str(request)]
     if reward is not None:
         train.reward_fn = lambda scoring, device: reward
     try:
@@ -655,27 +638,11 @@ def run_recipe_process(fixed_start, assets, state: Path, env: dict | None = None
     """``train.py`` as the replay driver starts it (own process, so a fault may end it)."""
     import os
     import subprocess
-    import time
 
     root, _ = assets
-    request = {
-        "fixed_start": str(fixed_start),
-        "public_dir": str(root / "public"),
-        "publish_dir": str(state / "publish"),
-        "state_dir": str(state / "state"),
-        "seed": 42,
-        "deadline_unix": time.time() + 600,
-        "export_reserve_s": 60,
-        "profile": "embedded",
-        "overrides": TINY_RECIPE,
-        "threads": 1,
-        "keep": 3,
-        "resume": (state / "state").exists(),
-    }
-    (state / "state").mkdir(parents=True, exist_ok=True)
-    (state / "request.json").write_text(json.dumps(request))
+    request = write_request(state, fixed_start, root / "public", TINY_RECIPE, resume=(state / "state").exists())
     full = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", **(env or {}))
-    cmd = [sys.executable, "train.py", "--request", str(state / "request.json")]
+    cmd = [sys.executable, "train.py", "--request", str(request)]
     return subprocess.run(cmd, cwd=RECIPE, env=full, capture_output=True, text=True, timeout=600)
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import random
 import sys
-import time
 
 import pytest
 import torch
 
-from conftest import make_tiny_model, recipe_train
+from conftest import make_tiny_model, recipe_train, write_request
 from replaykit.tasks.common.pair_steps import length_groups, take
 
 
@@ -184,33 +183,12 @@ def test_grouped_step_gives_the_plain_loss_and_gradients_in_float64(task, tiny_m
         assert b[key] == pytest.approx(a[key], rel=1e-9, abs=0 if task == "rm" else 2e-6)
 
 
-def rm_request(tmp_path, fixed_start, public: str, overrides: dict, name: str) -> str:
-    state = tmp_path / name
-    (state / "state").mkdir(parents=True)
-    request = {
-        "fixed_start": str(fixed_start),
-        "public_dir": public,
-        "publish_dir": str(state / "publish"),
-        "state_dir": str(state / "state"),
-        "seed": 42,
-        "deadline_unix": time.time() + 600,
-        "export_reserve_s": 60,
-        "profile": "embedded",
-        "overrides": overrides,
-        "threads": 1,
-        "keep": 3,
-        "resume": False,
-    }
-    (state / "request.json").write_text(json.dumps(request))
-    return str(state / "request.json")
-
-
-def run_rm_recipe(request: str) -> dict[str, torch.Tensor]:
+def run_rm_recipe(request) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     train = recipe_train("rm")
     argv = sys.argv
-    sys.argv = ["train.py", "--request", request]
+    sys.argv = ["train.py", "--request", str(request)]
     try:
         assert train.main() == 0
     finally:
@@ -240,10 +218,10 @@ def test_rm_recipe_grouped_in_float32_matches_its_plain_run(tiny_mistral, tmp_pa
             "modules_to_save": ["score"],
         },
     }
-    a = run_rm_recipe(rm_request(tmp_path, tiny_mistral, str(public), common, "plain-a"))
-    b = run_rm_recipe(rm_request(tmp_path, tiny_mistral, str(public), common, "plain-b"))
+    a = run_rm_recipe(write_request(tmp_path / "plain-a", tiny_mistral, public, common))
+    b = run_rm_recipe(write_request(tmp_path / "plain-b", tiny_mistral, public, common))
     grouped = {**common, "micro_batch_tokens": 64, "causal_padding": True}
-    c = run_rm_recipe(rm_request(tmp_path, tiny_mistral, str(public), grouped, "grouped"))
+    c = run_rm_recipe(write_request(tmp_path / "grouped", tiny_mistral, public, grouped))
     assert a.keys() == b.keys() == c.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     start = {k: v for k, v in a.items() if "lora_B" in k}  # lora_B starts at 0: its value is its change
