@@ -58,8 +58,8 @@ def main() -> int:
             + (f" s -> compiling ≈ {row['compile_s']:.0f} s, then {later:.2f} s/epoch" if later else " s"),
             flush=True,
         )
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+        if a.json:  # after each scope: a later one cut by the call's time limit keeps the earlier rows
+            Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0 if all(r["returncode"] == 0 for r in rows) else 1
 
 
