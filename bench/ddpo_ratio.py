@@ -114,7 +114,7 @@ def main() -> None:
     from diffusers import DDIMScheduler
     from peft import LoraConfig
 
-    from replaykit.harness.session import load_config
+    from replaykit.runtime import load_config
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = getattr(torch, a.dtype or ("float16" if device == "cuda" else "bfloat16"))

@@ -137,7 +137,7 @@ def sd15(args) -> list[dict]:
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
     from peft import LoraConfig
 
-    from replaykit.harness.session import load_config
+    from replaykit.runtime import load_config
 
     full = load_config(train.DDPOConfig, ROOT / "recipes" / "ddpo" / "configs", "full", {})
 
@@ -249,7 +249,7 @@ def embedded(args) -> list[dict]:
     from peft import LoraConfig
     from stat_tracking import PerPromptStatTracker
 
-    from replaykit.harness.session import load_config
+    from replaykit.runtime import load_config
     from replaykit.tasks.ddpo.pipeline import Pipeline
     from replaykit.tasks.ddpo.pipeline import prompts as digit_prompts
     from replaykit.tasks.ddpo.rewards import jpeg_compressibility

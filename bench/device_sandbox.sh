@@ -91,12 +91,13 @@ for name in ("torch", "torch_geometric", "numpy", "safetensors", "yaml"):
 import torch
 print("cuda outside the sandbox:", torch.cuda.is_available(), torch.version.cuda)
 EOF
-# Library folders outside what python_roots() shows (e.g. a user site under $HOME, which the
-# sandbox hides): shown read-only with --show, and named here, since that is a finding.
+# Library folders outside the Python environment the sandbox shows (python_paths(); e.g. a user
+# site under $HOME, which the sandbox replaces by an empty folder): shown read-only with the
+# config's sandbox_show, and named here, since that is a finding.
 mapfile -t EXTRA < <("$PY" - <<'EOF'
 import importlib, os, sys
-from replaykit.harness.sandbox import python_roots
-roots = [str(r) for r in python_roots()]
+from replaykit.harness.sandbox import python_paths
+roots = [str(r) for r in python_paths()]
 seen = set()
 for name in ("torch", "torch_geometric", "numpy", "safetensors", "yaml"):
     try:
@@ -108,8 +109,9 @@ for name in ("torch", "torch_geometric", "numpy", "safetensors", "yaml"):
         print(path)
 EOF
 )
-echo "python_roots: $("$PY" -c 'from replaykit.harness.sandbox import python_roots; print(*python_roots())')"
-echo "library folders outside python_roots (shown with --show): ${EXTRA[*]:-none}"
+echo "python_paths: $("$PY" -c 'from replaykit.harness.sandbox import python_paths; print(*python_paths())')"
+echo "library folders outside python_paths (shown with sandbox_show): ${EXTRA[*]:-none}"
+SANDBOX=$("$PY" -c 'import json, sys; print(json.dumps({"isolation": "bwrap", "sandbox_show": sys.argv[1:], "sandbox_hide": []}))' "${EXTRA[@]}")
 
 echo "== workspace"
 rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR"
@@ -117,12 +119,12 @@ WS=$RUN_DIR/workspace
 "$PY" -m replaykit workspace --recipe recipes/digress --out "$WS" --record "$WS.json"
 echo "workspace rc=$?"
 
-echo "== probe through replaykit.harness.sandbox.wrap (same views as the replay)"
+echo "== probe in the replay's isolation plan (replaykit.isolation.plan, as the replay's)"
 mkdir -p "$RUN_DIR/replay" "$RUN_DIR/replay-state"
 "$PY" - "$WS" "$ASSETS/public" "$RUN_DIR" "$STUB" "${EXTRA[@]}" <<'EOF'
 import os, subprocess, sys, time
 from pathlib import Path
-from replaykit.harness.sandbox import python_roots, wrap
+from replaykit.isolation import RunPaths, Settings, plan
 ws, public, run, stub, *extra = sys.argv[1:]
 probe = r'''
 import os, socket, sys, time
@@ -143,23 +145,23 @@ print("inside: fixed-start stub visible", os.path.exists(sys.argv[2]) and bool(o
 print("inside: home listing", os.listdir(os.path.expanduser("~")))
 print(f"inside: torch import + probe {time.time() - t0:.1f} s")
 '''
-argv = wrap([sys.executable, "-c", probe, os.getcwd(), stub], "bwrap", chdir=ws, hide=[Path.cwd()],
-            read_only=[*python_roots(), ws, public, *extra], writable=[f"{run}/replay", f"{run}/replay-state"])
+paths = RunPaths(Path(stub), Path(public), read_only=(Path(ws),), writable=(Path(f"{run}/replay"), Path(f"{run}/replay-state")))
+sandbox = plan("digress", {}, Settings("bwrap", show=tuple(extra)), paths)
+print("plan:", sandbox.describe())
+argv = sandbox.argv([sys.executable, "-c", probe, os.getcwd(), stub], chdir=ws)
 print("argv:", " ".join(a if "\n" not in a else "<probe>" for a in argv))
 t = time.time()
-rc = subprocess.run(argv, cwd=ws).returncode
+rc = subprocess.run(argv, cwd=ws, env=sandbox.environment(os.environ)).returncode
 print(f"probe rc={rc} in {time.time() - t:.1f} s")
 EOF
 
 echo "== replay (isolation bwrap, fixed start hidden)"
-SHOW=()
-[ ${#EXTRA[@]} -gt 0 ] && SHOW=(--show "${EXTRA[@]}")
 SECONDS=0
 "$PY" -m replaykit replay --task digress --run shipped-seed42 --workspace "$WS" --workspace-record "$WS.json" \
     --manifest "$ASSETS/manifest.json" --fixed-start "$STUB" --public "$ASSETS/public" \
     --publish-dir "$RUN_DIR/replay" --state-dir "$RUN_DIR/replay-state" --record "$RUN_DIR/replay/record.json" \
     --budget "$BUDGET" --profile embedded --overrides "$OVERRIDES" --seed 42 --threads 2 \
-    --isolation bwrap --hide "$REPO" "${SHOW[@]}" --hide-fixed-start
+    --data '{}' --sandbox "$SANDBOX"
 rc=$?
 echo "replay rc=$rc in $SECONDS s (driver wall clock)"
 

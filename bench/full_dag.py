@@ -231,8 +231,8 @@ def qm9_slim(out: Path) -> Path:
     import tempfile
     import zipfile
 
+    from replaykit.harness.fixed_start import fetch_wheel
     from replaykit.harness.hashing import sha256_file
-    from replaykit.models import fetch_wheel
     from replaykit.tasks.digress.qm9 import PARTS
 
     spec = yaml.safe_load((ROOT / "config/config.yaml").read_text())["models"]["qm9pack"]

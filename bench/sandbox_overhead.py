@@ -1,15 +1,15 @@
-"""Per-job overhead of the replay sandbox (issue 14): ``python -c pass`` started directly,
-the same command through :func:`replaykit.harness.sandbox.wrap` (bubblewrap), and
-``bwrap --version`` alone, N launches each, interleaved in one run so that load from other
-users of the machine falls on all three alike.
+"""Per-job overhead of the replay sandbox (issues 14, 27): ``python -c pass`` started directly,
+the same command in the replay's allow-list sandbox (bubblewrap), and ``bwrap --version``
+alone, N launches each, interleaved in one run so that load from other users of the machine
+falls on all three alike.
 
 The sandboxed launch uses the layout of a real replay: a fake working directory (with
-``results/``, ``logs/``, a config) hidden; inside it the workspace and the public split
-shown read-only, the publish and state directories writable; the Python environment and the
-frozen package shown read-only (:func:`python_roots`); chdir into the workspace. Its time
-includes building the argv with ``wrap`` (which runs bubblewrap's start-up probe,
-``check_available``, each call, as ``run_replay`` does), and is also given without that
-(the prebuilt argv only).
+``results/``, ``logs/``, a config) as the working directory; the soup task's isolation plan
+(:func:`replaykit.isolation.plan`: the system, the Python environment, the frozen package, the
+workspace and the public split read-only, the publish and state directories writable,
+scikit-learn's digits masked); chdir into the workspace. Its time includes computing the plan
+and its argv (which runs bubblewrap's start-up probe, ``check_available``, each call, as
+``run_replay`` does), and is also given without that (the prebuilt argv only).
 
 Usage: PYTHONPATH=src python bench/sandbox_overhead.py [--n 30] [--json out.json]
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -27,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from replaykit.harness.sandbox import python_roots, wrap
+from replaykit.isolation import RunPaths, Settings, plan
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -68,17 +69,20 @@ def main() -> int:
         publish, state = workdir / "results/t/run/replay", workdir / "results/t/run/state"
 
         command = [sys.executable, "-c", "pass"]
-        kwargs = dict(
-            chdir=workspace, hide=[workdir], read_only=[*python_roots(), workspace, public], writable=[publish, state]
-        )
+        os.chdir(workdir)
+        run = RunPaths(Path(sys.prefix), public, read_only=(workspace,), writable=(publish, state))
+
+        def wrap(command):  # what the replay CLI and driver compute per job
+            return plan("soup", {}, Settings("bwrap"), run).argv(command, chdir=workspace)
+
         bwrap = shutil.which("bwrap")
-        prebuilt = wrap(command, "bwrap", **kwargs)
+        prebuilt = wrap(command)
 
         def direct():
             subprocess.run(command, check=True, cwd=workspace)
 
-        def sandboxed():  # what run_replay pays: wrap() (with its probe) + the sandboxed launch
-            subprocess.run(wrap(command, "bwrap", **kwargs), check=True, cwd=workspace)
+        def sandboxed():  # what a replay pays: the plan, its argv (with the probe) + the sandboxed launch
+            subprocess.run(wrap(command), check=True, cwd=workspace)
 
         def sandboxed_prebuilt():
             subprocess.run(prebuilt, check=True, cwd=workspace)
@@ -93,16 +97,14 @@ def main() -> int:
                 "-c",
                 f"import os; print(os.path.exists({str(workdir / 'results/t/assets/hidden/final.jsonl')!r}), "
                 f"os.path.exists({str(public / 'train.jsonl')!r}))",
-            ],
-            "bwrap",
-            **kwargs,
+            ]
         )
         seen = subprocess.run(probe, check=True, capture_output=True, text=True, cwd=workspace).stdout.split()
         assert seen == ["False", "True"], f"sandbox view unexpected: hidden visible / public visible = {seen}"
 
         cases = {
             "direct": direct,
-            "wrap+bwrap": sandboxed,
+            "plan+bwrap": sandboxed,
             "bwrap (prebuilt argv)": sandboxed_prebuilt,
             "bwrap --version": version,
         }
@@ -113,6 +115,7 @@ def main() -> int:
             for name, fn in cases.items():
                 times[name].append(timed(fn))
     finally:
+        os.chdir(Path(__file__).resolve().parents[1])
         shutil.rmtree(root, ignore_errors=True)
 
     version_line = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
@@ -127,7 +130,7 @@ def main() -> int:
         for name, xs in times.items()
     }
     overhead = {
-        "wrap+bwrap - direct": {k: stats["wrap+bwrap"][k] - stats["direct"][k] for k in ("median_s", "p90_s")},
+        "plan+bwrap - direct": {k: stats["plan+bwrap"][k] - stats["direct"][k] for k in ("median_s", "p90_s")},
         "prebuilt - direct": {k: stats["bwrap (prebuilt argv)"][k] - stats["direct"][k] for k in ("median_s", "p90_s")},
     }
     doc = {

@@ -1,9 +1,7 @@
 import copy
-import importlib.util
 import json
 import os
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -21,8 +19,7 @@ from replaykit.harness.budget import Budget
 from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
-from replaykit.harness.hashing import HashCache
-from replaykit.harness.verify import CACHE, Finding, check_final, check_run, invalidate
+from replaykit.harness.verify import reverify
 from replaykit.tasks import get_task
 
 SCHEMA_FILE = Path(workflow.basedir) / "config" / "schema.yaml"
@@ -89,6 +86,7 @@ wildcard_constraints:
     task="|".join(sorted(config["tasks"])),
     run=RUN_RE,
     progress=r"\d+",
+    split="final|proxy",
     model=r"[A-Za-z0-9_.-]+",
 
 
@@ -151,35 +149,20 @@ def get_patch(w):
 def frozen_package_files(w=None):
     """Every file of the frozen package (harness, loaders, evaluators) and of the task plug-ins
     registered by entry points: rule frozen_code's input."""
-    from replaykit.harness.frozen import frozen_paths
+    from replaykit.tasks import frozen_code
 
     # braces in a file name are Snakemake wildcards: escaped, they name the file itself
-    return sorted(str(p).replace("{", "{{").replace("}", "}}") for p in frozen_paths())
-
-
-def sandbox_paths(w):
-    """What the replay sandbox hides and shows besides its defaults (see harness/sandbox.py):
-    the final split's local sources hidden, the task's other local data paths shown."""
-    plugin = get_task(w.task)
-    hide = [workflow.basedir, *map(str, workflow.configfiles), *config["sandbox_hide"]]
-    show = []
-    for package, rel in plugin.FINAL_PACKAGE_DATA:
-        spec = importlib.util.find_spec(package)
-        if spec is not None and spec.origin:
-            hide.append(str(Path(spec.origin).parent / rel))
-    for key, value in task_cfg(w)["data"].items():
-        if isinstance(value, str) and value and Path(value).exists():
-            (hide if key in plugin.FINAL_SOURCES else show).append(value)
-    return {"hide": hide, "show": show, "hide_fixed_start": plugin.FIXED_START_IS_DATA}
-
-
-def sandbox_args(w):
-    paths = sandbox_paths(w)
-    quote = lambda items: " ".join(shlex.quote(str(i)) for i in items)
-    return (
-        f"--isolation {config['isolation']} --hide {quote(paths['hide'])} --show {quote(paths['show'])}"
-        + (" --hide-fixed-start" if paths["hide_fixed_start"] else "")
+    return sorted(
+        str(p).replace("{", "{{").replace("}", "}}") for p in frozen_code().paths()
     )
+
+
+def sandbox_settings(w):
+    """The config's isolation keys, as JSON: the replay computes its isolation plan from them,
+    the task's plug-in and data, and its own paths (replaykit.isolation); they are the same
+    whichever config files were given."""
+    keys = ("isolation", "sandbox_show", "sandbox_hide")
+    return json.dumps({k: config[k] for k in keys}, sort_keys=True)
 
 
 def get_budget(w):
@@ -231,112 +214,23 @@ def retained(w):
     return progress
 
 
-# Receipts are checked when the DAG is built, before Snakemake looks at any output of the
-# `official` and `final` jobs: a stale or missing receipt and everything built from it, up
-# to the requested official.json or final/, are removed, so that Snakemake rebuilds them.
-# Snakemake alone would not: it never looks inside a checkpoint, does not notice a deleted
-# output of a `checkpoint` rule, and skips a missing intermediate file whose consumers are
-# up to date. Each run is checked once per invocation (not again when the input functions
-# are re-evaluated after the replay checkpoint, while jobs may be writing).
-_CHECKED = {}
+def per_retained(pattern):
+    """An input function: ``pattern`` (with ``{task}``, ``{run}``, ``{progress}``) for every
+    checkpoint the run's replay retained."""
+
+    def files(w):
+        return expand(pattern, task=w.task, run=w.run, progress=retained(w))
+
+    return files
 
 
-def _runs_of_final(task):
-    cfg = config["tasks"][task]
-    runs = [run_name(cfg["candidate"], seed) for seed in cfg["seeds"]]
-    return list(dict.fromkeys(runs + [run_name("shipped", cfg["seeds"][0])]))
-
-
-def _check_run(task, run):
-    if (task, run) not in _CHECKED:
-        run_dir = Path(f"results/{task}/{run}")
-        cache = HashCache(run_dir / CACHE)
-        _CHECKED[task, run] = check_run(run_dir, cache)
-        cache.save()
-    return _CHECKED[task, run]
-
-
-def _apply(findings):
-    """Print what is not verified and remove what it invalidates (not in a dry run, nor in
-    commands that only build the DAG: --summary, --dag, --report)."""
-    bad = [f for f in findings if f.state != "verified"]
-    for f in bad:
-        print(f"receipts: {f.line()}", file=sys.stderr)
-    if not any(f.invalidates for f in bad):
-        return
-    if workflow.execution_settings is None or workflow.dryrun:
-        paths = ", ".join(dict.fromkeys(p for f in bad for p in f.invalidates))
-        print(
-            f"receipts: not removed (dry run); a real run rebuilds: {paths}",
-            file=sys.stderr,
-        )
-        return
-    for path in invalidate(bad):
-        print(f"receipts: removed {path}; it will be rebuilt", file=sys.stderr)
-
-
-def reverify_official(w):
-    """Input function of `official`: check the run's receipts (returns no files)."""
-    # only in the main process: a job run remotely (SLURM) builds its own DAG for one job
-    if workflow.is_main_process and ("official", w.task, w.run) not in _CHECKED:
-        _CHECKED["official", w.task, w.run] = True
-        _apply(_check_run(w.task, w.run))
-    return []
-
-
-def reverify_final(w):
-    """Input function of `final`: check the receipts of every run it uses and final/ itself
-    against them; a run that must be rebuilt invalidates final/ too (returns no files).
-    """
-    if not workflow.is_main_process or ("final", w.task) in _CHECKED:
-        return []
-    _CHECKED["final", w.task] = True
-    findings, final_dir = [], f"results/{w.task}/final"
-    for run in _runs_of_final(w.task):
-        _CHECKED["official", w.task, run] = True
-        findings += _check_run(w.task, run)
-    if any(f.invalidates for f in findings):
-        if Path(final_dir).exists():
-            findings.append(
-                Finding(
-                    final_dir, "stale", "built from receipts being rebuilt", [final_dir]
-                )
-            )
-    else:
-        officials = [
-            f"results/{w.task}/{run}/official.json" for run in _runs_of_final(w.task)
-        ]
-        verdict = check_final(final_dir, officials)
-        findings += [verdict] if verdict else []
-    _apply(findings)
-    return []
-
-
-def get_markers(w):
-    return expand(
-        "results/{task}/{run}/validation/checkpoint-{progress}.json",
-        task=w.task,
-        run=w.run,
-        progress=retained(w),
-    )
-
-
-def get_final_scores(w):
-    return expand(
-        "results/{task}/{run}/final-scores/checkpoint-{progress}/.complete",
-        task=w.task,
-        run=w.run,
-        progress=retained(w),
-    )
-
-
-def get_proxy_scores(w):
-    return expand(
-        "results/{task}/{run}/proxy-scores/checkpoint-{progress}/.complete",
-        task=w.task,
-        run=w.run,
-        progress=retained(w),
-    )
+get_markers = per_retained("results/{task}/{run}/validation/checkpoint-{progress}.json")
+get_final_scores = per_retained(
+    "results/{task}/{run}/final-scores/checkpoint-{progress}/.complete"
+)
+get_proxy_scores = per_retained(
+    "results/{task}/{run}/proxy-scores/checkpoint-{progress}/.complete"
+)
 
 
 def get_officials(w):
@@ -367,8 +261,14 @@ def get_reference_public(w):
     return []
 
 
-def split_items(w, split):
-    return get_task(w.task).split_file(split)
+def split_items(w, split=None):
+    """The items file of ``split`` (default: the job's ``{split}``), under the assets folder."""
+    return get_task(w.task).split_file(split or w.split)
+
+
+def split_dir(w):
+    """The assets folder a scoring job reads: the final (hidden) split, or the public one."""
+    return f"results/{w.task}/assets/" + ("hidden" if w.split == "final" else "public")
 
 
 def as_json(key):
@@ -431,10 +331,146 @@ def get_exploration_proxy(w):
     """The official run's proxy table when its candidate patch came from an exploration
     (``patches/<task>-<name>.exploration.json`` beside it): the report puts the formal proxy
     beside the exploration's proxy receipts."""
-    from replaykit.harness.explore import sidecar
+    from replaykit.harness.submission import sidecar
 
     cfg = task_cfg(w)
     patch = cfg["candidates"].get(cfg["candidate"])
     if not patch or not sidecar(patch).is_file():
         return []
     return f"results/{w.task}/{run_name(cfg['candidate'], cfg['seeds'][0])}/proxy.json"
+
+
+# Receipts are re-verified once per invocation, here, when the workflow starts and before
+# Snakemake builds the DAG: for the runs and final/ folders the targets need, a stale or
+# missing receipt and everything built from it, up to official.json and final/, are removed
+# (replaykit.harness.verify.reverify), so that Snakemake rebuilds them. Snakemake alone would
+# not: it never looks inside a checkpoint, does not notice a deleted output of a `checkpoint`
+# rule, and skips a missing intermediate file whose consumers are up to date. Snakemake has not
+# parsed its command line into settings yet when it reads the workflow, so the targets and the
+# kind of invocation are read from the command line itself (`command_line`). Dry runs and
+# commands that only build or read the DAG say what is stale and remove nothing; a job run
+# remotely (SLURM) does not check again.
+RECEIPT_SCOPES = (
+    (r"results/(?P<task>[^/]+)/final(/.*)?", "final"),
+    (r"results/(?P<task>[^/]+)/report(\.html|/.*)", "report"),
+    (rf"results/(?P<task>[^/]+)/(?P<run>{RUN_RE})/official\.json", "run"),
+    (rf"results/(?P<task>[^/]+)/(?P<run>{RUN_RE})/figures(/.*)?", "figures"),
+    (r"results/(?P<task>[^/]+)/ablation/(?P<candidate>[^/]+)(/.*)?", "ablation"),
+)
+# options after which Snakemake builds no job (or only reports): the check removes nothing then
+NO_REMOVAL = {
+    "-n",
+    "--dry-run",
+    "--dryrun",
+    "--summary",
+    "-S",
+    "--detailed-summary",
+    "-D",
+    "--dag",
+    "--rulegraph",
+    "--filegraph",
+    "--d3dag",
+    "--report",
+    "--lint",
+    "--unlock",
+    "--cleanup-metadata",
+    "--cm",
+    "--list-rules",
+    "--list",
+    "-l",
+    "--list-target-rules",
+    "--lt",
+    "--list-changes",
+    "--lc",
+    "--touch",
+    "-t",
+    "--containerize",
+    "--print-compilation",
+    "--help",
+    "-h",
+    "--version",
+    "-v",
+}
+
+
+def command_line(argv):
+    """``(targets, remove)`` of Snakemake's command line: the arguments that name a results path
+    (``["all"]``, the default target, when none does), and whether stale receipts may be
+    removed (not in a dry run, a report, a listing, ...)."""
+    named = [
+        a
+        for a in argv
+        if not a.startswith("-") and a.rstrip(os.sep).startswith("results/")
+    ]
+    named += [
+        a
+        for a in argv
+        if not a.startswith("-") and os.path.isabs(a) and "/results/" in a
+    ]
+    short = [a for a in argv if re.fullmatch(r"-[a-zA-Z]+", a)]
+    remove = not (NO_REMOVAL & set(argv)) and not any("n" in a for a in short)
+    return (named or ["all"]), remove
+
+
+def receipt_scope(targets):
+    """The run folders and final/ folders (-> the official.json files they are built from)
+    whose receipts ``targets`` rely on; none for a target that reads no official result.
+    """
+    runs, finals = set(), {}
+
+    def final(task):
+        officials = [
+            f"results/{task}/{run}/official.json" for run in runs_of_final(task)
+        ]
+        finals[f"results/{task}/final"] = officials
+
+    for target in targets:
+        if target == "all":  # the default target: every task's final/ and report.html
+            for task in config["tasks"]:
+                final(task)
+                runs.update(report_ablation_runs(task))
+            continue
+        path = Path(os.path.relpath(os.path.abspath(target))).as_posix()
+        for pattern, kind in RECEIPT_SCOPES:
+            m = re.fullmatch(pattern, path)
+            if not m or m["task"] not in config["tasks"]:
+                continue
+            task = m["task"]
+            if kind in ("final", "report", "figures"):
+                final(task)
+            if kind in ("run", "figures"):
+                runs.add(f"results/{task}/{m['run']}")
+            if kind == "report":
+                runs.update(report_ablation_runs(task))
+            if kind == "ablation":
+                runs.update(ablation_runs(task, m["candidate"]))
+    return sorted(runs), finals
+
+
+def runs_of_final(task):
+    cfg = config["tasks"][task]
+    runs = [run_name(cfg["candidate"], seed) for seed in cfg["seeds"]]
+    return list(dict.fromkeys(runs + [run_name("shipped", cfg["seeds"][0])]))
+
+
+def ablation_runs(task, candidate):
+    seeds = config["tasks"][task]["seeds"]
+    return [
+        f"results/{task}/{run_name(c, s)}"
+        for c in (candidate, "shipped")
+        for s in seeds
+    ]
+
+
+def report_ablation_runs(task):
+    listed = config["tasks"][task].get("ablation", {}).get("report", [])
+    return [run for candidate in listed for run in ablation_runs(task, candidate)]
+
+
+if workflow.is_main_process:
+    _targets, _remove = command_line(sys.argv[1:])
+    reverify(
+        *receipt_scope(_targets),
+        remove=_remove,
+        say=lambda line: print(line, file=sys.stderr),
+    )

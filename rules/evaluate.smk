@@ -41,22 +41,23 @@ rule validate:
         " --record {params.record} --frozen {input.frozen} --out {output.marker} > {log} 2>&1"
 
 
-rule score_final:
-    """Frozen evaluator on the final (hidden) split: summary.json, rows.jsonl, then .complete."""
+rule score:
+    """Frozen evaluator on the final (hidden) split, or on the public proxy split (never mixed
+    with final numbers): summary.json, rows.jsonl, then .complete."""
     input:
         marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
         checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
         fixed_start=get_fixed_start,
-        hidden="results/{task}/assets/hidden",
+        split=split_dir,  # final: results/{task}/assets/hidden; proxy: results/{task}/assets/public
         manifest="results/{task}/assets/manifest.json",
         frozen="results/frozen-code.json",
     output:
-        summary="results/{task}/{run}/final-scores/checkpoint-{progress}/summary.json",
-        receipt="results/{task}/{run}/final-scores/checkpoint-{progress}/.complete",
+        summary="results/{task}/{run}/{split}-scores/checkpoint-{progress}/summary.json",
+        receipt="results/{task}/{run}/{split}-scores/checkpoint-{progress}/.complete",
     log:
-        "logs/{task}/{run}/score-final-{progress}.log",
+        "logs/{task}/{run}/score-{split}-{progress}.log",
     benchmark:
-        "benchmarks/{task}/{run}/score-final-{progress}.tsv"
+        "benchmarks/{task}/{run}/score-{split}-{progress}.tsv"
     conda:
         "../envs/replaykit.yaml"
     threads: lambda w: task_cfg(w)["threads"]
@@ -65,46 +66,14 @@ rule score_final:
         runtime=lambda w, attempt: attempt * task_cfg(w)["evaluation"]["runtime"],
     params:
         cfg=as_json("evaluation"),
-        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'final')}",
+        items_file=lambda w: f"results/{w.task}/assets/{split_items(w)}",
+        out_dir=lambda w, output: str(Path(output.summary).parent),
     shell:
-        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split final --frozen {input.frozen}"
-        " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
-        " --manifest {input.manifest} --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
-        " --out-dir results/{wildcards.task}/{wildcards.run}/final-scores/checkpoint-{wildcards.progress}"
-        " > {log} 2>&1"
-
-
-rule score_proxy:
-    """Frozen evaluator on the public proxy split; never mixed with final numbers."""
-    input:
-        marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
-        checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
-        fixed_start=get_fixed_start,
-        public="results/{task}/assets/public",
-        manifest="results/{task}/assets/manifest.json",
-        frozen="results/frozen-code.json",
-    output:
-        summary="results/{task}/{run}/proxy-scores/checkpoint-{progress}/summary.json",
-        receipt="results/{task}/{run}/proxy-scores/checkpoint-{progress}/.complete",
-    log:
-        "logs/{task}/{run}/score-proxy-{progress}.log",
-    benchmark:
-        "benchmarks/{task}/{run}/score-proxy-{progress}.tsv"
-    conda:
-        "../envs/replaykit.yaml"
-    threads: lambda w: task_cfg(w)["threads"]
-    resources:
-        gpu=1,
-        runtime=lambda w, attempt: attempt * task_cfg(w)["evaluation"]["runtime"],
-    params:
-        cfg=as_json("evaluation"),
-        items_file=lambda w: f"results/{w.task}/assets/{split_items(w, 'proxy')}",
-    shell:
-        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split proxy --frozen {input.frozen}"
-        " --checkpoint {input.checkpoint} --marker {input.marker} --fixed-start {input.fixed_start}"
-        " --manifest {input.manifest} --items {params.items_file} --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
-        " --out-dir results/{wildcards.task}/{wildcards.run}/proxy-scores/checkpoint-{wildcards.progress}"
-        " > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} python -m replaykit score --task {wildcards.task} --split {wildcards.split}"
+        " --frozen {input.frozen} --checkpoint {input.checkpoint} --marker {input.marker}"
+        " --fixed-start {input.fixed_start} --manifest {input.manifest} --items {params.items_file}"
+        " --cfg {params.cfg:q} --workspace results/{wildcards.task}/{wildcards.run}/workspace"
+        " --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule reference_fixed_start:

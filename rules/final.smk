@@ -1,7 +1,6 @@
 rule official:
     """Best valid final result among the run's retained checkpoints."""
     input:
-        verified=reverify_official,  # always []: checks the receipts first (rules/common.smk)
         record="results/{task}/{run}/replay/record.json",
         markers=get_markers,
         scores=get_final_scores,
@@ -39,7 +38,6 @@ rule proxy:
 rule final:
     """The task's official result next to its references, with report.md and .complete."""
     input:
-        verified=reverify_final,  # always []: checks the receipts first (rules/common.smk)
         officials=get_officials,
         shipped=get_shipped_official,
         fixed_start=get_fixed_start_reference,

@@ -48,7 +48,8 @@ checkpoint replay:
         seed=lambda w: parse_run(w.run)[1],
         publish_dir=replay_dir,
         state_dir=lambda w: f"results/{w.task}/{w.run}/replay-state",
-        sandbox=sandbox_args,
+        data=as_json("data"),
+        sandbox=sandbox_settings,
     shell:
         "export REPLAYKIT_PROGRESS_FD=3 REPLAYKIT_LOG={log:q}; exec 3>&2;"
         " exec python -m replaykit replay --task {wildcards.task} --run {wildcards.run}"
@@ -56,4 +57,5 @@ checkpoint replay:
         " --manifest {input.manifest} --fixed-start {input.fixed_start} --public {input.public}"
         " --publish-dir {params.publish_dir} --state-dir {params.state_dir} --record {output.record}"
         " --budget {params.budget:q} --profile {params.profile} --overrides {params.overrides:q}"
-        " --seed {params.seed} --threads {threads} {params.sandbox} > {log} 2>&1"
+        " --seed {params.seed} --threads {threads} --data {params.data:q} --sandbox {params.sandbox:q}"
+        " > {log} 2>&1"

@@ -1,19 +1,48 @@
-"""Shared fixtures: a tiny random Llama with a locally trained tokenizer, and a copy of the
-workflow to run Snakemake in (so tests never touch the repository's results/)."""
+"""Shared fixtures: a tiny random Llama with a locally trained tokenizer, a copy of the
+workflow to run Snakemake in (so tests never touch the repository's results/), and tiny runs
+built once per test session.
+
+How a test gets a built tiny run (docs/testing.md, "Tiny runs built once"):
+
+* **It only reads the run** (files, receipts, a dry run, ``--summary``, ``--report`` to a path
+  outside the run): take the shared tree, e.g. the ``dpo_run`` fixture, and change nothing in
+  it. Every test of the session, on every pytest-xdist worker, sees the same folder; a test
+  that changes it is reported when the session ends (``shared_runs_unchanged``).
+* **It changes or breaks a run** (deletes a receipt, flips a byte, runs more jobs there):
+  ``copy_run(dpo_run, tmp_path / "w")`` and work in the copy. The copy keeps every file's
+  mtime but not ``.snakemake/`` (whose records hold the original folder's path in the replay
+  rule's sandbox parameters), so Snakemake finds the copy up to date, from file times.
+* **Its meaning is running the DAG itself** (kill -9, SIGTERM, a fault injected into a rule, a
+  config whose assets differ): its own ``workdir`` and ``write_config``, as before.
+
+A new kind of shared run is a session fixture that calls ``build_once`` (see ``dpo_run``):
+the first worker that asks builds it under a file lock, the others wait for it and reuse it.
+"""
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
 from replaykit.tiny_model import CHAT_TEMPLATE  # noqa: F401  (tests import it from here)
+
+# One thread per pytest-xdist worker, for in-process torch and every process a test starts
+# (a rule that wants more sets OMP_NUM_THREADS itself): two workers of two OpenMP threads each on
+# two cores spin at each other's barriers (bench/results-2026-12-01-omp-threads.md: a small training
+# loop run twice at once took 10x the wall time and 4.5x the CPU time with 2 threads each than with 1).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -27,6 +56,19 @@ def make_tiny_model(out: Path, model_type: str = "llama") -> Path:
     from replaykit.tiny_model import make_tiny_model as make
 
     return make(out, model_type)
+
+
+def rediscover(monkeypatch, folder: Path) -> None:
+    """The task registry (``replaykit.tasks``) as a process with ``folder`` on its path finds it
+    (undone with ``monkeypatch``; ``get_task``'s cache cleared)."""
+    import replaykit.tasks as tasks
+
+    monkeypatch.syspath_prepend(str(folder))
+    known, found, refused = tasks._discover()
+    monkeypatch.setattr(tasks, "KNOWN", known)
+    monkeypatch.setattr(tasks, "REGISTERED", found)
+    monkeypatch.setattr(tasks, "REFUSED", refused)
+    tasks.get_task.cache_clear()
 
 
 def recipe_train(task: str):
@@ -44,30 +86,31 @@ def recipe_train(task: str):
 def write_request(
     state: Path, fixed_start, public_dir, overrides: dict, profile: str = "embedded", resume: bool = False
 ) -> Path:
-    """``<state>/request.json`` as the replay driver writes it for a recipe's ``train.py`` (seed 42,
-    deadline in 10 minutes, 3 checkpoints kept, one thread; ``<state>/state`` and
-    ``<state>/publish`` for its state and publications); returns its path."""
-    import json
+    """``<state>/request.json`` as the replay driver writes it for a recipe's ``train.py``
+    (:class:`~replaykit.harness.protocol.ReplayRequest`: seed 42, deadline in 10 minutes, 3
+    checkpoints kept, one thread; ``<state>/state`` and ``<state>/publish`` for its state and
+    publications); returns its path."""
     import time
+
+    from replaykit.harness.protocol import ReplayRequest
 
     state = Path(state)
     (state / "state").mkdir(parents=True, exist_ok=True)
-    request = {
-        "fixed_start": str(fixed_start),
-        "public_dir": str(public_dir),
-        "publish_dir": str(state / "publish"),
-        "state_dir": str(state / "state"),
-        "seed": 42,
-        "deadline_unix": time.time() + 600,
-        "export_reserve_s": 60,
-        "profile": profile,
-        "overrides": overrides,
-        "threads": 1,
-        "keep": 3,
-        "resume": resume,
-    }
-    (state / "request.json").write_text(json.dumps(request))
-    return state / "request.json"
+    request = ReplayRequest(
+        fixed_start=Path(fixed_start),
+        public_dir=Path(public_dir),
+        publish_dir=state / "publish",
+        state_dir=state / "state",
+        seed=42,
+        deadline_unix=time.time() + 600,
+        export_reserve_s=60,
+        profile=profile,
+        overrides=overrides,
+        threads=1,
+        keep=3,
+        resume=resume,
+    )
+    return request.write(state / "request.json")
 
 
 def tiny_task(task: str) -> dict:
@@ -77,7 +120,8 @@ def tiny_task(task: str) -> dict:
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama", "llama")
+    """The tiny Llama of ``make_tiny_model``, one for the whole session (read only)."""
+    return build_once(tmp_path_factory, "tiny-llama", lambda out: make_tiny_model(out, "llama"))
 
 
 def tiny_config(fixed_start: Path, **task_overrides) -> dict:
@@ -166,3 +210,332 @@ def orphan_processes(marker: str) -> list[str]:
     # -ww: full command lines (ps cuts them to the terminal width, COLUMNS, otherwise)
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [l for l in out.splitlines() if marker in l and ("train.py" in l or "replaykit replay" in l)]
+
+
+# ---------------------------------------------------------------- tiny runs built once per session
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """The session's folder for what is built once: the same for every pytest-xdist worker and
+    their controller (a worker's own base folder, ``popen-gw<N>``, is a child of the session's;
+    the recipe of pytest-xdist's docs for session fixtures shared by workers)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+def _snapshot(tree: Path) -> dict[str, list[int]]:
+    """``relpath -> [size, mtime_ns]`` of every file of ``tree``, but for what reading a run
+    writes: ``.snakemake/`` (a dry run's log) and each run's receipt hash cache, which the
+    receipts check refreshes (atomically) even in a dry run."""
+    from replaykit.harness.verify import CACHE
+
+    return {
+        str(p.relative_to(tree)): [p.lstat().st_size, p.lstat().st_mtime_ns]
+        for p in sorted(tree.rglob("*"))
+        if ".snakemake" not in p.relative_to(tree).parts and p.name != CACHE and not p.is_dir()
+    }
+
+
+_BUILT: list[tuple[Path, Path]] = []  # (tree, its snapshot file) this worker handed out
+
+
+def build_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """``<shared_dir>/<name>``, written by ``build(path)`` once per test session.
+
+    The first worker to ask builds it, holding ``<name>.lock`` (``filelock``); the others
+    wait on the lock and then reuse it. A build that raised is not tried again: later askers
+    fail at once with its traceback (``<name>.failed``). ``<name>.done`` holds the build's
+    wall time (seconds) and a snapshot of its files, which ``shared_runs_unchanged`` compares
+    when the session ends. The tree is built where it stays (never moved): Snakemake's records
+    and the replay's sandbox parameters hold its absolute path.
+    """
+    from filelock import FileLock
+
+    root = shared_dir(tmp_path_factory)
+    dest, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
+    with FileLock(root / f"{name}.lock"):
+        if failed.exists():
+            raise RuntimeError(f"{name}: its build failed in another test (once per session):\n{failed.read_text()}")
+        if not done.exists():
+            if dest.exists():
+                shutil.rmtree(dest)
+            started = time.time()
+            try:
+                build(dest)
+            except BaseException:
+                failed.write_text(traceback.format_exc())
+                raise
+            done.write_text(json.dumps({"seconds": time.time() - started, "files": _snapshot(dest)}))
+    _BUILT.append((dest, done))
+    return dest
+
+
+def build_seconds(tree: Path) -> float:
+    """How long the build of a ``build_once`` tree took (in whichever worker built it)."""
+    return json.loads(tree.with_name(f"{tree.name}.done").read_text())["seconds"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_runs_unchanged():
+    """When the session ends: every shared tree this worker handed out still has the files,
+    sizes and mtimes it had when it was built (a test that changed one must use ``copy_run``)."""
+    yield
+    changed = []
+    for tree, done in dict(_BUILT).items():
+        before, after = json.loads(done.read_text())["files"], _snapshot(tree)
+        diff = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        if diff:
+            changed.append(f"{tree.name}: {', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}")
+    assert not changed, f"shared runs changed by a test (use copy_run): {'; '.join(changed)}"
+
+
+def copy_run(tree: Path, dest: Path, without: tuple[str, ...] = ()) -> Path:
+    """A copy of a built workflow folder to change or break: every file with its mtime
+    (``shutil.copy2``), symlinks as links, ``.snakemake/`` left out (its records name the
+    original folder), so Snakemake sees the copy as up to date from file times alone.
+    ``without``: paths (relative, glob patterns) left out too, e.g. one run's folders, so that
+    Snakemake builds them again in the copy."""
+    shutil.copytree(tree, dest, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    for pattern in without:
+        for path in dest.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    return dest
+
+
+def _tiny_dag(work: Path, config: dict, *targets: str, cores: int = 2) -> None:
+    work.mkdir()
+    copy_workflow(work)
+    write_config(work, config)
+    for target in targets:
+        snakemake(work, target, "--cores", str(cores), "--resources", "gpu=1", check=True)
+
+
+@pytest.fixture(scope="session")
+def dpo_run(tiny_llama, tmp_path_factory) -> Path:
+    """The tiny dpo DAG of ``tiny_config(tiny_llama)`` built: ``results/dpo/final`` (one seed,
+    5 steps, checkpoints 3-5 retained), then ``results/dpo/shipped-seed42/proxy.json``, each by
+    ``snakemake --cores 2 --resources gpu=1`` (two CPU jobs at a time, GPU jobs one at a
+    time). Shared and read only: change a ``copy_run`` of it."""
+    return build_once(
+        tmp_path_factory,
+        "dpo-run",
+        lambda work: _tiny_dag(
+            work, tiny_config(tiny_llama), "results/dpo/final", "results/dpo/shipped-seed42/proxy.json"
+        ),
+    )
+
+
+@pytest.fixture(scope="session")
+def rm_run(tiny_llama, tmp_path_factory) -> Path:
+    """The tiny rm DAG of ``rm_config(tiny_llama)`` built: ``results/rm/report.html`` (one seed,
+    4 steps, checkpoints 2-4 retained), then ``results/rm/shipped-seed42/proxy.json``, as
+    ``dpo_run``. Shared and read only: change a ``copy_run`` of it."""
+    return build_once(
+        tmp_path_factory,
+        "rm-run",
+        lambda work: _tiny_dag(
+            work, rm_config(tiny_llama), "results/rm/report.html", "results/rm/shipped-seed42/proxy.json"
+        ),
+    )
+
+
+def soup_task(fixed_start: Path, **extra) -> dict:
+    """A tiny soup block on ``fixed_start`` (``soup_start``): one seed, 3 greedy rounds."""
+    return {
+        "fixed_start": str(fixed_start),
+        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
+        "recipe": {"profile": "embedded", "overrides": {}},
+        "seeds": [42],
+        "threads": 1,
+        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
+        "validation": {"runtime": 5},
+        "evaluation": {"batch_size": 64, "runtime": 5},
+        "final": {"n_boot": 200},
+        **extra,
+    }
+
+
+@pytest.fixture(scope="session")
+def soup_start(tmp_path_factory) -> Path:
+    """The soup-digits builder's fixed start (3 ingredients, 1 epoch, 4 held-out digits per
+    class), written as the fixed_start_model rule writes it (with its private file and
+    manifest beside it: ``soup-start/ingredients``). Shared and read only."""
+    from replaykit.models import build_from_builder
+
+    spec = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4}
+
+    def build(out: Path) -> None:
+        out.mkdir()
+        build_from_builder(spec, out / "ingredients", out / "ingredients.manifest.json")
+
+    return build_once(tmp_path_factory, "soup-start", build) / "ingredients"
+
+
+@pytest.fixture(scope="session")
+def soup_run(soup_start, tmp_path_factory) -> Path:
+    """The tiny soup DAG of ``soup_task(soup_start)`` built: ``results/soup/final`` by
+    ``snakemake --cores 1 --resources gpu=1``. Shared and read only: change a ``copy_run``."""
+    config = {"models": {}, "tasks": {"soup": soup_task(soup_start)}}
+    return build_once(tmp_path_factory, "soup-run", lambda work: _tiny_dag(work, config, "results/soup/final", cores=1))
+
+
+# ---------------------------------------------------------------- the main job's install, with other workers
+
+
+def _main_job_installed(tmp_path_factory) -> Path:
+    return shared_dir(tmp_path_factory) / "main-job-installed"
+
+
+@pytest.fixture
+def main_job_install_signal(tmp_path_factory):
+    """For the main-job test: README's main command reinstalls this venv's editable
+    ``replaykit`` (pip removes its ``.pth`` file, then writes it again), and a Python process
+    that starts in between cannot import replaykit. The other pytest-xdist worker waits for
+    this signal (``pytest_runtest_setup``): ``main-job-installed``, written once pip has
+    written the new ``replaykit-*.dist-info/RECORD`` (its last file) or when the test ends."""
+    import threading
+
+    signal = _main_job_installed(tmp_path_factory)
+    started, stop = time.time(), threading.Event()
+    records = "lib/python*/site-packages/replaykit-*.dist-info/RECORD"
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            try:
+                if any(r.stat().st_mtime > started for r in (ROOT / ".venv").glob(records)):
+                    signal.touch()
+                    return
+            except OSError:  # a file of the old install, removed between glob and stat
+                continue
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    yield
+    stop.set()
+    watcher.join()
+    signal.touch()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """On a pytest-xdist worker, when the session holds the main job (ordered first, so the
+    other worker starts it at once): no other test sets up (its fixtures may start Python
+    processes) before the main command's pip has reinstalled replaykit
+    (``main_job_install_signal``); waited for once per worker, at most 10 minutes."""
+    session = item.session
+    if (
+        os.environ.get("PYTEST_XDIST_WORKER")
+        and not item.get_closest_marker("main_job")
+        and not getattr(session, "main_job_installed", False)
+        and any(other.get_closest_marker("main_job") for other in session.items)
+    ):
+        signal, deadline = _main_job_installed(item.config._tmp_path_factory), time.time() + 600
+        while not signal.exists() and time.time() < deadline:
+            time.sleep(1)
+    session.main_job_installed = True
+
+
+# ---------------------------------------------------------------- scheduling on pytest-xdist workers
+
+
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return bool(info) and any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+# Started first, after the main job: the longest unit (docs/testing.md: the SLURM DAG's set-up
+# alone took 363 s of the serial suite). Only an ordering hint: a stale entry costs time, not results.
+LONG_POLES = ("test_slurm.py::",)
+SHARED_RUNS = ("dpo_run", "rm_run", "soup_run")  # the build_once runs that several modules read
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group and order the tests for pytest-xdist's workers (README's test command runs
+    ``pytest -n 2``; pyproject.toml adds ``--dist loadgroup --no-loadscope-reorder``, so a
+    worker takes the next unit in this order whenever it runs short of work).
+
+    * Grouped: the tests of a module that use a module-scoped fixture run on one worker, in
+      file order (``xdist_group`` ``<module>``), so that the fixture is built once. A test
+      that marks its own ``xdist_group`` (an exclusive resource) keeps it. Tiny runs read by
+      several modules are session fixtures (``build_once``), built once across workers.
+    * Ordered, longest first, so that the long ones overlap and short ones fill the end: the
+      main job, ``LONG_POLES``, groups holding slow tests, slow tests, the rest. Slow tests
+      that read a shared run take turns by run (dpo, rm, soup, other, dpo, ...), so that the
+      two workers' first readers build different runs instead of one waiting for the other.
+      File order otherwise, except that units 3 and 4 are two quick tests (see below).
+    """
+    group_of: dict[pytest.Item, str] = {}
+    for item in items:
+        marks = [m.args[0] if m.args else m.kwargs.get("name", "default") for m in item.iter_markers("xdist_group")]
+        if not marks and _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            marks = [item.module.__name__]
+        if marks:
+            group_of[item] = "_".join(sorted(map(str, marks)))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # for the controller's GroupScheduling
+        groups = _groups_file(config)
+        partial = groups.with_name(f"{groups.name}.{os.environ['PYTEST_XDIST_WORKER']}")
+        partial.write_text(json.dumps({item.nodeid: group for item, group in group_of.items()}))
+        os.replace(partial, groups)
+    slow_groups = {g for item, g in group_of.items() if item.get_closest_marker("slow")}
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("main_job"):
+            return 0
+        if any(pole in item.nodeid for pole in LONG_POLES):
+            return 1
+        if item in group_of:
+            return 2 if group_of[item] in slow_groups else 4
+        return 3 if item.get_closest_marker("slow") else 4
+
+    turn: dict[pytest.Item, int] = {}
+    seen: dict[str, int] = {}
+    for item in items:
+        if rank(item) == 3:
+            run = next((name for name in SHARED_RUNS if name in item.fixturenames), "")
+            turn[item] = seen.get(run, 0)
+            seen[run] = turn[item] + 1
+    items.sort(key=lambda item: (rank(item), turn.get(item, 0)))  # stable: file order otherwise
+    # pytest-xdist hands each worker two units at the start (a worker runs a test only once it
+    # holds the next one), so the second unit a worker gets waits behind its long first one:
+    # units 3 and 4 are two quick tests of the fast tier, which then wait for nothing much.
+    units = list(dict.fromkeys(group_of.get(item, item.nodeid) for item in items))
+    quick = [item for item in items if item not in group_of and rank(item) == 4][:2]
+    if len(units) > 4 and len(quick) == 2:
+        first_two = set(units[:2])
+        cut = max(i for i, item in enumerate(items) if group_of.get(item, item.nodeid) in first_two) + 1
+        rest = [item for item in items[cut:] if item not in quick]
+        items[:] = items[:cut] + quick + rest
+
+
+def _groups_file(config: pytest.Config) -> Path:
+    return shared_dir(config._tmp_path_factory) / "xdist-groups.json"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` with the groups of ``pytest_collection_modifyitems``.
+
+    pytest-xdist 3.8's own loadgroup renames a grouped test's node id (``item._nodeid``),
+    which pytest 9.2 no longer reads: its groups never reach the controller. Here the workers
+    write ``nodeid -> group`` to ``xdist-groups.json`` in the session's shared folder, and the
+    controller's scheduler (pytest-xdist's ``LoadScopeScheduling``: one unit per group, or per
+    test outside a group, handed out in collection order) reads it when it starts scheduling,
+    after every worker has collected."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                path = _groups_file(self.config)
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replaykit.harness.ablation import ablation_result
 from replaykit.harness.errors import InputError
 from replaykit.harness.receipts import write_summary
 from replaykit.harness.stats import (
@@ -23,6 +22,7 @@ from replaykit.harness.stats import (
     seeds_for_power,
     t_interval,
 )
+from replaykit.report.ablation import ablation_result
 
 
 def test_hierarchical_bootstrap_by_hand():
@@ -425,7 +425,7 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
     import difflib
 
     from conftest import ROOT, copy_workflow, snakemake, write_config
-    from replaykit.models import private_path
+    from replaykit.harness.fixed_start import private_path
     from replaykit.tasks.soup import ingredients
 
     fixed_start = tmp_path / "ingredients"

@@ -8,8 +8,8 @@ import yaml
 from conftest import ROOT
 from replaykit.config import check_config
 from replaykit.harness.errors import InputError
+from replaykit.harness.profile import check_overrides
 from replaykit.harness.publish import publish_checkpoint, read_ledger
-from replaykit.harness.replay import check_overrides
 from replaykit.harness.results import _rows_by_id, official_result
 from replaykit.harness.workspace import patch_paths
 

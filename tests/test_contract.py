@@ -155,9 +155,9 @@ def test_no_task_imports_another_task():
 
 def test_the_shared_modules_are_frozen_code():
     """The frozen-code record covers the whole package, the shared task modules included."""
-    from replaykit.harness.frozen import frozen_files
+    from replaykit.tasks import frozen_code
 
-    files = frozen_files()
+    files = frozen_code().files()
     for rel in (
         "tasks/common/ifeval.py",
         "tasks/common/ifeval_text.py",

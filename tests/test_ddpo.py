@@ -244,11 +244,15 @@ def test_assets_streams(fixed_start, assets):
     assert (fixed_start / "model_index.json").is_file() and (fixed_start / "clip/open_clip.safetensors").is_file()
 
 
-def make_lora(fixed_start: Path, out: Path, targets=("to_q", "to_k", "to_v", "to_out.0"), scale: float = 0.3) -> Path:
+def make_lora(
+    fixed_start: Path, out: Path, targets=("to_q", "to_k", "to_v", "to_out.0"), scale: float = 0.3, **config
+) -> Path:
     from peft import LoraConfig
 
     pipe = pipeline.Pipeline(fixed_start)
-    pipe.unet.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights="gaussian", target_modules=list(targets)))
+    pipe.unet.add_adapter(
+        LoraConfig(r=2, lora_alpha=2, init_lora_weights="gaussian", target_modules=list(targets), **config)
+    )
     torch.manual_seed(1)
     with torch.no_grad():
         for name, p in pipe.unet.named_parameters():
@@ -294,6 +298,29 @@ def test_validator_names_wrong_targets_and_shapes(fixed_start, tmp_path):
     save_file(state, str(shapes / "adapter_model.safetensors"))
     verdict = loader.validate(shapes, fixed_start)
     assert not verdict["valid"] and "wrong shapes" in verdict["reason"] and key in verdict["reason"]
+
+
+def test_validator_resolves_rank_pattern_as_peft(fixed_start, tmp_path):
+    """A UNet LoRA with ``rank_pattern`` / ``alpha_pattern`` keys that PEFT reads as regular
+    expressions (issue 31): the validator expects, per module, the rank PEFT gives it on loading."""
+    patterns = {"rank_pattern": {"to_q|to_v": 4, r"down_blocks\.0\..*\.to_k": 3}, "alpha_pattern": {"to_q|to_v": 8}}
+    checkpoint = make_lora(fixed_start, tmp_path / "ckpt", **patterns)
+    verdict = loader.validate(checkpoint, fixed_start)
+    assert verdict["valid"], verdict["reason"]
+    unet = pipeline.Pipeline(fixed_start).unet
+    lora.load_lora(unet, checkpoint)  # PEFT's own loading
+    loaded = {
+        name: (module.r["default"], module.lora_alpha["default"])
+        for name, module in unet.named_modules()
+        if hasattr(module, "lora_A") and "default" in getattr(module, "r", {})
+    }
+    counts: dict = {}
+    for pair in loaded.values():
+        counts[pair] = counts.get(pair, 0) + 1
+    assert verdict["checks"]["lora"]["rank_alpha"] == [
+        {"r": r, "alpha": a, "modules": n} for (r, a), n in sorted(counts.items())
+    ]
+    assert {r for r, _ in loaded.values()} == {2, 3, 4}  # every key applies somewhere
 
 
 def test_evaluator_mean_and_se_against_rows(fixed_start, assets):
@@ -515,7 +542,7 @@ def test_compile_knob_compiles_the_unet_and_saves_the_same_lora(fixed_start, ass
 
 
 def test_nan_reward_stops_training_and_keeps_earlier_checkpoints(fixed_start, assets, tmp_path, capsys):
-    from replaykit.harness.trainer import NAN_EXIT
+    from replaykit.runtime import NAN_EXIT
 
     calls = []
 
@@ -526,7 +553,7 @@ def test_nan_reward_stops_training_and_keeps_earlier_checkpoints(fixed_start, as
 
     assert run_recipe(fixed_start, assets, tmp_path, {}, reward=reward) == NAN_EXIT
     result = json.loads((tmp_path / "state/train_result.json").read_text())
-    assert result["stop_reason"] == "nan" and "epoch 2: 4 of 4 rewards are NaN/inf" in result["error"]
+    assert result["stop_reason"] == "nan_loss" and "epoch 2: 4 of 4 rewards are NaN/inf" in result["error"]
     assert sorted(p.name for p in (tmp_path / "publish").glob("checkpoint-*")) == ["checkpoint-1"]
     assert "error: epoch 2" in capsys.readouterr().out
 
@@ -597,7 +624,7 @@ def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, m
     import time as real_time
     from types import SimpleNamespace
 
-    from replaykit.harness import session
+    from replaykit.runtime import session
 
     train = recipe_module("train")
     offset = [0.0]
@@ -611,7 +638,7 @@ def test_deadline_stop_publishes_the_last_epoch(fixed_start, assets, tmp_path, m
     monkeypatch.setattr(train, "train_epoch", train_then_jump)
     clock = SimpleNamespace(time=lambda: real_time.time() + offset[0])
     monkeypatch.setattr(train, "time", clock)
-    monkeypatch.setattr(session, "time", clock)  # the deadline is the ReplaySession's
+    monkeypatch.setattr(session, "time", clock)  # the deadline is the runtime Session's
     assert run_recipe(fixed_start, assets, tmp_path, {"save_freq": 5}) == 0  # deadline: exit 0
     result = json.loads((tmp_path / "state/train_result.json").read_text())
     assert result["stop_reason"] == "deadline" and result["steps"] == 1

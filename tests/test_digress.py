@@ -387,7 +387,7 @@ TINY = {
 
 @pytest.mark.slow
 def test_recipe_resume_history_and_nan(assets, tmp_path):
-    from replaykit.harness.trainer import NAN_EXIT
+    from replaykit.runtime import NAN_EXIT
 
     root = assets[0]
     first = run_recipe(root, tmp_path, {**TINY, "epochs": 2, "ema_decay": 0.9}, resume=False)
@@ -594,7 +594,7 @@ def test_digress_workflow_tiny(tmp_path):
 
 def test_embedded_and_full_scale_configs_check():
     from replaykit.config import check_config
-    from replaykit.harness.replay import check_overrides
+    from replaykit.harness.profile import check_overrides
 
     base = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     full = yaml.safe_load((ROOT / "config/full-scale/digress.yaml").read_text())["tasks"]["digress"]

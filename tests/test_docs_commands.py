@@ -105,9 +105,10 @@ def test_files_named_in_commands_exist():
     assert "patches/beta02.diff" in (ROOT / "docs/operations.md").read_text()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def user_copy(tmp_path_factory) -> Path:
-    """What a clone holds (git's tracked and not-ignored files), with ``.venv`` linked."""
+    """What a clone holds (git's tracked and not-ignored files), with ``.venv`` linked; one per
+    pytest-xdist worker (session scope: the commands, dry runs, spread over the workers)."""
     import shutil
 
     work = tmp_path_factory.mktemp("docs")

@@ -22,36 +22,23 @@ import pytest
 import yaml
 
 from conftest import ROOT, copy_workflow, snakemake, write_config
-from replaykit.harness import explore
-from replaykit.harness.hashing import sha256_file, tree_files
+from conftest import soup_task as tiny_soup_task
+from replaykit.harness.hashing import sha256_file, sha256_tree, tree_files
 
 pytestmark = pytest.mark.slow
 
 
 def soup_task(fixed_start: Path, **extra) -> dict:
-    return {
-        "fixed_start": str(fixed_start),
-        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-        "recipe": {"profile": "embedded", "overrides": {}},
-        "seeds": [42],
-        "threads": 1,
-        "candidate": "shipped",
-        "candidates": {},
-        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-        "validation": {"runtime": 5},
-        "evaluation": {"batch_size": 64, "runtime": 5},
-        "final": {"n_boot": 200},
-        **extra,
-    }
+    """conftest's tiny soup block with the shipped candidate named."""
+    return tiny_soup_task(fixed_start, **{"candidate": "shipped", "candidates": {}, **extra})
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    """A workflow copy with the tiny soup's assets built (``results/soup/assets``)."""
-    from test_soup import build_start
-
+def work(soup_start, tmp_path_factory):
+    """A workflow copy with the tiny soup's assets built (``results/soup/assets``) on
+    conftest's shared ``soup_start``."""
+    start = soup_start
     base = tmp_path_factory.mktemp("explore")
-    start = build_start(base / "ingredients")
     work = base / "work"
     work.mkdir()
     copy_workflow(work)
@@ -102,7 +89,7 @@ def test_explore_greedy_submit_and_formal_replay_are_linked(work):
     assert probe["kind"] == "probe" and probe["returncode"] == 0 and probe["stop"] == "exit"
     [(rel, digest)] = probe["checkpoints"].items()
     checkpoint = ex / rel
-    assert rel == "runs/probe-1/publish/checkpoint-3" and digest == explore.sha256_tree(checkpoint)
+    assert rel == "runs/probe-1/publish/checkpoint-3" and digest == sha256_tree(checkpoint)
     coefficients = json.loads((checkpoint / "coefficients.json").read_text())
     assert coefficients["method"] == "greedy"
 

@@ -8,10 +8,11 @@ import subprocess
 from conftest import VENV_BIN
 from replaykit.harness import frozen
 from replaykit.harness.hashing import sha256_file
+from replaykit.tasks import frozen_code
 
 
 def test_record_lists_every_package_file_with_its_sha256():
-    doc = frozen.record()
+    doc = frozen_code().record()
     evaluator = frozen.package_dir() / "tasks" / "soup" / "evaluator.py"
     assert doc["files"]["tasks/soup/evaluator.py"] == sha256_file(evaluator)
     assert "harness/sandbox.py" in doc["files"] and not any("__pycache__" in k for k in doc["files"])
@@ -19,7 +20,7 @@ def test_record_lists_every_package_file_with_its_sha256():
 
 
 def test_validation_and_scoring_refuse_a_changed_package_naming_the_file(tmp_path):
-    doc = frozen.record()
+    doc = frozen_code().record()
     doc["files"]["tasks/soup/evaluator.py"] = "0" * 64  # as if the evaluator had been edited since
     record = tmp_path / "frozen-code.json"
     record.write_text(json.dumps(doc))

@@ -67,7 +67,7 @@ def flat(d: dict, prefix: str = "") -> dict:
 def test_config_passes_the_schema_and_the_recipe_contract(task, size, toy_stand_ins):
     """At both sizes, on the toy stand-ins (the full-size config's knobs on toy files)."""
     from replaykit.config import check_config
-    from replaykit.harness.replay import check_overrides
+    from replaykit.harness.profile import check_overrides
 
     block = full_dag.task_block(task, size, toy_stand_ins[task])
     base = yaml.safe_load((ROOT / "config/config.yaml").read_text())

@@ -81,7 +81,7 @@ def test_bf16_profile_is_the_full_profile_but_for_base_precision_memory_and_opti
     train = recipe_train("dpo")
     from dataclasses import asdict
 
-    from replaykit.harness.session import load_config
+    from replaykit.runtime import load_config
 
     configs = ROOT / "recipes/dpo/configs"
     full = asdict(load_config(train.DPOKnobs, configs, "full", {}))

@@ -473,7 +473,17 @@ ROWS = [
         (),
         "bad-ifeval.jsonl",
         "line 1.kwargs.0",
-        "is negative",
+        "argument 'num_words' is -5; must be a whole number ≥ 1 (lm_eval would draw one at random)",
+    ),
+    (
+        "ifeval-relation-outside-domain",
+        "dpo",
+        lambda wf: local_dpo(wf, ifeval=[_ifeval_row({"num_words": 50, "relation": "more than"})]),
+        (),
+        "bad-ifeval.jsonl",
+        "line 1.kwargs.0",
+        "id 'b': length_constraints:number_words: argument 'relation' is 'more than'; must be 'less than' or "
+        "'at least' (lm_eval would raise)",
     ),
     (
         "ifeval-unknown-instruction",

@@ -237,7 +237,7 @@ def test_bfloat16_lora_weights_round_the_full_profile_updates_away(tiny_mistral,
     rate) on LoRA A weights as PEFT draws them (uniform in ±1/sqrt(fan_in), fan_in 4,096:
     ±1/64) moves every float32 weight and leaves the bfloat16 ones with |w| > 2^-9 (7/8 of
     them) where they were: there bfloat16's half-step (>= 2^-17 = 7.6e-6) exceeds the update."""
-    from replaykit.harness.session import load_config
+    from replaykit.runtime import load_config
 
     dpo = recipe_train("dpo")
     lr = load_config(dpo.DPOKnobs, dpo.HERE / "configs", "full", {}).learning_rate

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 from replaykit.harness import progress
-from replaykit.harness.progress import Progress, Relay, clean, duration, format_line, save_every
+from replaykit.harness.profile import save_every
+from replaykit.harness.progress import Progress, Relay, clean, duration, format_line
 
 
 def test_clean_keeps_what_a_terminal_shows():

@@ -21,6 +21,7 @@ import pytest
 from conftest import (
     ROOT,
     VENV_BIN,
+    copy_run,
     copy_workflow,
     orphan_processes,
     snakemake,
@@ -130,11 +131,6 @@ def jobs_run(out: subprocess.CompletedProcess) -> dict[str, int]:
     }
 
 
-def copy_run(src: Path, dest: Path) -> Path:
-    shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
-    return dest
-
-
 # ---------------------------------------------------------------- the hash cache
 
 
@@ -160,30 +156,11 @@ def test_hash_cache_rereads_only_changed_files(tmp_path):
 # ---------------------------------------------------------------- soup (no Trainer)
 
 
-@pytest.fixture(scope="module")
-def soup_finished(tmp_path_factory):
-    from replaykit.models import build_from_builder
-
-    base = tmp_path_factory.mktemp("soup-receipts")
-    fixed = base / "ingredients"
-    spec = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1}
-    build_from_builder({**spec, "heldout_per_class": 4}, fixed, base / "ingredients.manifest.json")
-    (base / "work").mkdir()
-    work = copy_workflow(base / "work")
-    task = {
-        "fixed_start": str(fixed),
-        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-        "recipe": {"profile": "embedded", "overrides": {}},
-        "seeds": [42],
-        "threads": 1,
-        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-        "validation": {"runtime": 5},
-        "evaluation": {"batch_size": 64, "runtime": 5},
-        "final": {"n_boot": 200},
-    }
-    write_config(work, {"models": {}, "tasks": {"soup": task}})
-    build(work, SOUP)
-    return work
+@pytest.fixture
+def soup_finished(soup_run):
+    """conftest's ``soup_run`` (the soup-digits start of 3 ingredients, ``SOUP`` built with
+    --cores 1): copied before use."""
+    return soup_run
 
 
 @pytest.mark.slow
@@ -194,9 +171,9 @@ def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
     cases = [
         (
             SOUP_RUN / "validation/checkpoint-3.json",
-            {"validate", "score_final", "official", "final"},
+            {"validate", "score", "official", "final"},
         ),
-        (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score_final", "official", "final"}),
+        (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score", "official", "final"}),
         (SOUP_RUN / "official.json", {"official", "final"}),
         (Path(SOUP) / ".complete", {"final"}),
     ]
@@ -209,6 +186,16 @@ def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
     out = build(work, SOUP, "-n")
     assert "Nothing to be done" in out.stdout + out.stderr and "receipts:" not in out.stderr
     assert status(work).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_config_file_that_changes_nothing_a_replay_reads_reruns_nothing(soup_finished, tmp_path):
+    """Issue 27: the replay's parameters do not name the config files (the sandbox shows none), so
+    one more --configfile that sets what is set already leaves every finished job as it is."""
+    extra = tmp_path / "extra.yaml"  # (the finished folder itself: its .snakemake/ holds the jobs' params)
+    extra.write_text("isolation: bwrap\nsandbox_hide: []\n")
+    out = build(soup_finished, SOUP, "--configfile", str(extra), "-n")
+    assert out.returncode == 0 and "Nothing to be done" in out.stdout + out.stderr, out.stdout[-2000:]
 
 
 @pytest.mark.slow
@@ -290,12 +277,10 @@ def run_env(work, env: dict, *args) -> subprocess.CompletedProcess:
 # ---------------------------------------------------------------- dpo (Trainer)
 
 
-@pytest.fixture(scope="module")
-def dpo_finished(tiny_llama, tmp_path_factory):
-    work = copy_workflow(tmp_path_factory.mktemp("dpo-receipts"))
-    write_config(work, tiny_config(tiny_llama))
-    build(work, DPO, "--cores", "2")
-    return work
+@pytest.fixture
+def dpo_finished(dpo_run):
+    """conftest's ``dpo_run`` (``DPO`` built with --cores 2, then the proxy): copied before use."""
+    return dpo_run
 
 
 @pytest.mark.slow
@@ -306,8 +291,8 @@ def test_dpo_changed_checkpoint_is_revalidated_and_rescored(dpo_finished, tmp_pa
     flip_middle_byte(work / DPO_RUN / f"replay/checkpoint-{official}/adapter_model.safetensors")
     started = time.time()
     out = build(work, DPO)
-    assert set(jobs_run(out)) == {"validate", "score_final", "official", "final"}
-    assert jobs_run(out)["validate"] == 1 and jobs_run(out)["score_final"] == 1
+    assert set(jobs_run(out)) == {"validate", "score", "official", "final"}
+    assert jobs_run(out)["validate"] == 1 and jobs_run(out)["score"] == 1
     assert_receipts_agree(work, "dpo", DPO_RUN, tampered=(official,))
     assert read(work / DPO / "summary.json")["official"]["progress"] != official
     assert "invalid: checkpoint changed after publication" in (work / DPO / "report.md").read_text()
@@ -331,7 +316,7 @@ def test_dpo_deleted_record_marker_and_score_are_rebuilt(dpo_finished, tmp_path)
     (work / DPO_RUN / "validation/checkpoint-4.json").unlink()
     (work / DPO_RUN / "final-scores/checkpoint-5/.complete").unlink()
     out = build(work, DPO)
-    assert jobs_run(out) == {"validate": 1, "score_final": 2, "official": 1, "final": 1}
+    assert jobs_run(out) == {"validate": 1, "score": 2, "official": 1, "final": 1}
     assert_receipts_agree(work, "dpo", DPO_RUN)
     assert status(work, "dpo").returncode == 0
 

@@ -1,11 +1,13 @@
-"""The recipes' Trainer glue (replaykit.harness.trainer) and the shipped dpo recipe's profiles."""
+"""The recipes' Trainer glue (replaykit.runtime.trainer) and the shipped dpo recipe's profiles."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from replaykit.harness import trainer as train
+from replaykit.harness.profile import load_recipe
+from replaykit.runtime import ReplayRequest, Session, TrainerKnobs
+from replaykit.runtime import trainer as train
 
 DPO_CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "dpo" / "configs"
 
@@ -34,7 +36,7 @@ def test_resume_with_no_time_left_reports_the_saved_state(tmp_path):
     (tmp_path / "state/trainer/checkpoint-30").mkdir(parents=True)
     saved.save_to_json(str(tmp_path / "state/trainer/checkpoint-30/trainer_state.json"))
 
-    class NoTimeTrainer:  # the Trainer surface run_training uses
+    class NoTimeTrainer:  # the Trainer surface run_trainer uses
         state = TrainerState()
 
         def remove_callback(self, _):
@@ -43,15 +45,23 @@ def test_resume_with_no_time_left_reports_the_saved_state(tmp_path):
         def train(self, **_):
             raise AssertionError("trained after the deadline")
 
-    request = {
-        "deadline_unix": time.time() - 1,
-        "publish_dir": str(tmp_path / "publish"),
-        "state_dir": str(tmp_path / "state"),
-        "keep": 3,
-        "resume": True,
-    }
-    callback = train.ReplayCallback(request, max_steps=100, files=())
-    assert train.run_training(NoTimeTrainer(), callback, request) == 0
+    request = ReplayRequest(
+        fixed_start=tmp_path,
+        public_dir=tmp_path,
+        publish_dir=tmp_path / "publish",
+        state_dir=tmp_path / "state",
+        seed=1,
+        deadline_unix=time.time() - 1,
+        export_reserve_s=1.0,
+        profile="embedded",
+        overrides={},
+        threads=1,
+        keep=3,
+        resume=True,
+    )
+    knobs = TrainerKnobs(*(None,) * 6, max_steps=100, save_steps=10, gradient_checkpointing=False)
+    callback = train.ReplayCallback(Session(request, knobs), files=())
+    assert train.run_trainer(NoTimeTrainer(), callback) == 0
     result = json.loads((tmp_path / "state/train_result.json").read_text())
     assert result["stop_reason"] == "deadline" and result["steps"] == 30
     assert [h["progress"] for h in result["history"]] == [10, 20, 30]
@@ -59,8 +69,8 @@ def test_resume_with_no_time_left_reports_the_saved_state(tmp_path):
 
 
 def test_recipe_profiles_and_overrides():
-    embedded = train.load_recipe(DPO_CONFIGS, "embedded", {})
-    full = train.load_recipe(DPO_CONFIGS, "full", {})
+    embedded = load_recipe(DPO_CONFIGS, "embedded", {})
+    full = load_recipe(DPO_CONFIGS, "full", {})
     # SPEC dpo, full scale: beta 0.01, LoRA r = alpha = 128, 4 x 4 = 16 pairs/step, 772 steps, lr 5e-6
     assert (full["beta"], full["lora"]["r"], full["lora"]["alpha"]) == (0.01, 128, 128)
     assert full["per_device_train_batch_size"] * full["gradient_accumulation_steps"] == 16
@@ -76,10 +86,10 @@ def test_recipe_profiles_and_overrides():
         "down_proj",
     }
     assert embedded["max_steps"] // embedded["save_steps"] == 3  # three publications
-    merged = train.load_recipe(DPO_CONFIGS, "embedded", {"lora": {"r": 4}, "beta": 0.3})
+    merged = load_recipe(DPO_CONFIGS, "embedded", {"lora": {"r": 4}, "beta": 0.3})
     assert merged["lora"]["r"] == 4 and merged["lora"]["alpha"] == embedded["lora"]["alpha"] and merged["beta"] == 0.3
     with pytest.raises(SystemExit, match="betta: unknown recipe key"):
-        train.load_recipe(DPO_CONFIGS, "embedded", {"betta": 0.3})
+        load_recipe(DPO_CONFIGS, "embedded", {"betta": 0.3})
 
 
 KNOBS = {"dpo": "DPOKnobs", "rm": "RewardKnobs", "soup": "SoupConfig", "digress": "DigressConfig", "ddpo": "DDPOConfig"}
@@ -96,7 +106,7 @@ def test_every_knob_is_listed_in_every_shipped_profile(task):
     import yaml
 
     from conftest import ROOT, recipe_train
-    from replaykit.harness.replay import check_overrides
+    from replaykit.harness.profile import check_overrides
 
     knobs = {f.name for f in dataclasses.fields(getattr(recipe_train(task), KNOBS[task]))}
     recipe = ROOT / "recipes" / task

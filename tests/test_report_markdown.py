@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from replaykit.harness.results import fmt_number, fmt_percent, fmt_seconds, render_report
+from replaykit.report.final import render_report
+from replaykit.report.formats import fmt_number, fmt_percent, fmt_seconds
 
 SUMMARY = {
     "metric": "accuracy",

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, copy_workflow, make_tiny_model, rm_config, snakemake, ultrafeedback_rows, write_config
+from conftest import (
+    ROOT,
+    copy_run,
+    copy_workflow,
+    make_tiny_model,
+    rm_config,
+    snakemake,
+    ultrafeedback_rows,
+    write_config,
+)
 from replaykit.tasks.rm import rewardbench
 
 pytestmark = pytest.mark.slow
@@ -24,13 +33,11 @@ def read_rows(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def finished(tiny_llama, tmp_path_factory):
-    work = copy_workflow(tmp_path_factory.mktemp("rm-run"))
-    write_config(work, rm_config(tiny_llama))
-    snakemake(work, "results/rm/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
-    snakemake(work, str(RUN / "proxy.json"), "--cores", "2", "--resources", "gpu=1", check=True)
-    return work
+@pytest.fixture
+def finished(rm_run):
+    """conftest's ``rm_run``: ``results/rm/report.html``, then the proxy, with ``--cores 2
+    --resources gpu=1``; shared, so the checks below must not modify it."""
+    return rm_run
 
 
 def test_rm_dag_completes_without_a_fixed_start_reference(finished):
@@ -78,10 +85,7 @@ def test_rm_scores_recomputed_from_rows(finished):
 
 
 def _copy_finished(finished, dest):
-    import shutil
-
-    shutil.copytree(finished, dest, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
-    return dest
+    return copy_run(finished, dest)
 
 
 @pytest.mark.parametrize(

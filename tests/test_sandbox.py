@@ -24,7 +24,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, copy_workflow, snakemake, tiny_config, write_config
-from replaykit.harness import frozen, sandbox
+from conftest import soup_task as tiny_soup_task
+from replaykit.harness import sandbox
+from replaykit.harness.sandbox import IsolationPlan
+from replaykit.tasks import frozen_code
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +50,7 @@ def writable(path):
 
 
 def run(request, task, port):
-    publish = Path(request["publish_dir"])
+    publish = Path(request.publish_dir)
     work = publish.parents[3]  # <work>/results/<task>/<run>/replay
     run_dir, results = publish.parent, {}
     hidden = work / "results" / task / "assets" / "hidden"
@@ -63,9 +66,9 @@ def run(request, task, port):
     import replaykit
     package = Path(replaykit.__file__).parent
     attempt(results, "write_frozen_code", lambda: writable(package / "tasks" / task / "evaluator.py"))
-    first_file = lambda: next(p for p in Path(request["fixed_start"]).rglob("*") if p.is_file())
+    first_file = lambda: next(p for p in Path(request.fixed_start).rglob("*") if p.is_file())
     attempt(results, "write_fixed_start", lambda: writable(first_file()))
-    attempt(results, "create_in_fixed_start", lambda: (Path(request["fixed_start"]) / "probe").write_text("x"))
+    attempt(results, "create_in_fixed_start", lambda: (Path(request.fixed_start) / "probe").write_text("x"))
     attempt(results, "write_workspace", lambda: writable(Path("train.py")))
     attempt(results, "create_in_work_dir", lambda: (work / "probe-escape").write_text("x"))
     attempt(results, "proc_parent_root", lambda: os.listdir(f"/proc/{os.getppid()}/root{hidden}"))
@@ -78,7 +81,7 @@ def run(request, task, port):
     attempt(results, "home_secret", lambda: (Path.home() / "secret.txt").read_text())
     attempt(results, "network_interfaces", lambda: [n for _, n in socket.if_nameindex() if n != "lo"] or 1 / 0)
     attempt(results, "connect_host_loopback", lambda: socket.create_connection(("127.0.0.1", port), timeout=3))
-    (Path(request["state_dir"]) / "probe.json").write_text(json.dumps(results, indent=1))
+    (Path(request.state_dir) / "probe.json").write_text(json.dumps(results, indent=1))
 '''
 
 ESCAPES = (
@@ -104,11 +107,15 @@ ESCAPES = (
 )
 
 
-def bare_replay(tmp_path: Path, workspace: Path, isolation: str) -> dict:
-    """``run_replay`` of ``workspace`` on an empty fixed start and no assets (60 s budget)."""
+def bare_replay(tmp_path: Path, workspace: Path, isolation: str, frozen=None) -> dict:
+    """``run_replay`` of ``workspace`` on an empty fixed start and no assets (60 s budget), with
+    the isolation plan the replay rule's gets (``frozen``: the frozen code to hash)."""
     from replaykit.harness import replay
     from replaykit.harness.budget import Budget
     from replaykit.harness.hashing import tree_files
+    from replaykit.harness.protocol import ReplaySpec
+    from replaykit.isolation import RunPaths, Settings, plan
+    from replaykit.tasks import frozen_code
 
     fixed = tmp_path / "fixed"
     fixed.mkdir()
@@ -116,10 +123,11 @@ def bare_replay(tmp_path: Path, workspace: Path, isolation: str) -> dict:
     manifest = tmp_path / "assets" / "manifest.json"
     manifest.parent.mkdir()
     manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
-    return replay.run_replay(
+    run = RunPaths(fixed, tmp_path / "assets", read_only=(workspace,), writable=(tmp_path / "pub", tmp_path / "state"))
+    spec = ReplaySpec(
         task="soup",
         run="x-seed1",
-        workspace=workspace,
+        workspace=Path(workspace),
         workspace_record=tmp_path / "ws.json",
         manifest=manifest,
         fixed_start=fixed,
@@ -132,8 +140,10 @@ def bare_replay(tmp_path: Path, workspace: Path, isolation: str) -> dict:
         profile="embedded",
         overrides={},
         threads=1,
-        isolation=isolation,
+        isolation=plan("soup", {}, Settings(isolation), run),
+        frozen=frozen or frozen_code(),
     )
+    return replay.run_replay(spec)
 
 
 def one_file_workspace(tmp_path, train_py: str) -> Path:
@@ -156,11 +166,9 @@ def make_dir(path: Path) -> Path:
 def probe_patch(dest: Path, task: str, port: int) -> Path:
     """A candidate patch for ``recipes/<task>``: add probe.py and call it first in train.py."""
     train = (ROOT / "recipes" / task / "train.py").read_text()
-    # the line where the recipe has read the driver's request (a Trainer recipe, or a ReplaySession one)
-    trainer = "    request = json.loads(Path(parser.parse_args().request).read_text())\n"
-    anchor = trainer if trainer in train else next(l for l in train.splitlines(True) if "ReplaySession.start(" in l)
-    request = "request" if anchor == trainer else "session.request"
-    patched = train.replace(anchor, anchor + f"    import probe\n    probe.run({request}, {task!r}, {port})\n")
+    # the line where the recipe's session has read the driver's request
+    anchor = next(l for l in train.splitlines(True) if "Session.start(" in l)
+    patched = train.replace(anchor, anchor + f"    import probe\n    probe.run(session.request, {task!r}, {port})\n")
     diff = "".join(difflib.unified_diff(train.splitlines(True), patched.splitlines(True), "a/train.py", "b/train.py"))
     diff += "".join(difflib.unified_diff([], PROBE.splitlines(True), "/dev/null", "b/probe.py"))
     dest.write_text(diff)
@@ -194,35 +202,27 @@ def host_server():
 
 
 def soup_task(fixed_start: Path, patch: Path) -> dict:
-    return {
-        "fixed_start": str(fixed_start),
-        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-        "recipe": {"profile": "embedded", "overrides": {}},
-        "seeds": [42],
-        "threads": 1,
-        "candidate": "probe",
-        "candidates": {"probe": str(patch)},
-        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-        "validation": {"runtime": 5},
-        "evaluation": {"batch_size": 64, "runtime": 5},
-        "final": {"n_boot": 200},
-    }
+    """conftest's tiny soup block with the probe as its candidate."""
+    return tiny_soup_task(fixed_start, candidate="probe", candidates={"probe": str(patch)})
 
 
-@pytest.fixture(scope="module")
-def soup_start(tmp_path_factory):
-    from test_soup import build_start
+@pytest.fixture
+def soup_start(soup_start, tmp_path):
+    """A copy of conftest's shared soup start (with its private file and manifest): the probe
+    without isolation writes into its fixed start."""
+    import shutil
 
-    return build_start(tmp_path_factory.mktemp("soup-sandbox") / "ingredients")
+    shutil.copytree(soup_start.parent, tmp_path / "soup-start", symlinks=True)
+    return tmp_path / "soup-start" / soup_start.name
 
 
 def run_probe(work: Path, task: str, target: str) -> tuple[dict, dict]:
-    before = frozen.frozen_files()
+    before = frozen_code().files()
     home = work.parent / "home"  # the user's HOME holds a secret the probe looks for
     home.mkdir()
     (home / "secret.txt").write_text("token")
     snakemake(work, target, "--cores", "2", "--resources", "gpu=1", check=True, env={"HOME": str(home)})
-    assert frozen.frozen_files() == before, "the frozen package changed"
+    assert frozen_code().files() == before, "the frozen package changed"
     probe = json.loads((work / f"results/{task}/probe-seed42/replay-state/probe.json").read_text())
     record = json.loads((work / f"results/{task}/probe-seed42/replay/record.json").read_text())
     return probe, record
@@ -287,7 +287,7 @@ def test_dpo_probe_reaches_nothing(tiny_llama, tmp_path, host_server):
     assert official["official"] is not None and record["isolation"] == "bwrap"
 
 
-def test_frozen_code_changed_during_the_replay_is_an_error(tmp_path, monkeypatch):
+def test_frozen_code_changed_during_the_replay_is_an_error(tmp_path):
     """Without the sandbox, a training process that edits the frozen package fails the replay."""
     from replaykit.harness import replay
     from replaykit.harness.hashing import tree_files
@@ -295,15 +295,20 @@ def test_frozen_code_changed_during_the_replay_is_an_error(tmp_path, monkeypatch
     package = tmp_path / "package"
     package.mkdir()
     (package / "evaluator.py").write_text("SCORE = 1\n")
-    monkeypatch.setattr(replay, "frozen_files", lambda: tree_files(package))
+
+    class Package:  # the frozen code the driver hashes before and after training
+        def files(self):
+            return tree_files(package)
+
     ws = one_file_workspace(tmp_path, f"open({str(package / 'evaluator.py')!r}, 'a').write('SCORE = 2\\n')\n")
     with pytest.raises(replay.ReplayError, match="frozen package changed during the replay: evaluator.py: changed"):
-        bare_replay(tmp_path, ws, isolation="none")
+        bare_replay(tmp_path, ws, isolation="none", frozen=Package())
     assert "changed" in json.loads((tmp_path / "pub" / "last-failure.json").read_text())["error"]
 
 
-def test_sandbox_hides_and_shows_what_it_says(tmp_path):
-    """bwrap_argv on plain files: hidden dirs are empty, shown paths readable, only writable ones written."""
+def test_sandbox_shows_only_what_the_plan_names(tmp_path):
+    """A plan on plain files: a folder not named holds only what is shown inside it, shown paths
+    are readable, only writable ones written."""
     hidden, shown, out = tmp_path / "hidden", tmp_path / "hidden" / "public", tmp_path / "out"
     shown.mkdir(parents=True)
     out.mkdir()
@@ -318,7 +323,7 @@ def test_sandbox_hides_and_shows_what_it_says(tmp_path):
         f"    pathlib.Path({str(shown / 'x')!r}).write_text('1'); print('wrote')\n"
         "except OSError as e:\n    print('read-only', e.errno)\n"
     )
-    argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=out, hide=[hidden], read_only=[shown], writable=[out])
+    argv = IsolationPlan("bwrap", read_only=(shown,), writable=(out,)).argv(["python3", "-c", script], chdir=out)
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["['public']", "public", "read-only 30"]  # 30 = EROFS
@@ -345,8 +350,9 @@ def test_only_allowed_environment_variables_reach_the_sandbox(tmp_path):
         "import json, os; print(json.dumps(dict(os.environ), sort_keys=True));"
         "print(json.dumps(sorted(open('/proc/1/environ').read().split(chr(0)))))"
     )
-    argv = sandbox.wrap(["python3", "-c", script], "bwrap", chdir=tmp_path, hide=[], read_only=[], writable=[tmp_path])
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=sandbox.process_env(env, "bwrap"))
+    plan = IsolationPlan("bwrap", writable=(tmp_path,))
+    argv = plan.argv(["python3", "-c", script], chdir=tmp_path)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=plan.environment(env))
     assert result.returncode == 0, result.stderr
     inside, reaper = map(json.loads, result.stdout.splitlines())
     assert inside == {
@@ -358,7 +364,7 @@ def test_only_allowed_environment_variables_reach_the_sandbox(tmp_path):
         "PWD": str(tmp_path.absolute()),
     }  # set by bwrap --chdir
     assert not any("secret" in entry or entry.startswith(("HF_TOKEN", "AWS_", "SLURM_")) for entry in reaper)
-    assert sandbox.process_env(env, "none") == env  # isolation: none changes nothing
+    assert IsolationPlan("none").environment(env) == env  # isolation: none changes nothing
 
 
 def test_missing_bubblewrap_is_one_clear_line(tmp_path):
@@ -450,29 +456,27 @@ def test_a_checkpoint_symlink_to_another_run_is_never_retained(tmp_path, monkeyp
 
 
 def test_a_hidden_file_stays_hidden_under_a_shown_folder_spelled_with_dotdot(tmp_path):
-    """Mounts are ordered by real path: a shown folder written as 'a/../data' cannot uncover a
-    hidden file inside it (found by a hostile review)."""
+    """The plan holds real paths: a shown folder written as 'a/../data' cannot uncover a hidden
+    file inside it (found by a hostile review)."""
+    from replaykit.isolation import RunPaths, Settings, plan
+
     data = tmp_path / "data"
     (data / "final").mkdir(parents=True)
     (data / "final" / "f.txt").write_text("FINAL")
     (tmp_path / "a").mkdir()
-    argv = sandbox.wrap(
-        ["cat", str(data / "final" / "f.txt")],
-        "bwrap",
-        chdir=tmp_path,
-        hide=[data / "final" / "f.txt"],
-        read_only=[tmp_path / "a" / ".." / "data"],
-        writable=[],
-    )
+    settings = Settings("bwrap", show=(str(tmp_path / "a" / ".." / "data"),), hide=(str(data / "final" / "f.txt"),))
+    shown = plan("soup", {}, settings, RunPaths(tmp_path / "fixed", tmp_path / "public", writable=(tmp_path,)))
+    assert data / "final" / "f.txt" in shown.masked
+    argv = shown.argv(["cat", str(data / "final" / "f.txt")], chdir=tmp_path)
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert "FINAL" not in result.stdout
 
 
 @pytest.mark.parametrize("isolation", ["bwrap", "none"])
 def test_training_gets_the_malloc_settings_unless_the_operator_set_them(tmp_path, monkeypatch, isolation):
-    """replay.MALLOC_ENV reaches train.py through the sandbox's allow-list; a value the operator
+    """launch.MALLOC_ENV reaches train.py through the sandbox's allow-list; a value the operator
     exported wins (MALLOC_MMAP_MAX_=65536 is glibc's default)."""
-    from replaykit.harness import replay
+    from replaykit.harness import launch, replay
 
     monkeypatch.setenv("MALLOC_MMAP_MAX_", "65536")
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
@@ -490,4 +494,4 @@ def test_training_gets_the_malloc_settings_unless_the_operator_set_them(tmp_path
         pass  # no checkpoint published: only the environment matters here
     env = json.loads((tmp_path / "state" / "env.json").read_text())
     assert env == {"MALLOC_MMAP_MAX_": "65536", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
-    assert replay.MALLOC_ENV == {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
+    assert launch.MALLOC_ENV == {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}

@@ -1,15 +1,16 @@
-"""harness/session.py: typed recipe configs and the replay protocol of recipes without a
-Trainer (publication, state, result file, exit status), on hand-made requests."""
+"""replaykit.runtime: typed recipe knobs and the recipe's session of the replay protocol
+(publication, state, result file, exit status), on hand-made requests."""
 
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import pytest
 import torch
 
-from replaykit.harness.session import NAN_EXIT, ReplaySession, knob, load_config
+from replaykit.runtime import NAN_EXIT, ReplayRequest, Session, knob, load_config
 
 
 @dataclass(frozen=True)
@@ -66,46 +67,56 @@ def session(tmp_path, **request):
     for name in ("state", "pub"):
         (tmp_path / name).mkdir(exist_ok=True)
     base = {
+        "fixed_start": Path("/nonexistent"),
+        "public_dir": Path("/nonexistent"),
+        "profile": "p",
+        "overrides": {},
+        "export_reserve_s": 5.0,
         "seed": 1,
         "threads": 1,
         "deadline_unix": time.time() + 60,
-        "publish_dir": str(tmp_path / "pub"),
-        "state_dir": str(tmp_path / "state"),
+        "publish_dir": tmp_path / "pub",
+        "state_dir": tmp_path / "state",
         "keep": 2,
         "resume": False,
     }
-    return ReplaySession({**base, **request}, recipe=None)
+    return Session(ReplayRequest(**{**base, **request}))
 
 
 def test_publication_retention_and_result(tmp_path):
     s = session(tmp_path)
     for progress in (1, 2, 3):
-        entry = s.publish(progress, lambda out, p=progress: (out / "w.txt").write_text(str(p)))
+        entry = s.checkpoint(progress, lambda out, p=progress: (out / "w.txt").write_text(str(p)))
         assert entry["count"] == progress
     assert sorted(p.name for p in (tmp_path / "pub").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
     assert (tmp_path / "pub/checkpoint-3/w.txt").read_text() == "3"
     assert not list((tmp_path / "state").glob(".export-*"))  # export folders removed
-    assert s.published_now == [1, 2, 3] and s.published_before() == [1, 2, 3]
+    assert s.published_now == [1, 2, 3] and s.last_published() == 3
+    assert not s.checkpoint_if_missing(3, lambda out: None) and s.published_now == [1, 2, 3]
     history = [{"progress": 3, "loss": 0.5}]
-    assert s.finish("max_steps", history) == 0
+    assert s.finish(history) == 0
     result = json.loads((tmp_path / "state/train_result.json").read_text())
     assert result["steps"] == 3 and result["metrics"] == {"loss": 0.5} and "error" not in result
+    assert result["stop_reason"] == "max_steps"
     assert result["train_end_unix"] >= result["train_start_unix"] and result["publish_s"] >= 0
 
 
 def test_exit_status(tmp_path, capsys):
-    s = session(tmp_path)
-    assert s.finish("deadline", []) == 1  # nothing published, by any attempt
-    assert "nothing published" in capsys.readouterr().out
-    assert s.finish("nan_loss", [], steps=2, error="NaN loss in epoch 3") == NAN_EXIT
-    assert json.loads((tmp_path / "state/train_result.json").read_text())["error"] == "NaN loss in epoch 3"
+    s = session(tmp_path, deadline_unix=time.time() - 1)
+    assert s.should_stop() and s.finish([]) == 1  # nothing published, by any attempt
+    assert "stopped (deadline) before the first checkpoint: nothing published" in capsys.readouterr().out
+    s.nan_loss("NaN loss in epoch 3")
+    assert s.finish([], steps=2) == NAN_EXIT
+    result = json.loads((tmp_path / "state/train_result.json").read_text())
+    assert result["error"] == "NaN loss in epoch 3" and result["stop_reason"] == "nan_loss"
     (tmp_path / "pub/checkpoint-1").mkdir()  # published by an earlier attempt
-    assert session(tmp_path).finish("deadline", []) == 0
+    assert session(tmp_path).finish([]) == 0
 
 
 def test_deadline_and_state(tmp_path):
     s = session(tmp_path, deadline_unix=time.time() + 30)
-    assert not s.past_deadline() and s.past_deadline(ahead_s=31)
+    assert not s.should_stop() and s.stop_reason == "max_steps"
+    assert s.should_stop(next_step_s=31) and s.stop_reason == "deadline"
     s.save_state({"epoch": 2, "w": torch.ones(2)})
     assert s.load_state() is None  # no resume asked
     state = session(tmp_path, resume=True).load_state()

@@ -73,8 +73,10 @@ def test_documented_command_forms(workdir, tiny_llama):
 
 
 @pytest.mark.main_job
-def test_readme_main_command_as_written():
-    """The README's first command, verbatim, in the project directory (about 10 minutes)."""
+def test_readme_main_command_as_written(main_job_install_signal):
+    """The README's first command, verbatim, in the project directory (about 10 minutes).
+    Its pip reinstalls this venv's replaykit: on pytest-xdist the other worker waits for that
+    (conftest's ``main_job_install_signal``)."""
     result = subprocess.run(
         ["bash", "-c", block("main-command")], cwd=ROOT, capture_output=True, text=True, timeout=1800
     )

@@ -65,7 +65,7 @@ def jobs_in(workdir: Path) -> list[dict]:
     return records
 
 
-GPU_RULES = {"replay", "validate", "score_final", "reference_fixed_start"}
+GPU_RULES = {"replay", "validate", "score", "reference_fixed_start"}
 
 
 @pytest.fixture(scope="module")

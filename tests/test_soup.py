@@ -83,9 +83,10 @@ def test_greedy_soup_is_strict():
     assert members == [0, 1, 3] and history == [0.50, 0.55, 0.55, 0.60]
 
 
-@pytest.fixture(scope="module")
-def fixed_start(tmp_path_factory):
-    return build_start(tmp_path_factory.mktemp("soup") / "ingredients")
+@pytest.fixture
+def fixed_start(soup_start):
+    """conftest's ``soup_start`` (``build_start``'s spec, built once per session; read only)."""
+    return soup_start
 
 
 def build_start(out: Path, **spec) -> Path:
@@ -114,7 +115,7 @@ def assets(fixed_start, tmp_path_factory):
 
 
 def test_builder_and_splits(fixed_start, assets):
-    from replaykit.models import private_path
+    from replaykit.harness.fixed_start import private_path
 
     config = json.loads((fixed_start / "config.json").read_text())
     heldout = json.loads(private_path(fixed_start).read_text())["heldout_indices"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import replaykit.tasks as tasks
-from conftest import ROOT, snakemake, write_config
+from conftest import ROOT, rediscover, snakemake, write_config
 from replaykit.config import check_config, config_schema, fill_defaults
 from replaykit.harness.errors import InputError
 
@@ -56,12 +56,7 @@ def python_path(*folders) -> str:
 @pytest.fixture
 def registered(monkeypatch):
     """The registry as a process with tests/toy_task/ on its path finds it."""
-    monkeypatch.syspath_prepend(str(TOY))
-    known, found, refused = tasks._discover()
-    monkeypatch.setattr(tasks, "KNOWN", known)
-    monkeypatch.setattr(tasks, "REGISTERED", found)
-    monkeypatch.setattr(tasks, "REFUSED", refused)
-    tasks.get_task.cache_clear()
+    rediscover(monkeypatch, TOY)
     yield
     tasks.get_task.cache_clear()
 
@@ -165,20 +160,20 @@ def test_the_frozen_code_record_covers_registered_plugins(registered, discover, 
     hashed here with hashlib); a changed one-module plug-in fails :func:`verify`, naming its file."""
     import hashlib
 
-    from replaykit.harness import frozen
-
-    files = frozen.frozen_files()
+    files = tasks.frozen_code().files()
     source = TOY / "replaykit_toy" / "__init__.py"
     assert files["plugin:toy/__init__.py"] == hashlib.sha256(source.read_bytes()).hexdigest()
-    assert "harness/frozen.py" in files and frozen.record()["plugins"] == {"toy": [str(source.parent.resolve())]}
+    assert "harness/frozen.py" in files and tasks.frozen_code().record()["plugins"] == {
+        "toy": [str(source.parent.resolve())]
+    }
 
     discover(install(tmp_path / "site", "onefile", {"onefile": "rk_onefile"}, {"rk_onefile": "METRIC = {}\n"}))
     rec = tmp_path / "frozen-code.json"
-    frozen.write_record(rec)
-    assert "plugin:onefile/rk_onefile.py" in frozen.frozen_files()
+    tasks.frozen_code().write_record(rec)
+    assert "plugin:onefile/rk_onefile.py" in tasks.frozen_code().files()
     (tmp_path / "site" / "rk_onefile.py").write_text("METRIC = {'changed': 1}\n")
     with pytest.raises(InputError, match=r"rk_onefile\.py: sha256: frozen code differs .*\(changed \(sha256"):
-        frozen.verify(rec)
+        tasks.frozen_code().verify(rec)
 
 
 def test_the_frozen_code_record_covers_every_layout_of_a_plugin(registered, discover, monkeypatch, tmp_path):
@@ -187,8 +182,6 @@ def test_the_frozen_code_record_covers_every_layout_of_a_plugin(registered, disc
     folder that holds the working directory (whose task the sandbox refuses)."""
     import hashlib
     import zipfile
-
-    from replaykit.harness import frozen
 
     site = install(tmp_path / "site", "several", {"nstoy": "acme.rk_ns", "sl": "rk_sl", "ghost": "json.no_such"})
     (tmp_path / "ns1/acme").mkdir(parents=True)
@@ -208,7 +201,7 @@ def test_the_frozen_code_record_covers_every_layout_of_a_plugin(registered, disc
     monkeypatch.syspath_prepend(str(tmp_path / "ns1"))
     discover(archive)
     discover(site)
-    files = frozen.frozen_files()
+    files = tasks.frozen_code().files()
     plugin = {k: v for k, v in files.items() if k.startswith("plugin:") and not k.startswith("plugin:toy/")}
     assert set(plugin) == {
         "plugin:nstoy/0/rk_ns.py",  # site comes first on sys.path
@@ -220,7 +213,7 @@ def test_the_frozen_code_record_covers_every_layout_of_a_plugin(registered, disc
     assert plugin["plugin:zp/plug.zip"] == hashlib.sha256(archive.read_bytes()).hexdigest()
     assert plugin["plugin:sl/helpers/__init__.py"] == hashlib.sha256(b"H = 1\n").hexdigest()
     monkeypatch.chdir(TOY / "replaykit_toy")  # a working directory inside a plug-in's folder
-    assert "toy" not in frozen.plugin_roots()
+    assert "toy" not in tasks.frozen_code().plugin_roots()
     with pytest.raises(InputError, match="replaykit_toy holds the working directory"):
         tasks.code_roots("toy")
 
@@ -264,15 +257,7 @@ def test_a_broken_plugin_not_configured_leaves_the_builtin_builders_alone(tmp_pa
 def discover(monkeypatch):
     """``discover(folder)``: the registry as a process with ``folder`` on its path finds it."""
 
-    def rediscover(folder: Path) -> None:
-        monkeypatch.syspath_prepend(str(folder))
-        known, found, refused = tasks._discover()
-        monkeypatch.setattr(tasks, "KNOWN", known)
-        monkeypatch.setattr(tasks, "REGISTERED", found)
-        monkeypatch.setattr(tasks, "REFUSED", refused)
-        tasks.get_task.cache_clear()
-
-    yield rediscover
+    yield lambda folder: rediscover(monkeypatch, folder)
     tasks.get_task.cache_clear()
 
 

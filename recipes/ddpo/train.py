@@ -46,8 +46,7 @@ sys.path.insert(0, str(HERE))
 from ddim_with_logprob import ddim_step_with_logprob  # noqa: E402
 from stat_tracking import PerPromptStatTracker  # noqa: E402
 
-from replaykit.harness.fileio import atomic_write_json  # noqa: E402
-from replaykit.harness.session import ReplaySession, knob  # noqa: E402
+from replaykit.runtime import Session, StopReason, atomic_write_json, knob  # noqa: E402
 from replaykit.tasks.ddpo.lora import save_lora  # noqa: E402
 from replaykit.tasks.ddpo.pipeline import Pipeline  # noqa: E402
 from replaykit.tasks.ddpo.rewards import SCORING, reward_fn  # noqa: E402
@@ -195,86 +194,92 @@ def save_state(state_dir: Path, pipe, optimizer, tracker, epoch: int, rng: rando
     return final / "lora"
 
 
-def main() -> int:
-    session = ReplaySession.start(DDPOConfig, HERE / "configs", __doc__)
-    recipe, seed, state_dir = session.recipe, session.seed, session.state_dir
-    rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
-    device = session.device(recipe.device)
-    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[recipe.dtype]
-    started = time.time()
-
-    from diffusers import DDIMScheduler
-    from peft import LoraConfig, set_peft_model_state_dict
-
-    pipe = Pipeline(str(session.fixed_start), device, dtype)
-    scoring = json.loads((session.public_dir / SCORING).read_text())
-    reward = reward_fn(scoring, device)
-    prompt_list = [p.strip() for p in (session.public_dir / "prompts.txt").read_text().splitlines() if p.strip()]
+def add_lora(pipe: Pipeline, knobs: DDPOConfig) -> list:
+    """A LoRA on the frozen UNet's attention (SDPA attention; float32 LoRA weights;
+    channels-last and compiled with ``compile``); returns the trainable parameters."""
     from diffusers.models.attention_processor import AttnProcessor2_0
+    from peft import LoraConfig
 
     pipe.unet.set_attn_processor(AttnProcessor2_0())  # PyTorch SDPA (fused attention), diffusers' default
-    lora = recipe.lora
+    lora = knobs.lora
     pipe.unet.add_adapter(LoraConfig(r=int(lora["r"]), lora_alpha=int(lora["alpha"]), init_lora_weights="gaussian",
                                      target_modules=list(lora["target_modules"])))
     params = [p for p in pipe.unet.parameters() if p.requires_grad]
     for p in params:
         p.data = p.data.float()  # LoRA weights train in float32 over a 16-bit base on GPU
-    if recipe.compile:  # in place (nn.Module.compile): parameter names and the saved LoRA keys stay the same
+    if knobs.compile:  # in place (nn.Module.compile): parameter names and the saved LoRA keys stay the same
         pipe.unet.to(memory_format=torch.channels_last)
         pipe.unet.compile()
-    optimizer = torch.optim.AdamW(params, lr=recipe.learning_rate, betas=(0.9, 0.999),
-                                  weight_decay=recipe.weight_decay, eps=1e-8)
-    tracker = PerPromptStatTracker(recipe.stat_buffer_size, recipe.stat_min_count)
-    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
-    scheduler.set_timesteps(recipe.num_steps)
-    start_epoch, history = 0, []
-    if session.resume and (state_dir / "state" / "train_state.pt").is_file():
-        from safetensors.torch import load_file
+    return params
 
-        saved = torch.load(state_dir / "state" / "train_state.pt", weights_only=False)
-        set_peft_model_state_dict(pipe.unet, load_file(str(state_dir / "state" / "lora" / "adapter_model.safetensors")))
-        optimizer.load_state_dict(saved["optimizer"])
-        tracker.load_state_dict(saved["tracker"])
-        rng.setstate(saved["python_rng"])
-        generator.set_state(saved["generator"])
-        torch.set_rng_state(saved["torch_rng"])
-        start_epoch = saved["epoch"]
-        history = json.loads((state_dir / "state" / "history.json").read_text())
-        print(f"[train] resuming after epoch {start_epoch}", flush=True)
+
+def resume(session: Session, pipe, optimizer, tracker, rng: random.Random, generator) -> tuple[int, list[dict]]:
+    """The epoch and history of the state an earlier attempt saved (LoRA, optimizer, stat
+    tracker, RNGs restored), or ``(0, [])``."""
+    state = session.request.state_dir / "state"
+    if not (session.request.resume and (state / "train_state.pt").is_file()):
+        return 0, []
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    saved = torch.load(state / "train_state.pt", weights_only=False)
+    set_peft_model_state_dict(pipe.unet, load_file(str(state / "lora" / "adapter_model.safetensors")))
+    optimizer.load_state_dict(saved["optimizer"])
+    tracker.load_state_dict(saved["tracker"])
+    rng.setstate(saved["python_rng"])
+    generator.set_state(saved["generator"])
+    torch.set_rng_state(saved["torch_rng"])
+    print(f"[train] resuming after epoch {saved['epoch']}", flush=True)
+    return saved["epoch"], json.loads((state / "history.json").read_text())
+
+
+def main() -> int:
+    session = Session.start(DDPOConfig, HERE / "configs", __doc__)
+    knobs, seed, state_dir, public = session.knobs, session.request.seed, session.request.state_dir, session.request.public_dir
+    rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
+    device = session.device(knobs.device)
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[knobs.dtype]
+    started = time.time()
+    from diffusers import DDIMScheduler
+
+    pipe = Pipeline(str(session.request.fixed_start), device, dtype)
+    scoring = json.loads((public / SCORING).read_text())
+    reward = reward_fn(scoring, device)
+    prompt_list = [p.strip() for p in (public / "prompts.txt").read_text().splitlines() if p.strip()]
+    params = add_lora(pipe, knobs)
+    optimizer = torch.optim.AdamW(params, lr=knobs.learning_rate, betas=(0.9, 0.999),
+                                  weight_decay=knobs.weight_decay, eps=1e-8)
+    tracker = PerPromptStatTracker(knobs.stat_buffer_size, knobs.stat_min_count)
+    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
+    scheduler.set_timesteps(knobs.num_steps)
+    start_epoch, history = resume(session, pipe, optimizer, tracker, rng, generator)
     print(f"[train] {len(prompt_list)} prompts, reward {scoring['reward']}, {len(params)} LoRA tensors "
           f"({sum(p.numel() for p in params)} parameters) on {device}; set-up {time.time() - started:.1f} s", flush=True)
 
-    def publish(epoch: int) -> None:
-        """Save the state after ``epoch`` and publish its LoRA as ``checkpoint-<epoch>``."""
-        t1 = time.time()
-        lora_dir = save_state(state_dir, pipe, optimizer, tracker, epoch, rng, generator, history)
-        session.publish_folder(lora_dir, epoch, started=t1)
+    def save(epoch: int):
+        """``write`` of checkpoint-<epoch>: the state after ``epoch`` saved, its LoRA published."""
+        return lambda _: save_state(state_dir, pipe, optimizer, tracker, epoch, rng, generator, history)
 
-    n_epochs, save_freq = recipe.num_epochs, recipe.save_freq
-    done = session.published_before()
-    due = start_epoch % save_freq == 0 or start_epoch == n_epochs
-    if start_epoch and due and (not done or start_epoch > max(done)):
-        # a kill came between saving this state and publishing it: publish the saved LoRA
-        session.publish_folder(state_dir / "state" / "lora", start_epoch)
-    per_epoch = recipe.sample_batch_size * recipe.num_batches_per_epoch
+    n_epochs, save_freq = knobs.num_epochs, knobs.save_freq
+    if start_epoch % save_freq == 0 or start_epoch == n_epochs:  # a kill came between its save and its publication
+        session.checkpoint_if_missing(start_epoch, lambda _: state_dir / "state" / "lora")
+    per_epoch = knobs.sample_batch_size * knobs.num_batches_per_epoch
     session.begin_training()
-    stop, error, epoch_s = "max_steps", None, 0.0
-    epoch = start_epoch
+    epoch_s = 0.0
     for epoch in range(start_epoch + 1, n_epochs + 1):
         t0 = time.time()
-        if session.past_deadline(ahead_s=epoch_s):  # an epoch that would end past the deadline is not started
-            stop, epoch = "deadline", epoch - 1
+        if session.should_stop(next_step_s=epoch_s):  # an epoch that would end past the deadline is not started
             break
         prompts = [rng.choice(prompt_list) for _ in range(per_epoch)]
-        batch = sample_epoch(pipe, scheduler, prompts, recipe, generator)
+        batch = sample_epoch(pipe, scheduler, prompts, knobs, generator)
         rewards = np.asarray(reward(batch["images"], prompts), dtype=float)
         try:
             if not np.isfinite(rewards).all():
                 raise NonFiniteError(f"{int((~np.isfinite(rewards)).sum())} of {len(rewards)} rewards are NaN/inf")
             advantages = torch.as_tensor(tracker.update(prompts, rewards), dtype=torch.float32)
-            info = train_epoch(pipe, scheduler, batch, advantages, params, optimizer, recipe, generator)
+            info = train_epoch(pipe, scheduler, batch, advantages, params, optimizer, knobs, generator)
         except NonFiniteError as exc:
-            stop, error = "nan", f"epoch {epoch}: {exc}; earlier checkpoints kept"
+            session.nan_loss(f"epoch {epoch}: {exc}; earlier checkpoints kept")
             break
         epoch_s = time.time() - t0
         entry = {"progress": epoch, "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
@@ -285,11 +290,10 @@ def main() -> int:
               f"{info['clipfrac']:.3f} epoch {epoch_s:.1f} s elapsed {time.time() - session.train_start:.0f} s",
               flush=True)
         if epoch % save_freq == 0 or epoch == n_epochs:
-            publish(epoch)
-    last = history[-1]["progress"] if history else None
-    if stop == "deadline" and last is not None and last not in session.published_now and last > start_epoch:
-        publish(last)  # the export reserve covers this last save
-    return session.finish(stop, history, steps=max(session.published_now, default=start_epoch), error=error)
+            session.checkpoint(epoch, save(epoch))
+    if session.stop_reason == StopReason.DEADLINE and history:  # the export reserve covers this last save
+        session.checkpoint_if_missing(history[-1]["progress"], save(history[-1]["progress"]))
+    return session.finish(history, steps=max(session.published_now, default=start_epoch))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from typing import Literal
 import torch
 from torch.nn import functional as F
 
-from replaykit.harness.session import ReplaySession, knob
+from replaykit.runtime import Session, knob
 from replaykit.tasks.digress import checkpoint as ckpt
 from replaykit.tasks.digress.data import load_npz, to_pyg
 from replaykit.tasks.digress.diffusion import apply_noise, dense_batch, model_input
@@ -250,125 +250,140 @@ def prefetch(batches, prepare):
         ready = produce()
 
 
+def build(session: Session, stats: dict, device: str):
+    """The checkpoint config, denoiser, noise model, AdamW (capturable for the CUDA graph) and EMA copy."""
+    knobs = session.knobs
+    config = {"model": {"n_layers": knobs.n_layers, "hidden_mlp_dims": knobs.hidden_mlp_dims,
+                        "hidden_dims": knobs.hidden_dims, "dropout": knobs.dropout},
+              "diffusion": {"T": knobs.T, "transition": knobs.transition, "x_marginals": stats["atom_marginals"],
+                            "e_marginals": stats["bond_marginals"], "extra_features": knobs.extra_features}}
+    model = ckpt.build_model(config["model"]).to(device)
+    noise = ckpt.build_noise(config["diffusion"]).to(device)
+    graphed = knobs.cuda_graph and device == "cuda"
+    optimizer = torch.optim.AdamW(model.parameters(), lr=knobs.lr, weight_decay=knobs.weight_decay,
+                                  amsgrad=True, capturable=graphed)
+    ema = copy.deepcopy(model).eval() if knobs.ema_decay > 0 else None
+    return config, model, noise, optimizer, ema, graphed
+
+
+def resume(session: Session, model, optimizer, ema, gen: torch.Generator, device: str) -> tuple[int, list[dict]]:
+    """The epoch and history of the state an earlier attempt saved (weights, optimizer, EMA, RNGs
+    restored), or ``(0, [])``."""
+    state = session.load_state(STATE, map_location=device)
+    if state is None:
+        return 0, []
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if ema is not None and state.get("ema") is not None:
+        ema.load_state_dict(state["ema"])
+    torch.set_rng_state(state["rng_cpu"].cpu())
+    gen.set_state(state["rng_data"].cpu())
+    if device == "cuda" and state.get("rng_cuda") is not None:
+        torch.cuda.set_rng_state(state["rng_cuda"].cpu())
+    print(f"[train] resuming after epoch {int(state['epoch'])}", flush=True)
+    return int(state["epoch"]), list(state["history"])
+
+
+def train_one_epoch(session: Session, model, noise, optimizer, ema, batches, stepper, autocast):
+    """One pass over ``batches`` (through the CUDA graph ``stepper`` when given, losses summed
+    on the device and checked once; else eagerly, each step checked), the EMA updated after each
+    step. Returns ``(loss sum, {loss_X, loss_E} sums, steps, nan)`` -- ``nan`` says where a
+    non-finite loss appeared, else None --, or None when the deadline cut the epoch."""
+    knobs, decay = session.knobs, session.knobs.ema_decay
+    losses, parts_sum, steps, cut = 0.0, {"loss_X": 0.0, "loss_E": 0.0}, 0, False
+    if stepper is not None:
+        sums = torch.zeros(3, device=next(model.parameters()).device)
+        for inputs in prefetch(batches, lambda X, E, m: prepare_batch(noise, X, E, m, knobs.extra_features)):
+            sums += torch.stack(stepper(inputs))
+            if ema is not None:
+                with torch.no_grad():
+                    torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 1 - decay)
+            steps += 1
+            if session.should_stop():
+                cut = True
+                break
+        losses, parts_sum["loss_X"], parts_sum["loss_E"] = sums.tolist()
+        if not math.isfinite(losses):
+            return losses, parts_sum, steps, ""
+        batches = ()
+    for X, E, node_mask in batches:
+        loss, parts = train_step(model, noise, optimizer, X, E, node_mask, knobs, autocast)
+        if not math.isfinite(loss):
+            return losses, parts_sum, steps, f" (step {steps + 1})"
+        if ema is not None:
+            with torch.no_grad():
+                for pe, pm in zip(ema.parameters(), model.parameters()):
+                    pe.lerp_(pm, 1 - decay)
+        losses += loss
+        for k in parts_sum:
+            parts_sum[k] += parts[k]
+        steps += 1
+        if session.should_stop():
+            cut = True
+            break
+    return None if cut else (losses, parts_sum, steps, None)  # an unfinished epoch is not progress
+
+
 def main() -> int:
-    session = ReplaySession.start(DigressConfig, HERE / "configs", __doc__)
-    recipe, seed, device = session.recipe, session.seed, session.device(session.recipe.device)
+    session = Session.start(DigressConfig, HERE / "configs", __doc__)
+    knobs, device = session.knobs, session.device(session.knobs.device)
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    use_bf16 = device == "cuda" and recipe.dtype == "bfloat16"
+    use_bf16 = device == "cuda" and knobs.dtype == "bfloat16"
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16)
 
-    stats = json.loads((session.public_dir / "stats.json").read_text())
-    atoms_np, bonds_np = load_npz(session.public_dir / "train_graphs.npz")
-    config = {"model": {"n_layers": recipe.n_layers, "hidden_mlp_dims": recipe.hidden_mlp_dims,
-                        "hidden_dims": recipe.hidden_dims, "dropout": recipe.dropout},
-              "diffusion": {"T": recipe.T, "transition": recipe.transition, "x_marginals": stats["atom_marginals"],
-                            "e_marginals": stats["bond_marginals"], "extra_features": recipe.extra_features}}
-    model = ckpt.build_model(config["model"]).to(device)
-    noise = ckpt.build_noise(config["diffusion"]).to(device)
-    graphed = recipe.cuda_graph and device == "cuda"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay,
-                                  amsgrad=True, capturable=graphed)
-    ema = copy.deepcopy(model).eval() if recipe.ema_decay > 0 else None
-    epoch, history = 0, []
-    gen = torch.Generator().manual_seed(seed)
-    state = session.load_state(STATE, map_location=device)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        if ema is not None and state.get("ema") is not None:
-            ema.load_state_dict(state["ema"])
-        epoch, history = int(state["epoch"]), list(state["history"])
-        torch.set_rng_state(state["rng_cpu"].cpu())
-        gen.set_state(state["rng_data"].cpu())
-        if device == "cuda" and state.get("rng_cuda") is not None:
-            torch.cuda.set_rng_state(state["rng_cuda"].cpu())
-        print(f"[train] resuming after epoch {epoch}", flush=True)
+    stats = json.loads((session.request.public_dir / "stats.json").read_text())
+    atoms_np, bonds_np = load_npz(session.request.public_dir / "train_graphs.npz")
+    config, model, noise, optimizer, ema, graphed = build(session, stats, device)
+    gen = torch.Generator().manual_seed(session.request.seed)
+    epoch, history = resume(session, model, optimizer, ema, gen, device)
     print(f"[train] {len(atoms_np)} training graphs on {device}; {count_parameters(model):,} parameters; "
-          f"T={recipe.T} loader={recipe.loader} cuda_graph={graphed} "
-          f"compile={graphed and recipe.compile}", flush=True)
-    if recipe.loader == "device":
+          f"T={knobs.T} loader={knobs.loader} cuda_graph={graphed} "
+          f"compile={graphed and knobs.compile}", flush=True)
+    if knobs.loader == "device":
         atoms, bonds = torch.as_tensor(atoms_np, device=device), torch.as_tensor(bonds_np, device=device)
     else:
         graphs = [to_pyg(a, b) for a, b in zip(atoms_np, bonds_np)]
 
-    def save_and_publish() -> None:
-        """Save the training state after this epoch, then publish its model as checkpoint-<epoch>."""
+    def write(out: Path) -> None:
+        """Save the training state after this epoch, then write its model as checkpoint-<epoch>."""
         session.save_state({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                             "ema": ema.state_dict() if ema is not None else None, "epoch": epoch,
                             "history": history, "rng_cpu": torch.get_rng_state(), "rng_data": gen.get_state(),
                             "rng_cuda": torch.cuda.get_rng_state() if device == "cuda" else None}, STATE)
-        session.publish(epoch, lambda out: ckpt.save(out, {**config, "epoch": epoch}, model, ema))
+        ckpt.save(out, {**config, "epoch": epoch}, model, ema)
 
-    def nan_stop(where: str) -> int:
-        return session.finish("nan_loss", history, steps=epoch,
-                              error=f"NaN loss in epoch {epoch + 1}{where}; earlier checkpoints kept")
-
-    use_extra = recipe.extra_features
     stepper = None
     if graphed:  # the compiled module shares the parameters; checkpoints save the plain one (no prefixes)
-        step_model = compile_denoiser(model, recipe.compile_scope) if recipe.compile else model
-        stepper = GraphedStep(step_model, optimizer, recipe, autocast, recipe.batch_size, eager=model)
+        step_model = compile_denoiser(model, knobs.compile_scope) if knobs.compile else model
+        stepper = GraphedStep(step_model, optimizer, knobs, autocast, knobs.batch_size, eager=model)
     session.begin_training()
-    stop, decay = "max_steps", recipe.ema_decay
-    while epoch < recipe.epochs:
-        if session.past_deadline():
-            stop = "deadline"
-            break
+    while epoch < knobs.epochs and not session.should_stop():
         model.train()
-        started, losses, parts_sum, steps = time.time(), 0.0, {"loss_X": 0.0, "loss_E": 0.0}, 0
-        batches = (device_batches(atoms, bonds, recipe.batch_size, gen) if recipe.loader == "device"
-                   else dataloader_batches(graphs, recipe.batch_size, gen, device, recipe.num_workers))
-        cut = False
-        if graphed:  # losses summed on the device, checked once per epoch (no host sync per step)
-            sums = torch.zeros(3, device=device)
-            for inputs in prefetch(batches, lambda X, E, m: prepare_batch(noise, X, E, m, use_extra)):
-                sums += torch.stack(stepper(inputs))
-                if ema is not None:
-                    with torch.no_grad():
-                        torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 1 - decay)
-                steps += 1
-                if session.past_deadline():
-                    cut = True
-                    break
-            total, parts_sum["loss_X"], parts_sum["loss_E"] = sums.tolist()
-            if not math.isfinite(total):
-                return nan_stop("")
-            losses = total
-            batches = ()
-        for X, E, node_mask in batches:
-            loss, parts = train_step(model, noise, optimizer, X, E, node_mask, recipe, autocast)
-            if not math.isfinite(loss):
-                return nan_stop(f" (step {steps + 1})")
-            if ema is not None:
-                with torch.no_grad():
-                    for pe, pm in zip(ema.parameters(), model.parameters()):
-                        pe.lerp_(pm, 1 - decay)
-            losses += loss
-            for k in parts_sum:
-                parts_sum[k] += parts[k]
-            steps += 1
-            if session.past_deadline():
-                cut = True
-                break
-        if cut:  # an unfinished epoch is not progress
-            stop = "deadline"
+        started = time.time()
+        batches = (device_batches(atoms, bonds, knobs.batch_size, gen) if knobs.loader == "device"
+                   else dataloader_batches(graphs, knobs.batch_size, gen, device, knobs.num_workers))
+        done = train_one_epoch(session, model, noise, optimizer, ema, batches, stepper, autocast)
+        if done is None:
             break
+        losses, parts_sum, steps, nan = done
+        if nan is not None:
+            session.nan_loss(f"NaN loss in epoch {epoch + 1}{nan}; earlier checkpoints kept")
+            return session.finish(history, steps=epoch)
         epoch += 1
         entry = {"progress": epoch, "loss": losses / steps, **{k: v / steps for k, v in parts_sum.items()},
                  "epoch_s": time.time() - started, "elapsed_s": time.time() - session.train_start}
         history.append(entry)
-        print(f"[train] epoch {epoch}/{recipe.epochs} loss {entry['loss']:.4f} loss_X {entry['loss_X']:.4f} "
+        print(f"[train] epoch {epoch}/{knobs.epochs} loss {entry['loss']:.4f} loss_X {entry['loss_X']:.4f} "
               f"loss_E {entry['loss_E']:.4f} epoch_s {entry['epoch_s']:.1f} elapsed {entry['elapsed_s']:.0f} s",
               flush=True)
-        if epoch % recipe.save_every == 0 or epoch == recipe.epochs:
-            save_and_publish()
+        if epoch % knobs.save_every == 0 or epoch == knobs.epochs:
+            session.checkpoint(epoch, write)
     # at the deadline (or a resume at the end), the last whole epoch is published if nothing later is
-    if epoch and epoch not in session.published_now and epoch > max(session.published_before(), default=0):
-        save_and_publish()
-    return session.finish(stop, history, steps=epoch)
+    session.checkpoint_if_missing(epoch, write)
+    return session.finish(history, steps=epoch)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,12 @@ given), as in the alignment-handbook's zephyr-7b-dpo-qlora recipe.
 
 This directory is the editable workspace: a candidate patch may change anything here.
 It is run by the replay driver (``replaykit.harness.replay``) as
-``python train.py --request request.json``, stops by itself at the internal deadline, and
-publishes adapters with the harness's atomic publication (at most 3 retained).
+``python train.py --request request.json``; its session (``replaykit.runtime``) stops it at
+the internal deadline and publishes adapters atomically (at most 3 retained).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import dataclass
@@ -24,17 +23,10 @@ from typing import Literal
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 
-from replaykit.harness.trainer import (
-    ReplayCallback,
-    TrainerKnobs,
-    knob,
-    load_config,
-    run_training,
-    training_arguments,
-)
+from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
 from replaykit.tasks.common.pair_steps import PairStepMixin, drop_padding_mask
 
 HERE = Path(__file__).resolve().parent
@@ -80,14 +72,10 @@ class RecipeDPOTrainer(PairStepMixin, DPOTrainer):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--request", required=True, help="request.json written by the replay driver")
-    request = json.loads(Path(parser.parse_args().request).read_text())
-    recipe = load_config(DPOKnobs, HERE / "configs", request["profile"], request["overrides"])
-    torch.set_num_threads(int(request["threads"]))
-    set_seed(int(request["seed"]))
+    session = Session.start(DPOKnobs, HERE / "configs", __doc__)
+    recipe, request = session.knobs, session.request
 
-    tokenizer = AutoTokenizer.from_pretrained(request["fixed_start"])
+    tokenizer = AutoTokenizer.from_pretrained(request.fixed_start)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model_kwargs = {"dtype": getattr(torch, recipe.dtype)}
@@ -97,26 +85,25 @@ def main() -> int:
         model_kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
             bnb_4bit_use_double_quant=False)
-    model = AutoModelForCausalLM.from_pretrained(request["fixed_start"], **model_kwargs)
+    model = AutoModelForCausalLM.from_pretrained(request.fixed_start, **model_kwargs)
     if recipe.causal_padding:
         drop_padding_mask(model)
 
-    rows = [json.loads(line) for line in (Path(request["public_dir"]) / "train_prefs.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in (request.public_dir / "train_prefs.jsonl").read_text().splitlines()
             if line.strip()]
     dataset = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows])
 
     lora = recipe.lora
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                              target_modules=lora["target_modules"], bias="none", task_type="CAUSAL_LM")
-    max_steps = recipe.max_steps
     args = DPOConfig(beta=recipe.beta, loss_type=[recipe.loss_type], max_length=recipe.max_length,
-                     warmup_steps=math.ceil(recipe.warmup_ratio * max_steps), **training_arguments(recipe, request))
-    callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
+                     warmup_steps=math.ceil(recipe.warmup_ratio * recipe.max_steps), **training_arguments(session))
+    callback = ReplayCallback(session, files=ADAPTER_FILES,
                               log_keys={"reward_margin": "rewards/margins", "reward_acc": "rewards/accuracies"})
     trainer = RecipeDPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                                peft_config=peft_config, callbacks=[callback], micro_batch_tokens=recipe.micro_batch_tokens,
                                lora_dtype=recipe.lora_dtype)
-    return run_training(trainer, callback, request)
+    return run_trainer(trainer, callback)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ It is run by the replay driver as ``python train.py --request request.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,17 +25,10 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import RewardConfig, RewardTrainer
 
-from replaykit.harness.trainer import (
-    ReplayCallback,
-    TrainerKnobs,
-    knob,
-    load_config,
-    run_training,
-    training_arguments,
-)
+from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
 from replaykit.tasks.common.pair_steps import PairStepMixin, drop_padding_mask
 
 HERE = Path(__file__).resolve().parent
@@ -84,23 +76,19 @@ class RecipeRewardTrainer(PairStepMixin, RewardTrainer):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--request", required=True, help="request.json written by the replay driver")
-    request = json.loads(Path(parser.parse_args().request).read_text())
-    recipe = load_config(RewardKnobs, HERE / "configs", request["profile"], request["overrides"])
-    torch.set_num_threads(int(request["threads"]))
-    set_seed(int(request["seed"]))  # also seeds the new head's initialisation
+    session = Session.start(RewardKnobs, HERE / "configs", __doc__)  # its seed also seeds the new head's init
+    recipe, request = session.knobs, session.request
 
-    tokenizer = AutoTokenizer.from_pretrained(request["fixed_start"])
+    tokenizer = AutoTokenizer.from_pretrained(request.fixed_start)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForSequenceClassification.from_pretrained(request["fixed_start"], num_labels=1,
+    model = AutoModelForSequenceClassification.from_pretrained(request.fixed_start, num_labels=1,
                                                                dtype=getattr(torch, recipe.dtype))
     model.config.pad_token_id = tokenizer.pad_token_id
     if recipe.causal_padding:
         drop_padding_mask(model)
 
-    rows = [json.loads(line) for line in (Path(request["public_dir"]) / "train_prefs.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in (request.public_dir / "train_prefs.jsonl").read_text().splitlines()
             if line.strip()]
     pairs = [{**tokenize_pair(tokenizer, r, recipe.max_length), "margin": recipe.margin} for r in rows]
     truncated = sum(len(p["chosen_ids"]) == recipe.max_length or len(p["rejected_ids"]) == recipe.max_length
@@ -112,17 +100,15 @@ def main() -> int:
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                              target_modules=lora["target_modules"], modules_to_save=lora["modules_to_save"],
                              bias="none", task_type="SEQ_CLS")
-    max_steps = recipe.max_steps
     args = RewardConfig(max_length=None,  # already left-truncated above
                         center_rewards_coefficient=recipe.center_rewards_coefficient,
                         weight_decay=recipe.weight_decay, warmup_steps=recipe.warmup_steps,
-                        **training_arguments(recipe, request))
-    callback = ReplayCallback(request, max_steps, files=ADAPTER_FILES,
-                              log_keys={"accuracy": "accuracy", "margin": "margin"})
+                        **training_arguments(session))
+    callback = ReplayCallback(session, files=ADAPTER_FILES, log_keys={"accuracy": "accuracy", "margin": "margin"})
     trainer = RecipeRewardTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                                   peft_config=peft_config, callbacks=[callback],
                                   micro_batch_tokens=recipe.micro_batch_tokens)
-    return run_training(trainer, callback, request)
+    return run_trainer(trainer, callback)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,7 @@ from typing import Literal
 
 import torch
 
-from replaykit.harness.fileio import atomic_write_json
-from replaykit.harness.session import ReplaySession, knob
+from replaykit.runtime import Session, atomic_write_json, knob
 from replaykit.tasks.soup.evaluator import load_images, read_items
 from replaykit.tasks.soup.model import create_classifier, ingredient_paths, load_state, read_config
 
@@ -72,90 +71,95 @@ def greedy_soup(ranking: list[int], accuracy) -> tuple[list[int], list[float]]:
     return members, history
 
 
-def resumed_soup(request: dict, n: int) -> dict | None:
+def resumed_soup(session: Session, n: int) -> dict | None:
     """On a resume, the ``coefficients.json`` of the soup already published as
     ``checkpoint-<n>`` (the recipe's last and only publication), else None."""
-    from replaykit.harness.publish import published
-
-    root = Path(request["publish_dir"])
-    if not request["resume"] or n not in published(root):  # renamed into place whole
+    folder = session.request.publish_dir / f"checkpoint-{n}"
+    if not session.request.resume or not folder.is_dir() or folder.is_symlink():  # renamed into place whole
         return None
-    return json.loads((root / f"checkpoint-{n}" / "coefficients.json").read_text())
+    return json.loads((folder / "coefficients.json").read_text())
+
+
+def proxy_accuracy(session: Session, model, preprocess, stacked: dict, n_classes: int, device: str):
+    """``accuracy(members)``: the proxy accuracy of the uniform soup of ``members``."""
+    proxy_file = session.request.public_dir / "proxy.jsonl"
+    items = read_items(proxy_file, n_classes)
+    threads = int(session.request.threads)  # decoding processes (10,000 images: 56.6 s in one, 9.4 s in 14)
+    images = load_images(proxy_file, items, preprocess, workers=threads if threads > 1 else 0).to(device)
+    labels = torch.tensor([it["label"] for it in items], device=device)
+    size, n = session.knobs.batch_size, len(next(iter(stacked.values())))
+
+    def accuracy(members: list[int]) -> float:
+        c = torch.zeros(n, device=device)
+        c[members] = 1.0 / len(members)
+        params = soup(stacked, c)
+        with torch.no_grad():
+            hits = 0
+            for s in range(0, len(images), size):
+                logits = torch.func.functional_call(model, params, (images[s:s + size],))
+                hits += int((logits.argmax(1) == labels[s:s + size]).sum())
+        return hits / len(images)
+
+    return accuracy
+
+
+def search(session: Session, n: int, accuracy) -> tuple[list[float], dict, list[dict]] | None:
+    """``best_single`` or ``greedy`` (the ingredients ranked by proxy accuracy first): the
+    coefficients, what ``coefficients.json`` notes and the curve; None when the deadline
+    comes before every ingredient is ranked."""
+    singles = []
+    for i in range(n):
+        if session.should_stop():
+            return None
+        singles.append(accuracy([i]))
+        print(f"[soup] ingredient {i}: proxy accuracy {singles[-1]:.4f}", flush=True)
+    ranking = sorted(range(n), key=lambda i: (-singles[i], i))
+    if session.knobs.method == "best_single":
+        c = [0.0] * n
+        c[ranking[0]] = 1.0
+        return c, {"proxy_accuracy": singles[ranking[0]], "proxy_accuracies": singles}, []
+    members, history = greedy_soup(ranking, accuracy)
+    print(f"[soup] greedy soup of {len(members)}: proxy accuracy {history[-1]:.4f}", flush=True)
+    note = {"proxy_accuracy": history[-1], "members": members, "ranking": ranking, "history": history}
+    return [1.0 / len(members) if i in members else 0.0 for i in range(n)], note, curve(history)
+
+
+def curve(history: list[float]) -> list[dict]:
+    return [{"progress": k + 1, "proxy_accuracy": acc} for k, acc in enumerate(history)]
 
 
 def main() -> int:
-    session = ReplaySession.start(SoupConfig, HERE / "configs", __doc__)
-    recipe, device = session.recipe, session.device(session.recipe.device)
-    config = read_config(session.fixed_start)
-    paths = ingredient_paths(session.fixed_start, config)
+    session = Session.start(SoupConfig, HERE / "configs", __doc__)
+    knobs, fixed_start = session.knobs, session.request.fixed_start
+    device = session.device(knobs.device)
+    config = read_config(fixed_start)
+    paths = ingredient_paths(fixed_start, config)
     n = len(paths)
     started = time.time()
     stacked = stack_ingredients(paths, device)
-    model, preprocess = create_classifier(session.fixed_start, config)
+    model, preprocess = create_classifier(fixed_start, config)
     model.to(device).eval()
     print(f"[soup] {n} ingredients stacked on {device} in {time.time() - started:.1f} s", flush=True)
-
-    def publish(coefficients: list[float], note: dict) -> None:
-        """Publish the soup with these coefficients as checkpoint-<n> (n ingredients examined)."""
-
-        def write(out: Path) -> None:
-            state = soup(stacked, torch.tensor(coefficients, device=device))
-            torch.save({k: v.cpu().contiguous() for k, v in state.items()}, out / "model.pt")
-            atomic_write_json(out / "coefficients.json", {"coefficients": coefficients,
-                                                          "ingredients": config["ingredients"],
-                                                          "method": recipe.method, **note})
-
-        session.publish(n, write)
-
     session.begin_training()
-    stop, curve = "max_steps", []
-    done = resumed_soup(session.request, n)
+    done = resumed_soup(session, n)
     if done is not None:  # a kill came after the publication, before the record: nothing to redo
-        curve = [{"progress": k + 1, "proxy_accuracy": acc} for k, acc in enumerate(done.get("history", []))]
         print(f"[soup] resumed: checkpoint-{n} is already published; nothing to compute", flush=True)
-    elif recipe.method == "uniform":
-        publish([1.0 / n] * n, {})
-    else:
-        proxy_file = session.public_dir / "proxy.jsonl"
-        items = read_items(proxy_file, int(config["n_classes"]))
-        threads = int(session.request["threads"])  # decoding processes (10,000 images: 56.6 s in one, 9.4 s in 14)
-        images = load_images(proxy_file, items, preprocess, workers=threads if threads > 1 else 0).to(device)
-        labels = torch.tensor([it["label"] for it in items], device=device)
-        size = recipe.batch_size
+        return session.finish(curve(done.get("history", [])), steps=n)
+    found = ([1.0 / n] * n, {}, []) if knobs.method == "uniform" else search(
+        session, n, proxy_accuracy(session, model, preprocess, stacked, int(config["n_classes"]), device))
+    if found is None:
+        return session.finish([], steps=0)
+    coefficients, note, history = found
 
-        def accuracy(members: list[int]) -> float:
-            c = torch.zeros(n, device=device)
-            c[members] = 1.0 / len(members)
-            params = soup(stacked, c)
-            with torch.no_grad():
-                hits = 0
-                for s in range(0, len(images), size):
-                    logits = torch.func.functional_call(model, params, (images[s:s + size],))
-                    hits += int((logits.argmax(1) == labels[s:s + size]).sum())
-            return hits / len(images)
+    def write(out: Path) -> None:
+        """The soup with these coefficients as checkpoint-<n> (n ingredients examined)."""
+        state = soup(stacked, torch.tensor(coefficients, device=device))
+        torch.save({k: v.cpu().contiguous() for k, v in state.items()}, out / "model.pt")
+        atomic_write_json(out / "coefficients.json", {"coefficients": coefficients, "ingredients": config["ingredients"],
+                                                      "method": knobs.method, **note})
 
-        singles = []
-        for i in range(n):
-            if session.past_deadline():
-                stop = "deadline"
-                break
-            singles.append(accuracy([i]))
-            print(f"[soup] ingredient {i}: proxy accuracy {singles[-1]:.4f}", flush=True)
-        if stop == "max_steps":
-            ranking = sorted(range(n), key=lambda i: (-singles[i], i))
-            if recipe.method == "best_single":
-                c = [0.0] * n
-                c[ranking[0]] = 1.0
-                publish(c, {"proxy_accuracy": singles[ranking[0]], "proxy_accuracies": singles})
-            else:
-                members, history = greedy_soup(ranking, accuracy)
-                c = [1.0 / len(members) if i in members else 0.0 for i in range(n)]
-                print(f"[soup] greedy soup of {len(members)}: proxy accuracy {history[-1]:.4f}", flush=True)
-                publish(c, {"proxy_accuracy": history[-1], "members": members, "ranking": ranking,
-                            "history": history})
-                curve = [{"progress": k + 1, "proxy_accuracy": acc} for k, acc in enumerate(history)]
-    finished = done is not None or session.published_now
-    return session.finish(stop, curve, steps=n if finished else 0)
+    session.checkpoint(n, write)
+    return session.finish(history, steps=n)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from .harness.errors import InputError
+from .harness.protocol import options as replay_options
 from .harness.replay import ReplayError
 from .harness.sandbox import SandboxUnavailable
 
@@ -34,9 +35,11 @@ def cmd_fixed_start(a) -> None:
 
 def cmd_assets(a) -> None:
     from .harness.assets import build_assets
+    from .tasks import get_task
 
     build_assets(
         task=a.task,
+        plugin=get_task(a.task),
         cfg=_json_arg(a.cfg, "--cfg"),
         fixed_start=a.fixed_start,
         public=a.public,
@@ -52,36 +55,39 @@ def cmd_workspace(a) -> None:
     print(f"[workspace] {info['workspace']} patch={info['patch_sha256']}")
 
 
+def replay_spec(a):
+    """The :class:`~replaykit.harness.protocol.ReplaySpec` of the ``replay`` step's arguments:
+    its options, the isolation plan of :func:`replaykit.isolation.plan` (from the task's plug-in,
+    its ``--data`` and the ``--sandbox`` settings) and the installation's frozen code."""
+    from pathlib import Path
+
+    from .harness.protocol import ReplaySpec
+    from .isolation import RunPaths, Settings, plan
+    from .tasks import frozen_code
+
+    values = {name: getattr(a, name) for name, _, _ in replay_options()}
+    settings = Settings.from_config(_json_arg(a.sandbox, "--sandbox"))
+    run = RunPaths(
+        fixed_start=Path(a.fixed_start),
+        public_dir=Path(a.public_dir),
+        read_only=(Path(a.workspace),),
+        writable=(Path(a.publish_dir), Path(a.state_dir)),
+    )
+    isolation = plan(a.task, _json_arg(a.data, "--data"), settings, run)
+    return ReplaySpec.from_options(values, isolation=isolation, frozen=frozen_code())
+
+
 def cmd_replay(a) -> None:
     from .harness.replay import replay_job
 
-    replay_job(
-        task=a.task,
-        run=a.run,
-        workspace=a.workspace,
-        workspace_record=a.workspace_record,
-        manifest=a.manifest,
-        fixed_start=a.fixed_start,
-        public_dir=a.public,
-        publish_dir=a.publish_dir,
-        state_dir=a.state_dir,
-        record_path=a.record,
-        budget=a.budget,
-        seed=a.seed,
-        profile=a.profile,
-        overrides=_json_arg(a.overrides, "--overrides"),
-        threads=a.threads,
-        isolation=a.isolation,
-        hide=tuple(a.hide),
-        show=tuple(a.show),
-        show_fixed_start=not a.hide_fixed_start,
-    )
+    replay_job(replay_spec(a))
 
 
 def cmd_frozen_code(a) -> None:
     from .harness import frozen
+    from .tasks import frozen_code
 
-    doc = frozen.write_record(a.out)
+    doc = frozen_code().write_record(a.out)
     plugins = sum(k.startswith(frozen.PLUGIN) for k in doc["files"])
     names = f" (plug-ins {', '.join(doc['plugins'])}: {plugins} files)" if doc["plugins"] else ""
     print(f"[frozen-code] {doc['package']}: {len(doc['files'])} files{names}, sha256 {doc['sha256']}")
@@ -98,14 +104,16 @@ def cmd_check_sandbox(a) -> None:
 
 def cmd_validate(a) -> None:
     from .harness.scoring import validate_checkpoint
+    from .tasks import frozen_code, get_task
 
     verdict = validate_checkpoint(
-        task=a.task,
+        plugin=get_task(a.task),
         checkpoint=a.checkpoint,
         fixed_start=a.fixed_start,
         cfg=_json_arg(a.cfg, "--cfg"),
         record=a.record,
         frozen_record=a.frozen,
+        frozen=frozen_code(),
         out=a.out,
     )
     name = Path(a.checkpoint).name
@@ -114,9 +122,10 @@ def cmd_validate(a) -> None:
 
 def cmd_score(a) -> None:
     from .harness.scoring import score
+    from .tasks import frozen_code, get_task
 
     summary = score(
-        task=a.task,
+        plugin=get_task(a.task),
         split=a.split,
         manifest=a.manifest,
         fixed_start=a.fixed_start,
@@ -128,6 +137,7 @@ def cmd_score(a) -> None:
         workspace=a.workspace,
         public=a.public,
         frozen_record=a.frozen,
+        frozen=frozen_code(),
     )
     print(f"[score] {a.split} {summary['metric']} = {summary['value']} (n={summary['n']})")
 
@@ -158,7 +168,7 @@ def cmd_proxy_table(a) -> None:
 
 
 def cmd_final(a) -> None:
-    from .harness.results import final_result
+    from .report.final import final_result
     from .tasks import get_task
 
     plugin = get_task(a.task)
@@ -181,8 +191,7 @@ def cmd_final(a) -> None:
 
 
 def cmd_ablation(a) -> None:
-    from .harness.ablation import ablation_result
-    from .report.ablation import differences
+    from .report.ablation import ablation_result, differences
     from .tasks import get_task
 
     plugin = get_task(a.task)
@@ -250,7 +259,7 @@ def cmd_status(a) -> int:
 
 
 def cmd_explore_start(a) -> None:
-    from .harness.explore import start
+    from .exploration import start
 
     info = start(a.task, a.name, configfile=a.configfile, root=a.root, lock=a.lock, budget_s=a.budget_s)
     print(
@@ -261,7 +270,7 @@ def cmd_explore_start(a) -> None:
 
 
 def cmd_explore_run(a) -> None:
-    from .harness.explore import find_exploration, run_probe
+    from .exploration import find_exploration, run_probe
 
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     r = run_probe(find_exploration(a.exploration), command or None, wait=not a.no_wait)
@@ -275,7 +284,7 @@ def cmd_explore_run(a) -> None:
 
 
 def cmd_explore_proxy(a) -> None:
-    from .harness.explore import find_exploration, score_proxy
+    from .exploration import find_exploration, score_proxy
 
     checkpoint = Path(a.checkpoint).resolve()  # relative to where the user is
     r = score_proxy(find_exploration(a.exploration), checkpoint, wait=not a.no_wait)
@@ -287,13 +296,13 @@ def cmd_explore_proxy(a) -> None:
 
 
 def cmd_explore_status(a) -> None:
-    from .harness.explore import find_exploration
+    from .exploration import find_exploration
 
     print(json.dumps(find_exploration(a.exploration).status(), indent=1))
 
 
 def cmd_explore_submit(a) -> None:
-    from .harness.explore import find_exploration, submit
+    from .exploration import find_exploration, submit
 
     doc = submit(find_exploration(a.exploration), a.patches)
     print(
@@ -313,12 +322,7 @@ ARG_HELP = {
     "--hidden": "the final (hidden) split's directory",
     "--manifest": "the asset manifest (SHA-256 of the fixed start and every asset file)",
     "--workspace": "the run's workspace (shipped recipe + candidate patch)",
-    "--workspace-record": "workspace.json of that workspace",
-    "--publish-dir": "where checkpoints are published (replay/)",
-    "--state-dir": "trainer state kept for a resume (replay-state/)",
     "--record": "the replay record (record.json)",
-    "--budget": "JSON: outer_limit_s, internal_deadline_s, export_reserve_s",
-    "--profile": "recipe profile, recipes/<task>/configs/<profile>.yaml",
     "--checkpoint": "a published checkpoint directory",
     "--out": "file to write",
     "--items": "the split's items (prompts, rows, images) to score",
@@ -368,36 +372,14 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_workspace)
 
     s = sub.add_parser("replay", help="formal replay of a workspace under the budget")
-    for arg in (
-        "--task",
-        "--run",
-        "--workspace",
-        "--workspace-record",
-        "--manifest",
-        "--fixed-start",
-        "--public",
-        "--publish-dir",
-        "--state-dir",
-        "--record",
-        "--budget",
-        "--profile",
-    ):
-        s.add_argument(arg, required=True, help=ARG_HELP[arg])
-    s.add_argument("--overrides", default="{}", help="JSON: keys of the recipe profile to replace")
-    s.add_argument("--seed", type=int, required=True, help="the run's seed")
-    s.add_argument("--threads", type=int, default=1, help="CPU threads of train.py")
+    for name, option, text in replay_options():
+        s.add_argument(option, dest=name, required=name not in ("overrides", "threads"), help=text)
+    s.set_defaults(overrides="{}", threads="1")
+    s.add_argument("--data", default="{}", help="JSON: the task's data block (its local paths: shown or hidden)")
     s.add_argument(
-        "--isolation",
-        choices=("bwrap", "none"),
-        default="bwrap",
-        help="run train.py in the bubblewrap sandbox (default) or without one",
-    )
-    s.add_argument("--hide", nargs="*", default=[], help="paths the sandbox hides (final-split sources)")
-    s.add_argument("--show", nargs="*", default=[], help="extra read-only paths (the task's other local assets)")
-    s.add_argument(
-        "--hide-fixed-start",
-        action="store_true",
-        help="the fixed start is raw data whose complement is the test set: not shown",
+        "--sandbox",
+        default='{"isolation": "bwrap"}',
+        help="JSON: the config's isolation, sandbox_show and sandbox_hide (what the sandbox shows)",
     )
     s.set_defaults(func=cmd_replay)
 

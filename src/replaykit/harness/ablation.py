@@ -19,12 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jinja2
-
-from ..report import templates
 from .errors import InputError
-from .fileio import atomic_write_text, read_json, read_jsonl
-from .receipts import read_complete_summary, write_summary
+from .fileio import read_json, read_jsonl
+from .receipts import read_complete_summary
 from .stats import (
     ci_verdict,
     detectable_difference,
@@ -106,6 +103,31 @@ def _side(doc: dict, entry: dict, official_path: str | Path) -> dict:
     }
 
 
+def _per_seed(entries, candidate, shipped, from_rows: list[float], scale: float, fixed_start) -> list[dict]:
+    """Per seed: the two sides, their difference from the runs' files (which the rows must
+    reproduce, relative tolerance 1e-5: else :class:`InputError`) and the normalised score."""
+    per_seed = []
+    for (c, s), (doc_c, path_c), (doc_s, path_s), rows_diff in zip(entries, candidate, shipped, from_rows):
+        diff = c["value"] - s["value"]
+        if abs(scale * rows_diff - diff) > 1e-5 * max(1.0, abs(c["value"]), abs(s["value"])):
+            raise InputError(
+                Path(c["scores"]) / "rows.jsonl",
+                "score",
+                f"rows give a difference of {scale * rows_diff!r} from {s['scores']}, the summaries {diff!r}",
+            )
+        norm = normalised_score(c["value"], fixed_start, s["value"]) if fixed_start is not None else None
+        per_seed.append(
+            {
+                "seed": doc_c["seed"],
+                "candidate": _side(doc_c, c, path_c),
+                "shipped": _side(doc_s, s, path_s),
+                "difference": diff,
+                "normalised": norm,
+            }
+        )
+    return per_seed
+
+
 def compare(
     candidate: list[tuple[dict, str]],
     shipped: list[tuple[dict, str]],
@@ -150,25 +172,7 @@ def compare(
         strata=data["strata"],
         clusters=data["clusters"],
     )
-    per_seed = []
-    for (c, s), (doc_c, path_c), (doc_s, path_s), from_rows in zip(entries, candidate, shipped, boot["per_seed"]):
-        diff = c["value"] - s["value"]
-        if abs(scale * from_rows - diff) > 1e-5 * max(1.0, abs(c["value"]), abs(s["value"])):
-            raise InputError(
-                Path(c["scores"]) / "rows.jsonl",
-                "score",
-                f"rows give a difference of {scale * from_rows!r} from {s['scores']}, the summaries {diff!r}",
-            )
-        norm = normalised_score(c["value"], fixed_start, s["value"]) if fixed_start is not None else None
-        per_seed.append(
-            {
-                "seed": doc_c["seed"],
-                "candidate": _side(doc_c, c, path_c),
-                "shipped": _side(doc_s, s, path_s),
-                "difference": diff,
-                "normalised": norm,
-            }
-        )
+    per_seed = _per_seed(entries, candidate, shipped, boot["per_seed"], scale, fixed_start)
     k = len(per_seed)
     diffs = [p["difference"] for p in per_seed]
     t = t_interval(diffs)
@@ -200,22 +204,6 @@ def compare(
     }
 
 
-def _f(value) -> str:
-    return "-" if value is None else f"{value + 0.0:.4f}"  # + 0.0: no "-0.0000"
-
-
-def _sf(value) -> str:
-    return "-" if value is None else f"{value:+.4f}"
-
-
-SENTENCE = jinja2.Template(
-    "With {{ k }} seed{{ 's' if k != 1 else '' }} and {{ n }} final rows, `{{ candidate }}` "
-    "differs from the shipped recipe by {{ sf(c.mean_difference) }} in {{ metric }} "
-    "(95 % CI [{{ sf(c.hierarchical.ci_low) }}, {{ sf(c.hierarchical.ci_high) }}], "
-    "two-stage bootstrap over seeds and rows): {{ c.verdict }}."
-)
-
-
 def _bias(comparisons: dict, side: str) -> float | None:
     off, last = comparisons["official"], comparisons["last"]
     if not (off["available"] and last["available"]):
@@ -224,62 +212,23 @@ def _bias(comparisons: dict, side: str) -> float | None:
     return sum(o - l_ for o, l_ in pairs) / len(pairs)
 
 
-def ablation_result(
-    *,
-    task: str,
-    candidate: str,
-    candidate_officials: list[str | Path],
-    shipped_officials: list[str | Path],
-    fixed_start_scores: str | Path | None,
-    n_boot: int,
-    scale: float,
-    row_cluster: str | None,
-    out_dir: str | Path,
-    figure=None,
-) -> dict:
-    """Write ``summary.json``, ``report.md`` and (last) ``.complete`` of a matched ablation.
-
-    Args:
-        candidate_officials, shipped_officials: the runs' ``official.json``, one per seed, in
-            the same seed order.
-        fixed_start_scores: the fixed-start reference's score folder, None for a task
-            without one (rm, digress): no normalised score.
-        scale: metric units per unit of a row's score (100 for rm's percent).
-        row_cluster: the row field naming a row's cluster (soup: ``label``), or None.
-        figure: ``figure(summary, path)`` draws ``differences.png`` before the receipt.
-
-    Raises:
-        InputError: different seeds on the two sides, a run's rows not the shared final rows,
-        rows that do not reproduce a run's value, or a run without a valid official result.
-    """
+def _read_sides(candidate_officials, shipped_officials) -> tuple[list, list]:
+    """``(official.json doc, path)`` of each side's runs, matched by seed. Raises
+    :class:`InputError` for unequal numbers of runs, none, or a seed matched with another."""
     if len(candidate_officials) != len(shipped_officials) or not candidate_officials:
         raise InputError("ablation", "seeds", "one candidate run and one shipped run per seed are needed")
-    cand = [(read_json(p, required=("run", "seed", "official", "checkpoints")), str(p)) for p in candidate_officials]
-    ship = [(read_json(p, required=("run", "seed", "official", "checkpoints")), str(p)) for p in shipped_officials]
+    required = ("run", "seed", "official", "checkpoints")
+    cand = [(read_json(p, required=required), str(p)) for p in candidate_officials]
+    ship = [(read_json(p, required=required), str(p)) for p in shipped_officials]
     for (dc, pc), (ds, ps) in zip(cand, ship):
         if dc["seed"] != ds["seed"]:
             raise InputError(pc, "seed", f"{dc['seed']} is matched with seed {ds['seed']} of {ps}")
-    fixed = read_complete_summary(fixed_start_scores)["value"] if fixed_start_scores else None
-    direction = cand[0][0]["direction"]
-    comparisons = {
-        sel: compare(
-            cand,
-            ship,
-            sel,
-            direction=direction,
-            scale=scale,
-            cluster_field=row_cluster,
-            n_boot=n_boot,
-            fixed_start=fixed,
-        )
-        for sel in SELECTIONS
-    }
-    main = comparisons["official"]
-    if not main["available"]:
-        raise InputError(candidate_officials[0], "official", main["reason"])
-    first = main["per_seed"][0]["candidate"]
-    metric = read_complete_summary(first["scores"])["metric"]
-    k, n = len(cand), main["hierarchical"]["n"]
+    return cand, ship
+
+
+def _advisories(main: dict, comparisons: dict, k: int, fixed) -> list[str]:
+    """What a reader must know to read the verdict: too few seeds, seed-independent runs, no
+    fixed-start reference, no last-checkpoint comparison."""
     advisories = []
     if k < 2:
         advisories.append("one seed: the CI covers the rows only and no verdict is drawn; give 2 or more seeds")
@@ -299,18 +248,64 @@ def ablation_result(
         advisories.append("no fixed-start reference for this task: no normalised score")
     if not comparisons["last"]["available"]:
         advisories.append(f"last-checkpoint comparison unavailable: {comparisons['last']['reason']}")
-    resampling = ", ".join(
-        x
-        for x in (
-            f"whole clusters by row field `{row_cluster}`" if row_cluster else "",
-            (
-                "within strata, weighted score recomputed"
-                if main["hierarchical"]["method"].endswith("stratified")
-                else ""
-            ),
-        )
-        if x
+    return advisories
+
+
+def _resampling(main: dict, row_cluster: str | None) -> str:
+    """How rows were resampled, in words (whole clusters, within strata)."""
+    parts = (
+        f"whole clusters by row field `{row_cluster}`" if row_cluster else "",
+        "within strata, weighted score recomputed" if main["hierarchical"]["method"].endswith("stratified") else "",
     )
+    return ", ".join(x for x in parts if x)
+
+
+def ablation_summary(
+    *,
+    task: str,
+    candidate: str,
+    candidate_officials: list[str | Path],
+    shipped_officials: list[str | Path],
+    fixed_start_scores: str | Path | None,
+    n_boot: int,
+    scale: float,
+    row_cluster: str | None,
+) -> dict:
+    """The summary of a matched ablation (``summary.json``'s fields; the report adds its
+    sentence and writes it: :func:`replaykit.report.ablation.ablation_result`).
+
+    Args:
+        candidate_officials, shipped_officials: the runs' ``official.json``, one per seed, in
+            the same seed order.
+        fixed_start_scores: the fixed-start reference's score folder, None for a task
+            without one (rm, digress): no normalised score.
+        scale: metric units per unit of a row's score (100 for rm's percent).
+        row_cluster: the row field naming a row's cluster (soup: ``label``), or None.
+
+    Raises:
+        InputError: different seeds on the two sides, a run's rows not the shared final rows,
+        rows that do not reproduce a run's value, or a run without a valid official result.
+    """
+    cand, ship = _read_sides(candidate_officials, shipped_officials)
+    fixed = read_complete_summary(fixed_start_scores)["value"] if fixed_start_scores else None
+    direction = cand[0][0]["direction"]
+    comparisons = {
+        sel: compare(
+            cand,
+            ship,
+            sel,
+            direction=direction,
+            scale=scale,
+            cluster_field=row_cluster,
+            n_boot=n_boot,
+            fixed_start=fixed,
+        )
+        for sel in SELECTIONS
+    }
+    main = comparisons["official"]
+    if not main["available"]:
+        raise InputError(candidate_officials[0], "official", main["reason"])
+    metric = read_complete_summary(main["per_seed"][0]["candidate"]["scores"])["metric"]
     summary = {
         "metric": f"{metric} difference (candidate - shipped)",
         "direction": direction,
@@ -319,18 +314,18 @@ def ablation_result(
             "value": main["hierarchical"]["se"],
             "kind": "two_stage_bootstrap_se_seeds_rows",
         },
-        "n": n,
+        "n": main["hierarchical"]["n"],
         "diagnostics": {
             "t_interval": main["t_interval"],
             "detectable_difference": main["detectable_difference"],
             "seeds_for_power": main["seeds_for_power"],
         },
-        "advisories": advisories,
+        "advisories": _advisories(main, comparisons, len(cand), fixed),
         "task": task,
         "candidate": candidate,
         "seeds": [p["seed"] for p in main["per_seed"]],
         "verdict": main["verdict"],
-        "resampling": resampling,
+        "resampling": _resampling(main, row_cluster),
         "fixed_start": {"value": fixed, "scores": str(fixed_start_scores or "") or None},
         "comparisons": comparisons,
         "selection_bias": {
@@ -339,13 +334,16 @@ def ablation_result(
             "note": "official minus last retained checkpoint, mean over seeds",
         },
     }
-    summary["sentence"] = SENTENCE.render(k=k, n=n, candidate=candidate, metric=metric, c=main, sf=_sf)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(
-        out_dir / "report.md", templates(trim=False).get_template("ablation.md.j2").render(s=summary, f=_f, sf=_sf)
-    )
-    if figure is not None:
-        figure(summary, out_dir / "differences.png")
-    write_summary(out_dir, summary)
+    summary["sentence"] = _sentence(summary, metric, main)
     return summary
+
+
+def _sentence(summary: dict, metric: str, main: dict) -> str:
+    """The ablation's result in one sentence (the CLI prints it; the reports open with it)."""
+    k, h = len(summary["seeds"]), main["hierarchical"]
+    return (
+        f"With {k} seed{'s' if k != 1 else ''} and {summary['n']} final rows, `{summary['candidate']}` "
+        f"differs from the shipped recipe by {main['mean_difference']:+.4f} in {metric} "
+        f"(95 % CI [{h['ci_low']:+.4f}, {h['ci_high']:+.4f}], two-stage bootstrap over seeds and rows): "
+        f"{main['verdict']}."
+    )

@@ -1,20 +1,23 @@
 """A task's fixed assets: build the public and hidden splits from the fixed start and
 write the asset manifest (SHA-256 of the fixed start and of every asset file) that every
-later step verifies them against (:func:`replaykit.harness.replay.verify_assets`)."""
+later step verifies them against (:func:`verify_assets`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .errors import InputError
-from .fileio import atomic_write_json
-from .hashing import sha256_tree, tree_files
+from .fileio import atomic_write_json, read_json
+from .fixed_start import source_of
+from .hashing import sha256_file, sha256_tree, tree_files
 from .provenance import git_commit, library_versions, utc_now
+from .salt import note, salted_seed
 
 
 def build_assets(
     *,
     task: str,
+    plugin,
     cfg: dict,
     fixed_start: str | Path,
     public: str | Path,
@@ -23,7 +26,8 @@ def build_assets(
 ) -> dict:
     """Build ``task``'s public and hidden splits and write their manifest to ``manifest``.
 
-    ``public`` and ``hidden`` lie inside the manifest's folder (the manifest lists files
+    ``plugin`` is the task's plug-in (:class:`replaykit.tasks.contract.TaskPlugin`: its
+    ``build_assets``). ``public`` and ``hidden`` lie inside the manifest's folder (the manifest lists files
     relative to it). ``cfg`` is the task's config block: its ``data`` goes to the task's
     builder (the hidden split's ``hidden_seed`` salted with ``final_salt``); a
     ``fixed_start_sha256`` pins the fixed start's tree hash. Returns the manifest.
@@ -31,11 +35,6 @@ def build_assets(
     Raises :class:`InputError` when the fixed start is not a model directory or its tree
     hash differs from the pinned one, and what the task's builder raises.
     """
-    from ..models import source_of
-    from ..tasks import get_task
-    from .salt import note, salted_seed
-
-    plugin = get_task(task)
     out = Path(manifest).parent
     fixed_start = Path(fixed_start)
     if not any(
@@ -71,3 +70,34 @@ def build_assets(
     }
     atomic_write_json(manifest, doc)
     return doc
+
+
+def verify_assets(
+    manifest_path: str | Path, fixed_start: str | Path, split: str = "public", fixed_start_too: bool = True
+) -> dict:
+    """Re-hash the fixed start and every asset file of ``split`` against the manifest.
+
+    The replay verifies the public split (it never opens hidden files); scoring verifies the
+    hidden one, so a replay that tampered with it is caught. Raises :class:`InputError`
+    naming the file that is missing or whose SHA-256 differs.
+    """
+    manifest_path = Path(manifest_path)
+    manifest = read_json(manifest_path, required=("fixed_start", "files"))
+    fixed_start = Path(fixed_start)
+    expected = manifest["fixed_start"]["files"] if fixed_start_too else {}
+    for rel, digest in expected.items():
+        path = fixed_start / rel
+        if not path.is_file():
+            raise InputError(path, "-", f"fixed-start file missing (listed in {manifest_path})")
+        if sha256_file(path) != digest:
+            raise InputError(path, "sha256", f"does not match the asset manifest {manifest_path}")
+    base = manifest_path.parent
+    for rel, entry in manifest["files"].items():
+        if entry.get("split") != split:
+            continue
+        path = base / rel
+        if not path.is_file():
+            raise InputError(path, "-", f"asset missing (listed in {manifest_path})")
+        if sha256_file(path) != entry["sha256"]:
+            raise InputError(path, "sha256", f"does not match the asset manifest {manifest_path}")
+    return manifest

@@ -40,7 +40,6 @@ from typing import IO
 
 PROGRESS_FD_ENV = "REPLAYKIT_PROGRESS_FD"
 EVERY_S = 30.0  # at most one progress line per this many seconds (publications always shown)
-SAVE_KEYS = ("save_steps", "save_freq", "save_every")  # the recipes' publication cadence
 
 MAX_LINE_BYTES = 64 * 1024  # a longer line is cut (the rest dropped, the count noted)
 MAX_LOG_BYTES = 256 * 1024**2  # after this, the log says so and the rest is only counted
@@ -306,22 +305,3 @@ def terminal_from_env() -> IO[str] | None:
         return os.fdopen(int(fd), "w", buffering=1, closefd=False)
     except OSError:
         return None
-
-
-def save_every(workspace, profile: str, overrides: dict) -> int | None:
-    """The publication cadence the recipe's ``configs/<profile>.yaml`` (after ``overrides``)
-    names under one of :data:`SAVE_KEYS`, or None (display only: a wrong guess shows a
-    wrong "next checkpoint", nothing else)."""
-    from pathlib import Path
-
-    import yaml
-
-    try:
-        knobs = yaml.safe_load((Path(workspace) / "configs" / f"{profile}.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    knobs = {**knobs, **(overrides or {})}
-    for key in SAVE_KEYS:
-        if isinstance(knobs.get(key), int) and knobs[key] > 0:
-            return knobs[key]
-    return None

@@ -2,120 +2,58 @@
 
 The driver verifies the fixed assets against their manifest, decides between a fresh
 formal replay and a resume of the same replay, starts ``train.py`` of the workspace in its
-own process group (with a parent-death signal, so it dies with its job), enforces the
-outer limit, checks retention, and writes the replay record last.
+own process group (:mod:`.launch`: a parent-death signal, so it dies with its job) inside
+the run's isolation plan (:mod:`.sandbox`), enforces the outer limit, checks retention, and
+writes the replay record last.
 
-Recipe contract (what ``train.py --request request.json`` receives and must produce):
+Recipe contract (what ``train.py --request request.json`` receives and must produce; the
+recipe's side is :mod:`replaykit.runtime`):
 
 * knobs in ``configs/<profile>.yaml``; ``overrides`` replace keys it has (checked first);
-* request keys: ``fixed_start``, ``public_dir``, ``publish_dir``, ``state_dir``, ``seed``,
-  ``deadline_unix`` (internal deadline, unix s), ``export_reserve_s``, ``profile``,
-  ``overrides``, ``threads``, ``keep``, ``resume``.
+* the request: :class:`.protocol.ReplayRequest`;
 * publish checkpoints with :func:`replaykit.harness.publish.publish_checkpoint`;
-* write ``<state_dir>/train_result.json`` with ``stop_reason``, ``steps``,
-  ``train_start_unix``, ``train_end_unix``, ``publish_s``, on failure ``error``, and
-  optionally ``history``: the training curve, ``[{"progress": int, "<name>": float, ...}]``
-  over all attempts (copied into the record as ``train_history``; the report plots it);
+* write ``<state_dir>/train_result.json`` (:class:`.protocol.TrainResult`): ``stop_reason``,
+  ``steps``, ``train_start_unix``, ``train_end_unix``, ``publish_s``, on failure ``error``,
+  and optionally ``history``: the training curve, ``[{"progress": int, "<name>": float,
+  ...}]`` over all attempts (copied into the record as ``train_history``; the report plots it);
 * exit 0 when it stopped by itself (``max_steps`` or ``deadline``), non-zero otherwise.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from .budget import Budget
+from .assets import verify_assets
 from .errors import InputError
-from .explore import exploration_of
 from .fileio import atomic_write_json, read_json
 from .frozen import digest as frozen_digest
-from .frozen import first_difference, frozen_files
+from .frozen import first_difference
 from .hashing import sha256_bytes, sha256_file, sha256_tree
-from .progress import Relay, save_every, terminal_from_env
+from .launch import set_parent_death_signal, start_group, stop_group, training_env, wait_until
+from .profile import check_overrides, save_every
+from .progress import Relay, terminal_from_env
+from .protocol import ReplayRequest, ReplaySpec, StopReason, TrainResult
 from .provenance import git_commit, library_versions, utc_now
-from .publish import KEEP, published, read_ledger
-from .sandbox import NO_ISOLATION_ADVISORY, process_env, python_roots, wrap
+from .publish import published, read_ledger
+from .sandbox import NO_ISOLATION_ADVISORY
+from .submission import exploration_of
 from .workspace import special_entries
 
-# glibc malloc settings for the training process (the operator's own values win): no mmap for
-# large blocks and no trimming, so the buffers a training step frees are reused by the next step
-# instead of going back to the kernel and being faulted in again, zeroed, page by page. Only
-# addresses change, not the arithmetic: the embedded dpo replay's adapters are byte-identical;
-# its system time fell from 4.5 s to 1.4 s over 4 steps and a step from 9.7 s to 9.0 s
-# (bench/results-2026-12-01-main-job.md). Memory a run frees is kept for its reuse (peak RSS
-# 3.7 GB instead of 3.1 GB there); MALLOC_MMAP_MAX_=65536 restores glibc's default.
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
-
-_PR_SET_PDEATHSIG = 1
-GRACE_S = 10.0  # SIGTERM -> SIGKILL grace for the training process group
 HEARTBEAT_S = 5.0  # how often the driver records that the current attempt is alive
 MAX_RECEIPT_BYTES = 16 << 20  # train_result.json / publications.jsonl written by candidate code
 
 
 class ReplayError(RuntimeError):
     """The recipe failed (non-zero exit, NaN loss, nothing published, retention broken)."""
-
-
-def set_parent_death_signal(sig: int) -> None:
-    """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def verify_assets(
-    manifest_path: str | Path, fixed_start: str | Path, split: str = "public", fixed_start_too: bool = True
-) -> dict:
-    """Re-hash the fixed start and every asset file of ``split`` against the manifest.
-
-    The replay verifies the public split (it never opens hidden files); scoring verifies the
-    hidden one, so a replay that tampered with it is caught. Raises :class:`InputError`
-    naming the file that is missing or whose SHA-256 differs.
-    """
-    manifest_path = Path(manifest_path)
-    manifest = read_json(manifest_path, required=("fixed_start", "files"))
-    fixed_start = Path(fixed_start)
-    expected = manifest["fixed_start"]["files"] if fixed_start_too else {}
-    for rel, digest in expected.items():
-        path = fixed_start / rel
-        if not path.is_file():
-            raise InputError(path, "-", f"fixed-start file missing (listed in {manifest_path})")
-        if sha256_file(path) != digest:
-            raise InputError(path, "sha256", f"does not match the asset manifest {manifest_path}")
-    base = manifest_path.parent
-    for rel, entry in manifest["files"].items():
-        if entry.get("split") != split:
-            continue
-        path = base / rel
-        if not path.is_file():
-            raise InputError(path, "-", f"asset missing (listed in {manifest_path})")
-        if sha256_file(path) != entry["sha256"]:
-            raise InputError(path, "sha256", f"does not match the asset manifest {manifest_path}")
-    return manifest
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    except ProcessLookupError:
-        pass
 
 
 def _fresh_start(publish_dir: Path, state_dir: Path) -> None:
@@ -125,95 +63,6 @@ def _fresh_start(publish_dir: Path, state_dir: Path) -> None:
             shutil.rmtree(path)
     publish_dir.mkdir(parents=True)
     state_dir.mkdir(parents=True)
-
-
-def _kind(value) -> str:
-    """The YAML kind of a knob's value: what an override of it must also be. Integers and
-    floats are one kind here (a profile may write ``0`` for a float knob); the recipe's knobs
-    dataclass tells them apart when the replay starts."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return {str: "a string", list: "a list", dict: "a mapping"}.get(type(value), "any value")
-
-
-def _coerced(default, value):
-    """``value`` (an override) read as the kind of the profile's ``default`` where it is a
-    string that spells one: Snakemake's ``--config`` parser leaves numbers inside a mapping as
-    strings, and YAML 1.1 reads ``2e-4`` (no dot) as a string. Anything else is returned as is."""
-    import yaml
-
-    if not isinstance(value, str) or isinstance(default, str) or default is None:
-        return value
-    try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
-        return value
-    if _kind(default) == "a number" and isinstance(parsed, str):
-        try:
-            parsed = float(parsed)
-        except ValueError:
-            return value
-    return parsed if _kind(parsed) == _kind(default) else value
-
-
-def _kind_problem(default, value) -> str | None:
-    """Why ``value`` cannot replace the profile's ``default`` (None when it can): a boolean for
-    a boolean, a finite number for a number, a string for a string, a list for a list, a
-    mapping for a mapping; a null default takes anything, and null may replace anything (a
-    knob that allows none, e.g. ``quantization``: the knobs dataclass decides)."""
-    import math
-
-    if default is None or value is None:
-        return None
-    want, got = _kind(default), _kind(value)
-    if want != got:
-        return f"expected {want} (the profile has {default!r}), got {value!r}"
-    if want == "a number" and not math.isfinite(value):
-        return f"expected a finite number, got {value!r}"
-    return None
-
-
-def check_overrides(workspace: Path, profile: str, overrides: dict, coerce: bool = False) -> None:
-    """Recipe contract: knobs live in ``configs/<profile>.yaml`` of the workspace; overrides
-    may only replace keys it has (inside a mapping knob too), each with a value of the same
-    kind as the profile's (:func:`_kind_problem`). Checked before anything is removed or
-    started. With ``coerce``, string overrides that spell the profile value's kind are
-    replaced in ``overrides`` (in place) by that value first (:func:`_coerced`).
-
-    Raises:
-        InputError: the profile is missing or not valid YAML (naming it), or an override
-            names no knob or has the wrong kind (field ``recipe.overrides.<key>[.<sub>]``).
-    """
-    import yaml
-
-    path = workspace / "configs" / f"{profile}.yaml"
-    if not path.is_file():
-        raise InputError(path, "-", f"recipe profile {profile!r} not found in the workspace")
-    try:
-        knobs = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise InputError(path, "-", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    if not isinstance(knobs, dict):
-        raise InputError(path, "-", "a recipe profile is a mapping of knobs")
-
-    def check(defaults: dict, values: dict, prefix: str) -> None:
-        for key, value in list(values.items()):
-            field = f"recipe.overrides.{prefix}{key}"
-            if key not in defaults:
-                raise InputError("config", field, f"not a key of {path}")
-            if coerce:
-                values[key] = value = _coerced(defaults[key], value)
-            problem = _kind_problem(defaults[key], value)
-            if problem:
-                raise InputError("config", field, f"{problem} ({path})")
-            if isinstance(value, dict):
-                check(defaults[key], value, f"{prefix}{key}.")
-
-    check(knobs, overrides, "")
 
 
 def asset_fingerprint(manifest: dict) -> str:
@@ -243,32 +92,6 @@ class Attempts:
         atomic_write_json(self.path, self.previous + [self.current])
 
 
-class ReplaySpec(NamedTuple):
-    """What one formal replay is asked to do: the arguments of :func:`run_replay`, with the
-    workspace, ``publish_dir`` and ``state_dir`` as paths (the others as given)."""
-
-    task: str
-    run: str
-    workspace: Path
-    workspace_record: str | Path
-    manifest: str | Path
-    fixed_start: str | Path
-    public_dir: str | Path
-    publish_dir: Path
-    state_dir: Path
-    record_path: str | Path
-    budget: Budget
-    seed: int
-    profile: str
-    overrides: dict
-    threads: int
-    keep: int
-    isolation: str
-    hide: tuple
-    show: tuple
-    show_fixed_start: bool
-
-
 class Verified(NamedTuple):
     """The replay's inputs once checked: the workspace record and the asset manifest."""
 
@@ -293,7 +116,7 @@ class Start(NamedTuple):
 class Launched(NamedTuple):
     """The training process group started by :func:`launch` and the relay of its output."""
 
-    proc: subprocess.Popen
+    proc: object  # subprocess.Popen
     relay: Relay
     relay_thread: threading.Thread
     frozen_before: dict[str, str]
@@ -310,7 +133,7 @@ class Exit(NamedTuple):
 class Outcome(NamedTuple):
     """What a successful replay left (:func:`interpret_exit`)."""
 
-    result: dict  # train_result.json (stop_reason ``outer_limit`` when the driver stopped it)
+    result: TrainResult  # stop_reason ``outer_limit`` when the driver stopped it
     ledger: list[dict]
     retained: list[int]
     hashes: dict[int, str]  # progress -> tree SHA-256 of each retained checkpoint
@@ -388,28 +211,27 @@ def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, star
 
 
 def launch(spec: ReplaySpec, start: Start) -> Launched:
-    """Write the request, record the frozen package's hashes and start ``train.py`` of the
-    workspace in its own process group, under the isolation, with a parent-death signal; its
-    output goes through a :class:`Relay` (log and terminal progress line). Raises
-    :class:`SandboxUnavailable` when the sandbox cannot run and :class:`InputError` for an
-    unknown isolation mode."""
+    """Write the request, record the frozen code's hashes and start ``train.py`` of the
+    workspace in its own process group inside the run's isolation plan; its output goes
+    through a :class:`Relay` (log and terminal progress line). Raises
+    :class:`.sandbox.SandboxUnavailable` when the sandbox cannot run and :class:`InputError`
+    for an unknown isolation mode."""
     workspace, publish_dir, state_dir = spec.workspace, spec.publish_dir, spec.state_dir
-    request = {
-        "fixed_start": str(Path(spec.fixed_start).resolve()),
-        "public_dir": str(Path(spec.public_dir).resolve()),
-        "publish_dir": str(publish_dir.resolve()),
-        "state_dir": str(state_dir.resolve()),
-        "seed": spec.seed,
-        "deadline_unix": start.deadline_unix,
-        "export_reserve_s": spec.budget.export_reserve_s,
-        "profile": spec.profile,
-        "overrides": spec.overrides,
-        "threads": spec.threads,
-        "keep": spec.keep,
-        "resume": start.resume,
-    }
-    request_path = atomic_write_json(state_dir / "request.json", request)
-
+    request = ReplayRequest(
+        fixed_start=Path(spec.fixed_start).resolve(),
+        public_dir=Path(spec.public_dir).resolve(),
+        publish_dir=publish_dir.resolve(),
+        state_dir=state_dir.resolve(),
+        seed=spec.seed,
+        deadline_unix=start.deadline_unix,
+        export_reserve_s=spec.budget.export_reserve_s,
+        profile=spec.profile,
+        overrides=spec.overrides,
+        threads=spec.threads,
+        keep=spec.keep,
+        resume=start.resume,
+    )
+    request_path = request.write(state_dir / "request.json")
     print(
         f"[replay] {spec.task}/{spec.run}: {'resuming' if start.resume else 'fresh formal replay'}; "
         f"{start.spent_s:.0f} s spent by earlier attempts; "
@@ -417,39 +239,13 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
         f"outer limit in {start.outer_unix - start.started_unix:.0f} s",
         flush=True,
     )
-    env = {**MALLOC_ENV, **os.environ}
-    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(spec.threads), PYTHONDONTWRITEBYTECODE="1")
-    command = [sys.executable, "train.py", "--request", str(request_path.resolve())]
-    command = wrap(
-        command,
-        spec.isolation,
-        chdir=workspace.resolve(),
-        hide=[Path.cwd(), *spec.hide],
-        read_only=[
-            *python_roots(spec.task),
-            workspace,
-            spec.public_dir,
-            *spec.show,
-            *([spec.fixed_start] if spec.show_fixed_start else []),
-        ],
-        writable=[publish_dir, state_dir],
-    )
-    print(
-        f"[replay] isolation: {spec.isolation}" + ("" if spec.isolation != "none" else f" ({NO_ISOLATION_ADVISORY})"),
-        flush=True,
-    )
-    frozen_before = frozen_files()
+    plan = spec.isolation
+    argv = plan.argv([sys.executable, "train.py", "--request", str(request_path.resolve())], chdir=workspace.resolve())
+    advisory = "" if plan.mode != "none" else f" ({NO_ISOLATION_ADVISORY})"
+    print(f"[replay] isolation: {plan.mode}{advisory}", flush=True)
+    frozen_before = spec.frozen.files()
     earlier = published(publish_dir)  # before the start: the relay counts new ones from their lines
-    proc = subprocess.Popen(
-        command,
-        cwd=workspace,
-        env=process_env(env, spec.isolation),
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
-    )
+    proc = start_group(argv, cwd=workspace, env=plan.environment(training_env(spec.threads)))
     # training output -> this log, cleaned; a progress line -> the job's terminal
     relay = Relay(
         sys.stdout,
@@ -474,26 +270,23 @@ def supervise(launched: Launched, start: Start) -> Exit:
 
     def on_signal(signum, _frame):
         print(f"[replay] received signal {signum}: stopping the training process group", flush=True)
-        _kill_group(proc)
+        stop_group(proc)
         attempts.heartbeat(time.time())
         raise SystemExit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    last_beat = [start.started_unix]
 
-    outer_hit = False
-    last_beat = start.started_unix
-    while proc.poll() is None:
-        now = time.time()
-        if now > start.outer_unix:
-            outer_hit = True
-            print("[replay] outer limit reached: stopping the training process group", flush=True)
-            _kill_group(proc)
-            break
-        if now - last_beat >= HEARTBEAT_S:
+    def beat(now: float) -> None:
+        if now - last_beat[0] >= HEARTBEAT_S:
             attempts.heartbeat(now)
-            last_beat = now
-        time.sleep(0.5)
+            last_beat[0] = now
+
+    def at_outer_limit() -> None:
+        print("[replay] outer limit reached: stopping the training process group", flush=True)
+
+    outer_hit = wait_until(proc, start.outer_unix, beat, before_stop=at_outer_limit)
     returncode = proc.wait()
     launched.relay_thread.join(timeout=10)
     launched.relay.close()
@@ -535,16 +328,15 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
             else f"{oversized[0]}: larger than {MAX_RECEIPT_BYTES} bytes"
         )
         raise _fail(publish_dir, workspace, why, returncode, [])
-    result_path = state_dir / "train_result.json"
-    result = read_json(result_path) if result_path.exists() else {}
+    result = TrainResult.read(state_dir / "train_result.json")
     ledger = read_ledger(publish_dir)
     retained = published(publish_dir)
     failure = None
     if ended.outer_hit:
-        result["stop_reason"] = "outer_limit"
+        result = replace(result, stop_reason=StopReason.OUTER_LIMIT.value)
     elif returncode != 0:
-        failure = result.get("error") or f"train.py exited with status {returncode} (see the log above)"
-    changed = first_difference(launched.frozen_before, frozen_files())
+        failure = result.error or f"train.py exited with status {returncode} (see the log above)"
+    changed = first_difference(launched.frozen_before, spec.frozen.files())
     if changed is not None:
         failure = f"the frozen package changed during the replay: {changed[0]}: {changed[1]}"
     elif sha256_tree(workspace) != verified.workspace_info["workspace_sha256"]:  # read-only in the sandbox
@@ -585,10 +377,10 @@ def write_record(
     ws_info, budget, started_unix, spent_s = verified.workspace_info, spec.budget, start.started_unix, start.spent_s
     wall_s = ended.ended_unix - started_unix
     total_s = spent_s + wall_s
-    t0, t1 = result.get("train_start_unix"), result.get("train_end_unix")
+    t0, t1 = result.train_start_unix, result.train_end_unix
     setup_s = (t0 - started_unix) if t0 else None
     train_s = (t1 - t0) if t0 and t1 else None
-    publish_s = result.get("publish_s")
+    publish_s = result.publish_s
     accounted = sum(x for x in (setup_s, train_s) if x is not None)
     attempts = start.attempts
     record = {
@@ -611,8 +403,8 @@ def write_record(
             "publish_s": publish_s,
             "idle_s": max(0.0, wall_s - accounted),
         },
-        "stop_reason": result.get("stop_reason", "unknown"),
-        "steps": result.get("steps"),
+        "stop_reason": result.stop_reason,
+        "steps": result.steps,
         "publications": ledger,
         "publication_count": len(ledger),
         "retained": retained,
@@ -630,12 +422,13 @@ def write_record(
         "overrides": spec.overrides,
         "threads": spec.threads,
         "project": git_commit(Path(__file__).resolve().parent),
-        "isolation": spec.isolation,
-        "advisories": [NO_ISOLATION_ADVISORY] if spec.isolation == "none" else [],
+        "isolation": spec.isolation.mode,
+        "sandbox": spec.isolation.describe(),
+        "advisories": [NO_ISOLATION_ADVISORY] if spec.isolation.mode == "none" else [],
         "frozen_code_sha256": frozen_digest(launched.frozen_before),
         "libraries": library_versions(),
-        "train_metrics": result.get("metrics", {}),
-        "train_history": result.get("history", []),
+        "train_metrics": result.metrics,
+        "train_history": result.history,
     }
     atomic_write_json(spec.record_path, record)
     print(
@@ -646,40 +439,15 @@ def write_record(
     return record
 
 
-def run_replay(
-    *,
-    task: str,
-    run: str,
-    workspace: str | Path,
-    workspace_record: str | Path,
-    manifest: str | Path,
-    fixed_start: str | Path,
-    public_dir: str | Path,
-    publish_dir: str | Path,
-    state_dir: str | Path,
-    record_path: str | Path,
-    budget: Budget,
-    seed: int,
-    profile: str,
-    overrides: dict,
-    threads: int,
-    keep: int = KEEP,
-    isolation: str = "bwrap",
-    hide: tuple = (),
-    show: tuple = (),
-    show_fixed_start: bool = True,
-) -> dict:
+def run_replay(spec: ReplaySpec) -> dict:
     """Run one formal replay (or resume the same one) and write its record.
 
     The budget spans attempts: a resumed replay gets what earlier attempts left of the
-    internal deadline and of the outer limit.
-
-    ``train.py`` runs in the sandbox of :mod:`replaykit.harness.sandbox` (``isolation:
-    bwrap``): it sees its workspace, the fixed start (unless ``show_fixed_start`` is False:
-    the fixed start is raw data whose complement is the test set), the public split, the
-    read-only paths in ``show`` and nothing of ``hide`` or the working directory; it can
-    write only ``publish_dir`` and ``state_dir``. The frozen package is hashed before and
-    after training: a change is a :class:`ReplayError`.
+    internal deadline and of the outer limit. ``train.py`` runs inside ``spec.isolation``
+    (:func:`replaykit.isolation.plan`): it sees its workspace, the fixed start (unless it is
+    raw data whose complement is the test set), the public split and the Python environment
+    read-only, and can write only ``publish_dir`` and ``state_dir``. The frozen code is hashed
+    before and after training: a change is a :class:`ReplayError`.
 
     Steps: :func:`verify_inputs`, :func:`decide_start`, :func:`launch`, :func:`supervise`,
     :func:`interpret_exit`, :func:`write_record`.
@@ -690,28 +458,6 @@ def run_replay(
     ``last-failure.json`` says why.
     """
     started_unix, started_at = time.time(), utc_now()
-    spec = ReplaySpec(
-        task=task,
-        run=run,
-        workspace=Path(workspace),
-        workspace_record=workspace_record,
-        manifest=manifest,
-        fixed_start=fixed_start,
-        public_dir=public_dir,
-        publish_dir=Path(publish_dir),
-        state_dir=Path(state_dir),
-        record_path=record_path,
-        budget=budget,
-        seed=seed,
-        profile=profile,
-        overrides=overrides,
-        threads=threads,
-        keep=keep,
-        isolation=isolation,
-        hide=hide,
-        show=show,
-        show_fixed_start=show_fixed_start,
-    )
     verified = verify_inputs(spec)
     start = decide_start(spec, verified, started_unix, started_at)
     launched = launch(spec, start)
@@ -720,20 +466,8 @@ def run_replay(
     return write_record(spec, verified, start, launched, ended, outcome)
 
 
-def budget_from_json(text: str) -> Budget:
-    """The :class:`Budget` of a task's ``budget`` config block given as JSON text (empty: no
-    keys). Raises :class:`InputError` (``config: budget``) for bad JSON, a missing key or an
-    inconsistent budget."""
-    try:
-        return Budget.from_config(json.loads(text) if text else {})
-    except (KeyError, ValueError) as exc:
-        raise InputError("config", "budget", str(exc)) from None
-
-
-def replay_job(*, budget: str, **kwargs) -> dict:
+def replay_job(spec: ReplaySpec) -> dict:
     """The workflow's replay step: ask for SIGTERM when the job's owner dies (training stops
-    too), then :func:`run_replay` under ``budget``, the ``budget`` config block as JSON text
-    (:func:`budget_from_json`); ``kwargs`` are :func:`run_replay`'s others. Raises what
-    :func:`budget_from_json` and :func:`run_replay` raise."""
+    too), then :func:`run_replay`."""
     set_parent_death_signal(signal.SIGTERM)  # the job's owner died -> stop training too
-    return run_replay(budget=budget_from_json(budget), **kwargs)
+    return run_replay(spec)

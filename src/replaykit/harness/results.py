@@ -1,4 +1,5 @@
-"""Official result of a run, and the task's final result with references and report.
+"""Official result of a run, and the numbers of the task's final result with its references
+(the report writes them: :func:`replaykit.report.final.final_result`).
 
 Chain a reader can follow by file name: ``final/summary.json`` -> per-seed
 ``official.json`` -> ``final-scores/checkpoint-N/summary.json`` -> ``replay/record.json``
@@ -10,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import InputError
-from .fileio import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from .fileio import atomic_write_json, read_json, read_jsonl
 from .hashing import sha256_file
-from .receipts import read_complete_summary, status, write_summary
+from .receipts import read_complete_summary, status
+from .sandbox import NO_ISOLATION_ADVISORY
 from .select import best_valid
 from .stats import exact_mcnemar, mean_sd, normalised_score, paired_bootstrap
 
@@ -181,70 +183,21 @@ def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: i
     return out
 
 
-def fmt_number(value, se=None) -> str:
-    """``0.1234`` or ``0.1234 ± 0.0100`` (4 decimals); ``-`` for no value (the reports' filter ``fmt``)."""
-    if value is None:
-        return "-"
-    return f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else "")
+def _no_official(official_path: str | Path, doc: dict) -> InputError:
+    """The error of a run whose retained checkpoints are all invalid, with the repair when one
+    changed after its publication."""
+    message = "no valid checkpoint: there is no official result"
+    if any(c["reason"].startswith("checkpoint changed after publication") for c in doc["checkpoints"]):
+        run_dir = Path(official_path).parent
+        message += (
+            "; a checkpoint changed after its publication: start a fresh formal "
+            f"replay: rm -r {run_dir}/replay {run_dir}/replay-state, then rerun"
+        )
+    return InputError(official_path, "official", message)
 
 
-def fmt_percent(value) -> str:
-    """A fraction as a percentage with one decimal; ``-`` for none (filter ``pct``)."""
-    return "-" if value is None else f"{value:.1%}"
-
-
-def md_cell(text) -> str:
-    """Free text (a reason, an advisory) as one line of Markdown that cannot end a table cell or
-    start a block: newlines become spaces, ``|`` is escaped (the reports' filter ``cell``)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def fmt_seconds(value) -> str:
-    """Seconds as ``12 s``; ``-`` for none (filter ``sec``)."""
-    return "-" if value is None else f"{value:.0f} s"
-
-
-def final_result(
-    *,
-    task: str,
-    officials: list[str | Path],
-    fixed_start_scores: str | Path | None,
-    shipped_official: str | Path,
-    published: dict,
-    n_boot: int,
-    out_dir: str | Path,
-    report_diagnostics: tuple[str, ...] = (),
-    scale: float = 1.0,
-    proxy_table: str | Path | None = None,
-) -> dict:
-    """Write ``summary.json``, ``report.md`` and (last) ``.complete`` of the task's final result.
-
-    The headline is the official result of the first seed; with several seeds the summary
-    also gives the mean and SD of the per-seed official values. ``fixed_start_scores`` is
-    None for a task whose fixed start cannot be scored (``rm``: no reward head); there is
-    then no comparison with it and no normalised score. ``scale``: see :func:`paired_comparison`.
-    ``proxy_table``: the official run's ``proxy.json``, shown beside the exploration's proxy
-    receipts when the candidate came from an exploration (:func:`exploration_section`).
-    """
-    out_dir = Path(out_dir)
-    docs = [read_json(p, required=("official", "checkpoints")) for p in officials]
-    primary = docs[0]
-    shipped = read_json(shipped_official, required=("official",))
-    fixed = read_complete_summary(fixed_start_scores) if fixed_start_scores else None
-    best = primary["official"]
-    if best is None:
-        message = "no valid checkpoint: there is no official result"
-        changed = "checkpoint changed after publication"
-        if any(c["reason"].startswith(changed) for c in primary["checkpoints"]):
-            run_dir = Path(officials[0]).parent
-            message += (
-                "; a checkpoint changed after its publication: start a fresh formal "
-                f"replay: rm -r {run_dir}/replay {run_dir}/replay-state, then rerun"
-            )
-        raise InputError(officials[0], "official", message)
-    direction = primary["direction"]
-    shipped_best = shipped["official"]
-    references = {
+def _references(fixed: dict | None, fixed_start_scores, shipped_best: dict | None, shipped_official, published) -> dict:
+    return {
         "fixed_start": (
             {"value": fixed["value"], "se": fixed["uncertainty"]["value"], "scores": str(fixed_start_scores)}
             if fixed
@@ -257,19 +210,10 @@ def final_result(
         },
         "published": published or {},
     }
-    comparisons = {}
-    if fixed:
-        comparisons["vs_fixed_start"] = paired_comparison(
-            best["scores"], fixed_start_scores, n_boot, seed=0, scale=scale
-        )
-    if shipped_best:
-        comparisons["vs_shipped"] = paired_comparison(
-            best["scores"], shipped_best["scores"], n_boot, seed=0, scale=scale
-        )
-    normalised = (
-        normalised_score(best["value"], fixed["value"], shipped_best["value"]) if shipped_best and fixed else None
-    )
-    per_seed = [
+
+
+def _per_seed(docs: list[dict], officials: list[str | Path]) -> list[dict]:
+    return [
         {
             "seed": d["seed"],
             "run": d["run"],
@@ -279,12 +223,13 @@ def final_result(
         }
         for d, p in zip(docs, officials)
     ]
-    seeds = mean_sd([s["value"] for s in per_seed if s["value"] is not None])
-    advisories = list(best.get("advisories", []))
-    isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
-    if isolation != ["bwrap"]:
-        from .sandbox import NO_ISOLATION_ADVISORY
 
+
+def _final_advisories(best: dict, isolation: list[str], fixed, shipped_best, normalised) -> list[str]:
+    """The official checkpoint's advisories, the replays' isolation first when it was not the
+    sandbox, then what the references could not give."""
+    advisories = list(best.get("advisories", []))
+    if isolation != ["bwrap"]:
         advisories = [a for a in advisories if a != NO_ISOLATION_ADVISORY]
         advisories.insert(
             0,
@@ -298,14 +243,65 @@ def final_result(
         advisories.append("the shipped reference has no valid checkpoint: no paired comparison or normalised score")
     elif normalised is None and fixed is not None:
         advisories.append("normalised score undefined: fixed-start and shipped references are equal")
+    return advisories
+
+
+def _lineage(primary: dict) -> dict:
+    keys = ("asset_manifest", "asset_manifest_sha256", "workspace_record", "patch_sha256", "record", "record_sha256")
+    return {key: primary[key] for key in keys}
+
+
+def final_summary(
+    *,
+    officials: list[str | Path],
+    fixed_start_scores: str | Path | None,
+    shipped_official: str | Path,
+    published: dict,
+    n_boot: int,
+    scale: float = 1.0,
+    proxy_table: str | Path | None = None,
+) -> tuple[dict, list[dict]]:
+    """The task's final summary (``final/summary.json``'s fields) and the runs'
+    ``official.json`` documents it was made from (the report lists their checkpoints).
+
+    The headline is the official result of the first seed; with several seeds the summary
+    also gives the mean and SD of the per-seed official values. ``fixed_start_scores`` is
+    None for a task whose fixed start cannot be scored (``rm``: no reward head); there is
+    then no comparison with it and no normalised score. ``scale``: see :func:`paired_comparison`.
+    ``proxy_table``: the official run's ``proxy.json``, shown beside the exploration's proxy
+    receipts when the candidate came from an exploration (:func:`exploration_section`).
+    Raises :class:`InputError` when the first seed's run has no valid checkpoint.
+    """
+    docs = [read_json(p, required=("official", "checkpoints")) for p in officials]
+    primary = docs[0]
+    shipped = read_json(shipped_official, required=("official",))
+    fixed = read_complete_summary(fixed_start_scores) if fixed_start_scores else None
+    best = primary["official"]
+    if best is None:
+        raise _no_official(officials[0], primary)
+    shipped_best = shipped["official"]
+    comparisons = {}
+    if fixed:
+        comparisons["vs_fixed_start"] = paired_comparison(
+            best["scores"], fixed_start_scores, n_boot, seed=0, scale=scale
+        )
+    if shipped_best:
+        comparisons["vs_shipped"] = paired_comparison(
+            best["scores"], shipped_best["scores"], n_boot, seed=0, scale=scale
+        )
+    normalised = (
+        normalised_score(best["value"], fixed["value"], shipped_best["value"]) if shipped_best and fixed else None
+    )
+    per_seed = _per_seed(docs, officials)
+    isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
     summary = {
         "metric": best["metric"],
-        "direction": direction,
+        "direction": primary["direction"],
         "value": best["value"],
         "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]},
         "n": best["n"],
         "diagnostics": best.get("diagnostics", {}),
-        "advisories": advisories,
+        "advisories": _final_advisories(best, isolation, fixed, shipped_best, normalised),
         "isolation": isolation[0] if len(isolation) == 1 else isolation,
         "final_split": _final_split(primary.get("asset_manifest")),
         "official": {
@@ -318,24 +314,14 @@ def final_result(
         },
         # receipts: the exact official.json files this summary was made from
         "officials_sha256": {str(p): sha256_file(p) for p in dict.fromkeys([*officials, shipped_official])},
-        "references": references,
+        "references": _references(fixed, fixed_start_scores, shipped_best, shipped_official, published),
         "comparisons": comparisons,
         "normalised_score": normalised,
-        "seeds": {**seeds, "per_seed": per_seed},
+        "seeds": {**mean_sd([s["value"] for s in per_seed if s["value"] is not None]), "per_seed": per_seed},
         "exploration": exploration_section(primary, proxy_table),
-        "lineage": {
-            "asset_manifest": primary["asset_manifest"],
-            "asset_manifest_sha256": primary["asset_manifest_sha256"],
-            "workspace_record": primary["workspace_record"],
-            "patch_sha256": primary["patch_sha256"],
-            "record": primary["record"],
-            "record_sha256": primary["record_sha256"],
-        },
+        "lineage": _lineage(primary),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "report.md", render_report(task, summary, docs, report_diagnostics))
-    write_summary(out_dir, summary)
-    return summary
+    return summary, docs
 
 
 def _final_split(manifest_path: str | None) -> dict:
@@ -345,18 +331,6 @@ def _final_split(manifest_path: str | None) -> dict:
     manifest = read_json(manifest_path) if manifest_path and Path(manifest_path).is_file() else {}
     salt = manifest.get("final_salt", "public")
     return {"salt": salt, "note": PRIVATE_NOTE if salt == "operator" else PUBLIC_NOTE}
-
-
-def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple[str, ...] = ()) -> str:
-    """A Markdown run report (template ``report/templates/final.md.j2``): official result,
-    references, paired comparisons, seeds, each run's checkpoints (with the task's
-    ``diagnostics`` as columns) and budget use, lineage, the exploration and advisories."""
-    from ..report import templates
-
-    text = (
-        templates().get_template("final.md.j2").render(task=task, summary=summary, docs=docs, diagnostics=diagnostics)
-    )
-    return text.rstrip("\n") + "\n"  # each section ends with a blank line; the file with one newline
 
 
 def exploration_section(official: dict, proxy_table: str | Path | None) -> dict | None:

@@ -1,32 +1,40 @@
-"""The sandbox that candidate code runs in: bubblewrap (``bwrap``, the sandbox Flatpak uses).
+"""The sandbox that candidate code runs in: bubblewrap (``bwrap``, the sandbox Flatpak uses),
+built from an allow-list.
 
-Inside the sandbox (:func:`bwrap_argv`):
+An :class:`IsolationPlan` says what one run may see; :func:`replaykit.isolation.plan` is the
+one place that decides it (for the formal replay, the exploration probe and the exploration's
+proxy scoring alike), from the task plug-in, the config and the run's paths. This module turns
+a plan into a ``bwrap`` command line (:meth:`IsolationPlan.argv`). Inside:
 
-* the whole root filesystem is read-only (``--ro-bind / /``); nothing outside the run's
-  own publish and state directories can be changed;
-* hidden (an empty read-only tmpfs, or ``/dev/null`` over a file): the working directory
-  (``results/``, ``logs/``, ``benchmarks/``, ``.snakemake/``, the config) and its source
-  tree, ``/run`` (sockets of system daemons), and every path the caller
-  names (the final split's local sources, see ``FINAL_SOURCES`` of each task); ``/tmp``,
-  ``/run`` and ``$HOME`` are empty, writable and thrown away at the end;
-* shown again, read-only: the Python environment, the frozen package (``src/replaykit``),
-  the code of a task plug-in registered from outside it (an entry point), the workspace,
-  the fixed start (unless it is raw data, digress), the public split and the task's other
-  local assets (e.g. ddpo's reward models);
-* writable: the run's publish directory and state directory;
+* a fresh, empty root: nothing of the filesystem is there unless it is bound, so unknown
+  copies of hidden data (another checkout's ``results/``, a dataset folder on a shared
+  filesystem, a library cache outside ``$HOME``) and host Unix sockets (``/run``, ``/var``,
+  ``/tmp`` of the host) are out of reach by construction;
+* read-only, for the system: ``/usr`` and the ``/bin``, ``/sbin``, ``/lib*`` links or folders
+  (:data:`SYSTEM_DIRS`), the few ``/etc`` entries programs read (:data:`ETC_ENTRIES`: the
+  dynamic linker's cache, users and groups, the time zone, name-service switch, TLS
+  configuration), ``/sys`` (CPU topology for torch, the GPU's PCI information for CUDA); a
+  fresh ``/proc`` of its own PID namespace; a minimal ``/dev`` plus the NVIDIA devices;
+* read-only, for the run: the plan's :attr:`~IsolationPlan.read_only` paths (the Python
+  environment, the frozen package, the workspace, the fixed start, the public split, ...),
+  each bound at its real path, with the symbolic links on the way to it recreated
+  (:attr:`~IsolationPlan.links`); :attr:`~IsolationPlan.masked` paths inside them (final-split
+  data, the working directory) replaced by an empty read-only folder or ``/dev/null``;
+* writable: the plan's :attr:`~IsolationPlan.writable` paths, and an empty ``/tmp`` and
+  ``$HOME`` thrown away at the end; nothing else (the root itself is read-only);
 * no network (``--unshare-net``: only ``lo``), own PID and IPC namespaces (``/proc`` shows
-  only the sandbox's processes, so ``/proc/<parent>/root`` is out of reach), dies with its
-  parent (``--die-with-parent``), no capabilities, a minimal ``/dev`` plus the NVIDIA
-  devices (``/dev/nvidia*``) so CUDA works;
+  only the sandbox's processes), dies with its parent (``--die-with-parent``), no
+  capabilities;
 * only an allow-list of environment variables passes (:data:`ENV_ALLOWED`: locale, paths,
   thread counts, glibc malloc settings, CUDA/PyTorch/offline switches, the exploration probe's
   ``REPLAYKIT_RUN_DIR`` and ``REPLAYKIT_REQUEST``; nothing named like a key, token or
-  secret): callers start ``bwrap`` itself with :func:`process_env`, since its reaper (pid 1
-  inside) shows its environment in ``/proc/1/environ``. Tokens, credentials and cluster
-  variables of the operator's shell never reach candidate code.
+  secret; ``TMPDIR`` points at the empty ``/tmp``): callers start ``bwrap`` itself with
+  :meth:`IsolationPlan.environment`, since its reaper (pid 1 inside) shows its environment in
+  ``/proc/1/environ``. Tokens, credentials and cluster variables of the operator's shell never
+  reach candidate code.
 
 bubblewrap's own documentation: https://github.com/containers/bubblewrap (``bwrap(1)``).
-The overhead is a few milliseconds per job (``bench/sandbox_overhead.py``).
+The overhead per job is measured by ``bench/sandbox_overhead.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
@@ -51,6 +60,23 @@ NO_ISOLATION_ADVISORY = (
     "isolation: none -- the replay ran without the sandbox, so candidate "
     "code could read the final split, earlier results and the network; "
     "this result is not defensible"
+)
+# The system's read-only folders (a link such as /lib -> usr/lib is recreated as a link).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
+# What programs read of /etc (measured with strace on Python, torch, transformers, diffusers,
+# open_clip, RDKit and matplotlib: the linker cache, users and groups, the time zone, the
+# name-service switch, OpenSSL's configuration), plus the links of /usr/bin's alternatives.
+ETC_ENTRIES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "localtime",
+    "hosts",
+    "ssl",
+    "alternatives",
 )
 
 
@@ -116,20 +142,179 @@ def allowed_env(env) -> dict[str, str]:
     return {k: v for k, v in env.items() if ok(k)}
 
 
-def process_env(env, mode: str) -> dict[str, str]:
-    """The environment to start a sandboxed command with (``bwrap``: :func:`allowed_env` of
-    ``env``; ``none``: ``env`` as is). bwrap's own processes are visible inside the sandbox
-    (``/proc/1/environ`` is bwrap's reaper), so the filter applies to bwrap itself, not only to
-    the command: pass this to ``Popen(env=...)``."""
-    return allowed_env(env) if mode == "bwrap" else dict(env)
-
-
 class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing or cannot create namespaces on this machine."""
 
 
+def holds_working_directory(path: str | Path) -> bool:
+    """Whether folder ``path`` is the working directory or one of its parents (showing it would
+    show the hidden split under ``results/``)."""
+    cwd, path = Path.cwd().resolve(), Path(path).resolve()
+    return path.is_dir() and (path == cwd or path in cwd.parents)
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it (both real paths)."""
+    return path == folder or folder in path.parents
+
+
+def python_paths() -> list[Path]:
+    """The Python environment this interpreter runs in, as real paths: its prefix, its base
+    prefix (the interpreter a ``python -m venv`` environment links to), the interpreter's own
+    folder's parent, and every ``sys.path`` entry that exists (folders and zip files) -- but no
+    entry that is, holds or lies inside the working directory (``''``, a ``PYTHONPATH`` of the
+    checkout: what the sandbox needs from there is shown by name) except a prefix (a
+    ``.venv`` inside the checkout)."""
+    prefixes = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent.parent)]
+    cwd = Path.cwd().resolve()
+    out = list(prefixes)
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        if path.exists() and not inside(path, cwd) and not inside(cwd, path):
+            out.append(path)
+    return [p for p in dict.fromkeys(out) if p.exists()]
+
+
+def python_links() -> list[tuple[str, Path]]:
+    """The symbolic links on the way to the Python environment as spelled (its prefixes, the
+    interpreter, the ``sys.path`` entries :func:`python_paths` shows): :func:`links_to` each."""
+    cwd = Path.cwd().resolve()
+    spelled = [sys.prefix, sys.base_prefix, sys.executable]
+    spelled += [e for e in sys.path if e and Path(e).exists() and not inside(Path(e).resolve(), cwd)]
+    return [link for path in spelled for link in links_to(Path(path))]
+
+
+def links_to(path: Path) -> list[tuple[str, Path]]:
+    """The symbolic links on the way to ``path`` as spelled, ``(target as stored, link)``,
+    outermost first, so that the spelled path resolves inside the sandbox too."""
+    out, current = [], Path("/")
+    for part in Path(os.path.abspath(path)).parts[1:]:
+        current = current / part
+        if current.is_symlink():
+            out.append((os.readlink(current), current))
+            current = current.resolve()
+    return out
+
+
+@dataclass(frozen=True)
+class IsolationPlan:
+    """What one sandboxed run may see (:func:`replaykit.isolation.plan` computes it).
+
+    Attributes:
+        mode: ``bwrap`` (the sandbox) or ``none`` (no sandbox: every path is reachable).
+        read_only: real paths shown read-only (besides the system's, see the module docstring).
+        writable: real paths shown read-write.
+        masked: real paths inside a shown one that stay hidden (an empty folder or
+            ``/dev/null``): final-split data, the working directory.
+        links: ``(target, link)`` symbolic links recreated so that paths as spelled (a prefix
+            reached through a link) resolve.
+        devices: device files passed through; None: every ``/dev/nvidia*`` (the GPU slots of
+            a job are a later refinement of this field).
+    """
+
+    mode: str
+    read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    masked: tuple[Path, ...] = ()
+    links: tuple[tuple[str, Path], ...] = ()
+    devices: tuple[str, ...] | None = None
+
+    def describe(self) -> dict:
+        """The plan as the record and the receipts list it (every path shown)."""
+        return {
+            "mode": self.mode,
+            "system": [d for d in SYSTEM_DIRS if os.path.lexists(d)] + [f"/etc/{e}" for e in _etc()],
+            "read_only": [str(p) for p in self.read_only],
+            "writable": [str(p) for p in self.writable],
+            "masked": [str(p) for p in self.masked],
+            "links": [[target, str(link)] for target, link in self.links],
+            "devices": list(self._devices()),
+            "scratch": [str(p) for p in _scratch()],
+        }
+
+    def _devices(self) -> tuple[str, ...]:
+        return tuple(sorted(glob.glob("/dev/nvidia*"))) if self.devices is None else self.devices
+
+    def environment(self, env) -> dict[str, str]:
+        """The environment to start the sandboxed command with (``bwrap``: :func:`allowed_env` of
+        ``env``, ``TMPDIR`` pointed at the empty ``/tmp``; ``none``: ``env`` as is). bwrap's own
+        processes are visible inside the sandbox (``/proc/1/environ`` is bwrap's reaper), so
+        the filter applies to bwrap itself: pass this to ``Popen(env=...)``."""
+        if self.mode != "bwrap":
+            return dict(env)
+        out = allowed_env(env)
+        if "TMPDIR" in out:
+            out["TMPDIR"] = "/tmp"
+        return out
+
+    def argv(self, command: list[str], chdir: str | Path) -> list[str]:
+        """``command`` run under this plan, started in ``chdir`` (which must be visible).
+
+        Raises:
+            InputError: an unknown mode.
+            SandboxUnavailable: ``bwrap`` cannot run here.
+        """
+        if self.mode == "none":
+            return list(command)
+        if self.mode != "bwrap":
+            raise InputError("config", "isolation", f"{self.mode!r} is not one of {', '.join(MODES)}")
+        return [check_available(), *self.mounts(), *NAMESPACES, "--chdir", str(Path(chdir).absolute()), "--", *command]
+
+    def mounts(self) -> list[str]:
+        """bwrap's mount options: the system, then every shown, masked and scratch path in
+        order of depth (parents first; at one path scratch, masked, read-only, writable), so a
+        mask inside a shown folder lands on top of it and a shown folder inside a scratch one
+        (the Python environment under ``$HOME``) reappears; links last."""
+        argv = _system_mounts() + [arg for dev in self._devices() for arg in ("--dev-bind", dev, dev)]
+        order = {"scratch": 0, "mask": 1, "ro": 2, "rw": 3}
+        mounts = {p: "scratch" for p in _scratch()}
+        for kind, paths in (("mask", self.masked), ("ro", self.read_only), ("rw", self.writable)):
+            for path in paths:
+                if os.path.lexists(path):  # a run's folder the plan names before it is made
+                    mounts[Path(path)] = kind
+        for path, kind in sorted(mounts.items(), key=lambda m: (len(m[0].parts), order[m[1]])):
+            if kind == "scratch":
+                argv += ["--tmpfs", str(path)]
+            elif kind == "mask":
+                argv += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+            else:
+                argv += ["--ro-bind" if kind == "ro" else "--bind", str(path), str(path)]
+        argv += [arg for path in self.masked if Path(path).is_dir() for arg in ("--remount-ro", str(path))]
+        argv += ["--remount-ro", "/"]  # the root's own folders (mount points) cannot be written either
+        for target, link in self.links:
+            if not any(inside(Path(link), Path(p)) for p in (*self.read_only, *self.writable)):
+                argv += ["--symlink", target, str(link)]
+        return argv
+
+
+NAMESPACES = ("--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL")
+
+
+def _etc() -> list[str]:
+    return [e for e in ETC_ENTRIES if os.path.lexists(f"/etc/{e}")]
+
+
+def _scratch() -> list[Path]:
+    """The empty, writable folders: ``/tmp`` and ``$HOME`` (unless it is ``/``)."""
+    home = os.environ.get("HOME")
+    return [Path("/tmp")] + ([Path(home).resolve()] if home and Path(home).resolve() != Path("/") else [])
+
+
+def _system_mounts() -> list[str]:
+    """The system's read-only part of the sandbox (links such as ``/lib -> usr/lib`` as links)."""
+    argv = ["--proc", "/proc", "--dev", "/dev"]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for entry in _etc():
+        argv += ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
+    return argv
+
+
 def check_available(bwrap: str = "bwrap") -> str:
-    """Run ``true`` in a minimal sandbox; return the path of ``bwrap``.
+    """Run ``true`` in a sandbox of the system's part alone; return the path of ``bwrap``.
 
     Raises:
         SandboxUnavailable: with one line saying what failed and how to install it.
@@ -137,119 +322,9 @@ def check_available(bwrap: str = "bwrap") -> str:
     path = shutil.which(bwrap)
     if path is None:
         raise SandboxUnavailable(f"bubblewrap (bwrap) not found on PATH; {INSTALL_HINT}")
-    probe = [
-        path,
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--die-with-parent",
-        "true",
-    ]
+    probe = [path, *_system_mounts(), *NAMESPACES, "true"]
     result = subprocess.run(probe, capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
         raise SandboxUnavailable(f"bubblewrap cannot create a sandbox here ({reason}); {INSTALL_HINT}")
     return path
-
-
-def _existing(paths) -> list[Path]:
-    out = []
-    for p in paths:
-        if p is None or p == "":
-            continue
-        p = Path(p).resolve()  # bwrap mounts real paths: order and compare them as such
-        if p.exists() and p not in out:
-            out.append(p)
-    return out
-
-
-def python_roots(task: str | None = None) -> list[Path]:
-    """What the sandboxed Python needs to see: the environment, the frozen package and, for a
-    ``task`` whose plug-in is registered from outside the package (an entry point), that
-    plug-in's code (:func:`replaykit.tasks.code_roots`: its package folder, not the rest of
-    the ``PYTHONPATH`` entry holding it, which may be the hidden working directory).
-
-    Raises:
-        InputError: ``task``'s plug-in does not load (:func:`replaykit.tasks.get_task`).
-    """
-    import replaykit
-
-    package_parent = Path(replaykit.__file__).resolve().parent.parent  # src/ of an editable install
-    plugin = []
-    if task is not None:
-        from ..tasks import code_roots
-
-        plugin = code_roots(task)
-    return _existing(
-        [sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent.parent, package_parent, *plugin]
-    )
-
-
-def bwrap_argv(
-    command: list[str], *, chdir: str | Path, read_only: list, writable: list, hide: list, bwrap: str = "bwrap"
-) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` in the sandbox described above.
-
-    Args:
-        command: the program and its arguments.
-        chdir: working directory inside the sandbox (must be visible).
-        read_only: paths shown read-only (re-exposed even when under a hidden path).
-        writable: paths shown read-write.
-        hide: paths replaced by an empty tmpfs (directories) or ``/dev/null`` (files).
-
-    Paths that do not exist are skipped. bwrap applies mounts in order, a later one over an
-    earlier one, so they are sorted by depth (parents first; at equal paths hide, then
-    read-only, then writable): a view inside a hidden directory reappears, and a hidden file
-    inside a shown directory stays hidden. Returns the argv list.
-    """
-    home = os.environ.get("HOME")
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-    for dev in sorted(glob.glob("/dev/nvidia*")):  # CUDA: nvidiactl, nvidia-uvm, nvidia0..
-        argv += ["--dev-bind", dev, dev]
-    mounts, scratch = {}, _existing([home if home and home != "/" else None])
-    for kind, paths in (("hide", [*scratch, *hide]), ("ro", read_only), ("rw", writable)):
-        for path in _existing(paths):
-            mounts[path] = kind  # a path named twice takes the later (more permissive) kind
-    order = {"hide": 0, "ro": 1, "rw": 2}
-    for path, kind in sorted(mounts.items(), key=lambda item: (len(item[0].parts), order[item[1]])):
-        if kind == "hide":
-            argv += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
-        else:
-            argv += ["--ro-bind" if kind == "ro" else "--bind", str(path), str(path)]
-    for path, kind in mounts.items():  # last, once the views inside them are mounted
-        if kind == "hide" and path.is_dir() and path not in scratch:
-            argv += ["--remount-ro", str(path)]
-    argv += [
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--die-with-parent",
-        "--cap-drop",
-        "ALL",
-        "--chdir",
-        str(Path(chdir).absolute()),
-        "--",
-        *command,
-    ]
-    return argv
-
-
-def wrap(command: list[str], mode: str, **kwargs) -> list[str]:
-    """``command`` run under isolation ``mode`` (``bwrap``: :func:`bwrap_argv`; ``none``: as is).
-
-    Raises:
-        InputError: an unknown mode.
-        SandboxUnavailable: ``bwrap`` was asked for and cannot run here.
-    """
-    if mode == "none":
-        return list(command)
-    if mode != "bwrap":
-        raise InputError("config", "isolation", f"{mode!r} is not one of {', '.join(MODES)}")
-    return bwrap_argv(command, bwrap=check_available(), **kwargs)

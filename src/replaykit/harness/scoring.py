@@ -36,37 +36,36 @@ def assert_workspace_free(workspace: str | Path | None) -> None:
         raise RuntimeError(f"scoring must not see the workspace {root}: sys.path={bad} modules={loaded}")
 
 
-def verify_frozen(frozen_record: str | Path | None) -> str | None:
-    """The frozen package's SHA-256 after checking it against ``frozen_record`` (None without one).
-
-    Raises :class:`replaykit.harness.frozen.FrozenCodeChanged` when the package differs.
-    """
-    from . import frozen
-
-    return frozen.verify(frozen_record) if frozen_record else None
+def verify_frozen(code, frozen_record: str | Path | None) -> str | None:
+    """The frozen code's SHA-256 after checking ``code`` (a :class:`.frozen.FrozenCode`) against
+    ``frozen_record`` (None without one). Raises :class:`InputError` naming the first file
+    that differs."""
+    return code.verify(frozen_record) if frozen_record else None
 
 
 def validate_checkpoint(
     *,
-    task: str,
+    plugin,
     checkpoint: str | Path,
     fixed_start: str | Path,
     cfg: dict,
     record: str | Path | None,
     frozen_record: str | Path | None,
+    frozen,
     out: str | Path,
 ) -> dict:
-    """The frozen loader's verdict on one checkpoint, written to ``out`` (a validation marker).
+    """The frozen loader's verdict on one checkpoint, written to ``out`` (a validation marker);
+    ``plugin`` is the task's plug-in (:class:`replaykit.tasks.contract.TaskPlugin`: ``validate``);
+    ``frozen`` the installation's frozen code (:class:`.frozen.FrozenCode`), checked against
+    ``frozen_record`` first.
 
     With the replay ``record``, the checkpoint must be the one the replay published: a tree
     hash that differs from the recorded one makes it invalid without loading it. Returns the
     marker. Raises :class:`InputError` when the record does not list the checkpoint, and what
     :func:`verify_frozen` raises.
     """
-    from ..tasks import get_task
-
     started = time.time()
-    frozen_sha = verify_frozen(frozen_record)
+    frozen_sha = verify_frozen(frozen, frozen_record)
     checkpoint = Path(checkpoint)
     progress = int(checkpoint.name.split("-")[-1])
     files = tree_files(checkpoint) if checkpoint.is_dir() else {}
@@ -85,7 +84,7 @@ def validate_checkpoint(
             f"differs from {recorded} in its replay record {record}",
         }
     else:
-        verdict = get_task(task).validate(checkpoint, fixed_start, cfg)
+        verdict = plugin.validate(checkpoint, fixed_start, cfg)
     verdict["isolation"] = record_doc.get("isolation", "unknown")
     verdict["frozen_code_sha256"] = frozen_sha
     verdict.update(
@@ -136,7 +135,7 @@ def unscored_summary(plugin, metric: str, reason: str) -> dict:
 
 def score(
     *,
-    task: str,
+    plugin,
     split: str,
     manifest: str | Path,
     fixed_start: str | Path,
@@ -148,8 +147,11 @@ def score(
     workspace: str | Path | None = None,
     public: str | Path | None = None,
     frozen_record: str | Path | None = None,
+    frozen=None,
 ) -> dict:
-    """Score ``checkpoint`` (None: the fixed start) on the ``proxy`` or ``final`` split.
+    """Score ``checkpoint`` (None: the fixed start) on the ``proxy`` or ``final`` split with
+    the task's plug-in (:class:`replaykit.tasks.contract.TaskPlugin`: ``evaluate``, ``METRIC``);
+    ``frozen`` (:class:`.frozen.FrozenCode`) is checked against ``frozen_record`` when given.
 
     Checks that the workspace is off ``sys.path`` (before and after evaluating), verifies the
     frozen package and the split's assets (and the public split too when ``public`` is given:
@@ -159,14 +161,12 @@ def score(
     assets or marker, RuntimeError when the workspace is visible, and what
     :func:`verify_frozen` raises.
     """
-    from ..tasks import get_task
+    from .assets import verify_assets
     from .receipts import write_summary
-    from .replay import verify_assets
 
     assert_workspace_free(workspace)
-    frozen_sha = verify_frozen(frozen_record)
+    frozen_sha = verify_frozen(frozen, frozen_record)
     verify_assets(manifest, fixed_start, split={"final": "hidden", "proxy": "public"}[split])
-    plugin = get_task(task)
     cfg = dict(cfg)
     if public:  # a fixed-start reference that picks among the fixed assets on the public split (soup)
         verify_assets(manifest, fixed_start, split="public")

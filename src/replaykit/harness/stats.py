@@ -159,6 +159,25 @@ def _row_groups(n: int, weights, strata, clusters) -> tuple[list[np.ndarray], np
     return groups, c, np.asarray(totals)
 
 
+def _two_stage_replicates(sums, sizes, groups, totals, n_boot: int, seed: int, chunk: int):
+    """The replicates of :func:`hierarchical_bootstrap` (``sums[k, c]``: seed k's summed
+    differences in cluster c; ``sizes[c]``: its rows): per replicate, the statistic with seeds
+    and rows drawn, and with the rows alone drawn (every seed kept)."""
+    k = sums.shape[0]
+    rng = np.random.default_rng(seed)
+    stats, row_only = [], []
+    for start in range(0, n_boot, chunk):
+        m = min(chunk, n_boot - start)
+        t = np.zeros((m, k))  # t[r, k]: seed k's statistic on replicate r's rows
+        for w_h, g in zip(totals, groups):
+            counts = rng.multinomial(g.size, np.full(g.size, 1.0 / g.size), size=m)
+            t += w_h * (counts @ sums[:, g].T) / (counts @ sizes[g])[:, None]
+        seeds = rng.multinomial(k, np.full(k, 1.0 / k), size=m)
+        stats.append((seeds * t).sum(1) / k)
+        row_only.append(t.mean(1))
+    return np.concatenate(stats), np.concatenate(row_only)
+
+
 def hierarchical_bootstrap(
     a,
     b,
@@ -223,49 +242,36 @@ def hierarchical_bootstrap(
     Owen (2007), Ann. Appl. Stat. 1(2) (crossed random effects); Efron & Tibshirani (1993)
     ch. 13 (percentile interval).
     """
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.ndim != 2 or a.shape != b.shape or a.size == 0:
         raise ValueError(f"hierarchical_bootstrap needs two equal K × n arrays ({a.shape} vs {b.shape})")
     k, n = a.shape
-    d = a - b
     groups, cluster_of_row, totals = _row_groups(n, weights, strata, clusters)
     n_clusters = cluster_of_row.max() + 1
     sums = np.zeros((k, n_clusters))
-    np.add.at(sums.T, cluster_of_row, d.T)  # sums[k, c] = sum of seed k's differences in cluster c
+    np.add.at(sums.T, cluster_of_row, (a - b).T)  # sums[k, c] = sum of seed k's differences in cluster c
     sizes = np.bincount(cluster_of_row, minlength=n_clusters).astype(float)
     per_seed = sum(w_h * sums[:, g].sum(1) / sizes[g].sum() for w_h, g in zip(totals, groups))
-    rng = np.random.default_rng(seed)
-    stats, row_only = [], []
-    for start in range(0, n_boot, chunk):
-        m = min(chunk, n_boot - start)
-        t = np.zeros((m, k))  # t[r, k]: seed k's statistic on replicate r's rows
-        for w_h, g in zip(totals, groups):
-            counts = rng.multinomial(g.size, np.full(g.size, 1.0 / g.size), size=m)
-            t += w_h * (counts @ sums[:, g].T) / (counts @ sizes[g])[:, None]
-        seeds = rng.multinomial(k, np.full(k, 1.0 / k), size=m)
-        stats.append((seeds * t).sum(1) / k)
-        row_only.append(t.mean(1))
-    stats, row_only = np.concatenate(stats), np.concatenate(row_only)
+    stats, row_only = _two_stage_replicates(sums, sizes, groups, totals, n_boot, seed, chunk)
+    kinds = "".join(text for text, on in ((", clustered", clusters), (", stratified", strata)) if on is not None)
+    method = "two-stage percentile bootstrap: seeds, then rows shared by all seeds" + kinds
+    out = {**_interval(stats, per_seed, confidence), "row_variance": float(row_only.var(ddof=1))}
+    return {**out, "k": k, "n": n, "clusters": int(n_clusters), "n_boot": n_boot, "seed": seed, "method": method}
+
+
+def _interval(stats: np.ndarray, per_seed: np.ndarray, confidence: float) -> dict:
+    """The percentile interval and SD of the replicates ``stats``, with the per-seed values."""
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(stats, [tail, 1.0 - tail])
+    k = len(per_seed)
     return {
         "difference": float(per_seed.mean()),
         "per_seed": [float(v) for v in per_seed],
         "ci_low": float(low),
         "ci_high": float(high),
         "se": float(stats.std(ddof=1)),
-        "row_variance": float(row_only.var(ddof=1)),
         "seed_variance": float(per_seed.var(ddof=1)) if k > 1 else None,
         "confidence": confidence,
-        "k": k,
-        "n": n,
-        "clusters": int(n_clusters),
-        "n_boot": n_boot,
-        "seed": seed,
-        "method": "two-stage percentile bootstrap: seeds, then rows shared by all seeds"
-        + (", clustered" if clusters is not None else "")
-        + (", stratified" if strata is not None else ""),
     }
 
 

@@ -9,7 +9,9 @@ files on disk and return one :class:`Finding` per receipt: ``verified``, ``stale
 differs), ``missing`` or ``tampered`` (a checkpoint differs from its record, already marked
 invalid). A stale or missing receipt names the products that can no longer be trusted
 (``invalidates``): the receipt itself and everything built from it, up to ``final/``.
-Removing those makes Snakemake rebuild them (rules/common.smk, :func:`reverify`).
+Removing those makes Snakemake rebuild them: :func:`reverify`, the workflow's explicit
+re-verification step (``rules/common.smk`` runs it once when the workflow starts, before the
+DAG is built, for the runs and ``final/`` folders its targets need).
 
 Cost: the tree hash of each retained checkpoint, through :class:`~.hashing.HashCache`
 (unchanged files are not re-read), and the SHA-256 of a few small JSON files.
@@ -56,108 +58,54 @@ def _json(path: Path) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Finding]:
-    """Check the receipts of one run (``results/<task>/<run>``) against the files on disk.
+def _check_checkpoint(run_dir: Path, record_path: Path, record: dict, progress: int, cache: HashCache) -> list:
+    """The findings of one retained checkpoint: the checkpoint against its record, its
+    validation marker against the checkpoint, its final score against both."""
+    checkpoint = run_dir / "replay" / f"checkpoint-{progress}"
+    marker = run_dir / "validation" / f"checkpoint-{progress}.json"
+    scores = run_dir / "final-scores" / f"checkpoint-{progress}"
+    score_files = [str(scores / SUMMARY), str(scores / RECEIPT)]
+    downstream = [str(run_dir / "official.json")]
+    if not checkpoint.is_dir():
+        return [Finding(str(checkpoint), "missing", f"listed in {record_path}")]
+    actual = cache.tree(checkpoint)
+    recorded = (record.get("checkpoints") or {}).get(str(progress), {}).get("sha256")
+    tampered = actual != recorded
+    doc = _json(marker)
+    if doc is None:
+        state = "missing" if not marker.exists() else "stale"
+        return [Finding(str(marker), state, "no readable validation marker", [str(marker), *score_files, *downstream])]
+    if doc.get("checkpoint_sha256") != actual or doc.get("recorded_sha256") != recorded:
+        why = (
+            "checkpoint changed after publication (tree hash differs from the record)"
+            if tampered
+            else "made from another checkpoint or record"
+        )
+        return [Finding(str(marker), "stale", why, [str(marker), *score_files, *downstream])]
+    out = [
+        Finding(str(checkpoint), "tampered", f"tree hash differs from {record_path}; its marker says invalid")
+        if tampered
+        else Finding(str(checkpoint), "verified"),
+        Finding(str(marker), "verified"),
+    ]
+    summary = _json(scores / SUMMARY)
+    if status(scores) != "complete" or summary is None:
+        return out + [Finding(str(scores / SUMMARY), "missing", "no complete final score", [*score_files, *downstream])]
+    if summary.get("checkpoint_sha256") != actual or summary.get("marker_sha256") != cache.file(marker):
+        why = "made from another checkpoint or marker"
+        return out + [Finding(str(scores / SUMMARY), "stale", why, [*score_files, *downstream])]
+    return out + [Finding(str(scores / SUMMARY), "verified")]
 
-    A run whose record was never written (nothing replayed yet) and that has no
-    ``official.json`` gives ``[]``. An unreadable record is left to the workflow (it stops
-    with one line); here it gives one ``stale`` finding that invalidates nothing.
-    """
-    run_dir = Path(run_dir)
-    cache = cache if cache is not None else HashCache(run_dir / CACHE)
-    record_path = run_dir / "replay" / "record.json"
+
+def _check_official(run_dir: Path, record_path: Path, record: dict, cache: HashCache) -> Finding:
+    """``official.json`` against the record and each checkpoint's marker and score."""
     official_path = run_dir / "official.json"
-    out: list[Finding] = []
-    if not record_path.is_file():
-        if official_path.exists():
-            out.append(
-                Finding(
-                    str(record_path),
-                    "missing",
-                    "the replay record is gone; official.json names it",
-                    [str(official_path)],
-                )
-            )
-        return out
-    record = _json(record_path)
-    if record is None or not isinstance(record.get("retained"), list):
-        return [Finding(str(record_path), "stale", "unreadable replay record")]
-    record_sha = cache.file(record_path)
-    out.append(Finding(str(record_path), "verified"))
-    downstream_of_run = [str(official_path)]
-    for progress in sorted(record["retained"]):
-        checkpoint = run_dir / "replay" / f"checkpoint-{progress}"
-        marker = run_dir / "validation" / f"checkpoint-{progress}.json"
-        scores = run_dir / "final-scores" / f"checkpoint-{progress}"
-        score_files = [str(scores / SUMMARY), str(scores / RECEIPT)]
-        if not checkpoint.is_dir():
-            out.append(Finding(str(checkpoint), "missing", f"listed in {record_path}"))
-            continue
-        actual = cache.tree(checkpoint)
-        recorded = (record.get("checkpoints") or {}).get(str(progress), {}).get("sha256")
-        tampered = actual != recorded
-        doc = _json(marker)
-        if doc is None:
-            state = "missing" if not marker.exists() else "stale"
-            out.append(
-                Finding(
-                    str(marker),
-                    state,
-                    "no readable validation marker",
-                    [str(marker), *score_files, *downstream_of_run],
-                )
-            )
-            continue
-        if doc.get("checkpoint_sha256") != actual or doc.get("recorded_sha256") != recorded:
-            why = (
-                "checkpoint changed after publication (tree hash differs from the record)"
-                if tampered
-                else "made from another checkpoint or record"
-            )
-            out.append(Finding(str(marker), "stale", why, [str(marker), *score_files, *downstream_of_run]))
-            continue
-        if tampered:
-            out.append(
-                Finding(
-                    str(checkpoint),
-                    "tampered",
-                    f"tree hash differs from {record_path}; its marker says invalid",
-                )
-            )
-        else:
-            out.append(Finding(str(checkpoint), "verified"))
-        out.append(Finding(str(marker), "verified"))
-        summary = _json(scores / SUMMARY)
-        if status(scores) != "complete" or summary is None:
-            out.append(
-                Finding(
-                    str(scores / SUMMARY),
-                    "missing",
-                    "no complete final score",
-                    [*score_files, *downstream_of_run],
-                )
-            )
-            continue
-        if summary.get("checkpoint_sha256") != actual or summary.get("marker_sha256") != cache.file(marker):
-            out.append(
-                Finding(
-                    str(scores / SUMMARY),
-                    "stale",
-                    "made from another checkpoint or marker",
-                    [*score_files, *downstream_of_run],
-                )
-            )
-            continue
-        out.append(Finding(str(scores / SUMMARY), "verified"))
-    if any(f.invalidates for f in out):
-        return out
     official = _json(official_path)
     if official is None:
         state = "missing" if not official_path.exists() else "stale"
-        out.append(Finding(str(official_path), state, "no readable official.json", [str(official_path)]))
-        return out
+        return Finding(str(official_path), state, "no readable official.json", [str(official_path)])
     problem = None
-    if official.get("record_sha256") != record_sha:
+    if official.get("record_sha256") != cache.file(record_path):
         problem = f"made from another replay record than {record_path}"
     else:
         entries = {c.get("progress"): c for c in official.get("checkpoints", [])}
@@ -170,10 +118,35 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
                 problem = f"made from another marker or score of checkpoint-{progress}"
                 break
     if problem:
-        out.append(Finding(str(official_path), "stale", problem, [str(official_path)]))
-    else:
-        out.append(Finding(str(official_path), "verified"))
-    return out
+        return Finding(str(official_path), "stale", problem, [str(official_path)])
+    return Finding(str(official_path), "verified")
+
+
+def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Finding]:
+    """Check the receipts of one run (``results/<task>/<run>``) against the files on disk.
+
+    A run whose record was never written (nothing replayed yet) and that has no
+    ``official.json`` gives ``[]``. An unreadable record is left to the workflow (it stops
+    with one line); here it gives one ``stale`` finding that invalidates nothing.
+    """
+    run_dir = Path(run_dir)
+    cache = cache if cache is not None else HashCache(run_dir / CACHE)
+    record_path = run_dir / "replay" / "record.json"
+    official_path = run_dir / "official.json"
+    if not record_path.is_file():
+        if official_path.exists():
+            why = "the replay record is gone; official.json names it"
+            return [Finding(str(record_path), "missing", why, [str(official_path)])]
+        return []
+    record = _json(record_path)
+    if record is None or not isinstance(record.get("retained"), list):
+        return [Finding(str(record_path), "stale", "unreadable replay record")]
+    out = [Finding(str(record_path), "verified")]
+    for progress in sorted(record["retained"]):
+        out += _check_checkpoint(run_dir, record_path, record, progress, cache)
+    if any(f.invalidates for f in out):
+        return out
+    return out + [_check_official(run_dir, record_path, record, cache)]
 
 
 def check_final(final_dir: str | Path, officials: list[str | Path], cache: HashCache | None = None) -> Finding | None:
@@ -208,6 +181,45 @@ def invalidate(findings: list[Finding]) -> list[str]:
             continue
         removed.append(path)
     return removed
+
+
+def reverify(runs, finals: dict, *, remove: bool, say=print) -> list[Finding]:
+    """The re-verification step: check the receipts of each run folder in ``runs`` (with its
+    hash cache) and of each ``final/`` folder in ``finals`` (``final/`` -> the ``official.json``
+    files it is built from; their runs are checked too, and ``final/`` is stale when one of
+    them is being rebuilt); ``say`` one ``receipts: <file>: <state>: <why>`` line per receipt
+    that is not verified; then, when ``remove``, remove everything they invalidate (saying so),
+    else say what a real run would rebuild. Each run is checked once. Returns the findings
+    that are not verified."""
+    checked: dict[Path, list[Finding]] = {}
+
+    def of_run(run_dir: Path) -> list[Finding]:
+        if run_dir not in checked:
+            cache = HashCache(run_dir / CACHE)
+            checked[run_dir] = check_run(run_dir, cache)
+            cache.save()
+        return checked[run_dir]
+
+    for run_dir in runs:
+        of_run(Path(run_dir))
+    of_finals = []
+    for final_dir, officials in finals.items():
+        stale_runs = any(f.invalidates for o in officials for f in of_run(Path(o).parent))
+        if stale_runs and Path(final_dir).exists():
+            of_finals.append(Finding(str(final_dir), "stale", "built from receipts being rebuilt", [str(final_dir)]))
+        elif not stale_runs:
+            of_finals += [v for v in [check_final(final_dir, officials)] if v is not None]
+    bad = [f for f in [*(f for fs in checked.values() for f in fs), *of_finals] if f.state != "verified"]
+    for f in bad:
+        say(f"receipts: {f.line()}")
+    if any(f.invalidates for f in bad):
+        if remove:
+            for path in invalidate(bad):
+                say(f"receipts: removed {path}; it will be rebuilt")
+        else:
+            paths = ", ".join(dict.fromkeys(p for f in bad for p in f.invalidates))
+            say(f"receipts: not removed (dry run); a real run rebuilds: {paths}")
+    return bad
 
 
 def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[list[str], bool]:

@@ -19,6 +19,8 @@ import functools
 
 import jinja2
 
+from .formats import fmt_number, fmt_percent, fmt_seconds, md_cell
+
 
 @functools.cache
 def templates(trim: bool = True) -> jinja2.Environment:
@@ -26,9 +28,7 @@ def templates(trim: bool = True) -> jinja2.Environment:
     line leaves no blank line) and, written for Jinja's default whitespace, ``report.html.j2``,
     ``checkpoints.html.j2``, ``ablation.html.j2`` and ``ablation.md.j2`` (``trim=False``).
     Undefined names raise in the trimmed environment; ``*.html.j2`` is autoescaped. Filters:
-    ``fmt``, ``pct``, ``sec``, ``cell`` (:func:`replaykit.harness.results.fmt_number` and its siblings)."""
-    from ..harness.results import fmt_number, fmt_percent, fmt_seconds, md_cell
-
+    ``fmt``, ``pct``, ``sec``, ``cell`` (:mod:`.formats`)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("replaykit.report", "templates"),
         undefined=jinja2.StrictUndefined if trim else jinja2.Undefined,

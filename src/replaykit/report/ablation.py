@@ -1,10 +1,16 @@
-"""The matched ablation's figure and its section of the HTML report (issue 16)."""
+"""The matched ablation's files: ``report.md``, ``differences.png`` and ``summary.json`` with its
+receipt (the numbers: :mod:`replaykit.harness.ablation`), and its section of the HTML report."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..harness.ablation import ablation_summary
+from ..harness.fileio import atomic_write_text
+from ..harness.receipts import write_summary
+from . import templates
 from .figures import COLOURS, plt, save
+from .formats import fmt_plain, fmt_signed
 
 MARKERS = {"official": ("o", "official result"), "last": ("s", "last retained checkpoint")}
 
@@ -60,3 +66,19 @@ def differences(summary: dict, path: str | Path) -> Path:
     )
     ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, path)
+
+
+def ablation_result(*, out_dir: str | Path, figure=None, **kwargs) -> dict:
+    """Write ``report.md``, ``differences.png`` (``figure(summary, path)``; None: no figure) and,
+    last, ``summary.json`` with ``.complete`` of a matched ablation into ``out_dir``.
+    ``kwargs`` are :func:`replaykit.harness.ablation.ablation_summary`'s; returns its summary
+    and raises what it raises."""
+    summary = ablation_summary(**kwargs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = templates(trim=False).get_template("ablation.md.j2").render(s=summary, f=fmt_plain, sf=fmt_signed)
+    atomic_write_text(out_dir / "report.md", text)
+    if figure is not None:
+        figure(summary, out_dir / "differences.png")
+    write_summary(out_dir, summary)
+    return summary

@@ -92,6 +92,69 @@ def render_table(rows: list[dict], base: Path) -> str:
     return templates(trim=False).get_template("checkpoints.html.j2").render(rows=rows, fmt=fmt)
 
 
+def _references(refs: dict, base: Path) -> list[dict]:
+    """The reference rows of the report: the fixed start (or why there is none), the shipped
+    recipe and the published full-scale values, each with its source and link."""
+    if refs["fixed_start"]:
+        scores = Path(refs["fixed_start"]["scores"]) / "summary.json"
+        fixed = {
+            "value": refs["fixed_start"]["value"],
+            "se": refs["fixed_start"]["se"],
+            "source": f"{refs['fixed_start']['scores']}/summary.json",
+            "href": _href(scores, base),
+        }
+    else:
+        fixed = {"value": None, "se": None, "href": None, "source": "none: the fixed start cannot be scored by itself"}
+    shipped = refs["shipped"]
+    rows = [
+        {"name": "fixed start", **fixed},
+        {
+            "name": "shipped recipe",
+            "value": shipped["value"],
+            "se": shipped["se"],
+            "source": shipped["official"],
+            "href": _href(shipped["official"], base),
+        },
+    ]
+    for name, value in sorted(refs["published"].items()):
+        rows.append(
+            {"name": f"published {name} (full scale)", "value": value, "se": None, "source": "SPEC", "href": None}
+        )
+    return rows
+
+
+def _figures(figures: dict[str, str | Path], base: Path) -> list[dict]:
+    """Each figure as the template shows it: id, title, caption, link and the PNG's bytes."""
+    out = []
+    for fig_id, png in figures.items():
+        kind = fig_id.rsplit("/", 1)[-1]
+        run = fig_id.rsplit("/", 1)[0] if "/" in fig_id else None
+        out.append(
+            {
+                "id": fig_id.replace("/", "-"),
+                "title": (f"{run}: " if run else "") + kind.replace("_", " "),
+                "caption": FIGURE_CAPTIONS.get(kind, ""),
+                "file": str(png),
+                "href": _href(png, base),
+                "data": base64.b64encode(Path(png).read_bytes()).decode("ascii"),
+            }
+        )
+    return out
+
+
+def _ablation_section(ablations: list[str | Path], base: Path) -> str:
+    """The matched ablations' section (empty without one)."""
+    abl = [
+        {
+            **read_complete_summary(folder),
+            "file": str(Path(folder) / "summary.json"),
+            "href": _href(Path(folder) / "summary.json", base),
+        }
+        for folder in ablations
+    ]
+    return Markup(templates(trim=False).get_template("ablation.html.j2").render(ablations=abl)) if abl else ""
+
+
 def write_report(
     *,
     task: str,
@@ -116,6 +179,7 @@ def write_report(
     summary without its completion receipt.
     """
     out_html, out_table = Path(out_html), Path(out_table)
+    base = out_html.parent
     summary = read_complete_summary(final_dir)
     docs = [
         read_json(p, required=("run", "seed", "checkpoints", "asset_manifest", "workspace_record", "record"))
@@ -123,84 +187,23 @@ def write_report(
     ]
     shipped = read_json(summary["references"]["shipped"]["official"], required=("official",))
     rows = checkpoint_rows(docs, summary, shipped, n_boot, scale)
-    refs = summary["references"]
-    references = []
-    if refs["fixed_start"]:
-        references.append(
-            {
-                "name": "fixed start",
-                "value": refs["fixed_start"]["value"],
-                "se": refs["fixed_start"]["se"],
-                "source": f"{refs['fixed_start']['scores']}/summary.json",
-                "href": _href(Path(refs["fixed_start"]["scores"]) / "summary.json", out_html.parent),
-            }
-        )
-    else:
-        references.append(
-            {
-                "name": "fixed start",
-                "value": None,
-                "se": None,
-                "href": None,
-                "source": "none: the fixed start cannot be scored by itself",
-            }
-        )
-    references.append(
-        {
-            "name": "shipped recipe",
-            "value": refs["shipped"]["value"],
-            "se": refs["shipped"]["se"],
-            "source": refs["shipped"]["official"],
-            "href": _href(refs["shipped"]["official"], out_html.parent),
-        }
-    )
-    for name, value in sorted(refs["published"].items()):
-        references.append(
-            {"name": f"published {name} (full scale)", "value": value, "se": None, "source": "SPEC", "href": None}
-        )
-    figs = []
-    for fig_id, png in figures.items():
-        kind = fig_id.rsplit("/", 1)[-1]
-        run = fig_id.rsplit("/", 1)[0] if "/" in fig_id else None
-        figs.append(
-            {
-                "id": fig_id.replace("/", "-"),
-                "title": (f"{run}: " if run else "") + kind.replace("_", " "),
-                "caption": FIGURE_CAPTIONS.get(kind, ""),
-                "file": str(png),
-                "href": _href(png, out_html.parent),
-                "data": base64.b64encode(Path(png).read_bytes()).decode("ascii"),
-            }
-        )
-
-    abl = [
-        {
-            **read_complete_summary(folder),
-            "file": str(Path(folder) / "summary.json"),
-            "href": _href(Path(folder) / "summary.json", out_html.parent),
-        }
-        for folder in ablations
-    ]
-    ablation_section = (
-        Markup(templates(trim=False).get_template("ablation.html.j2").render(ablations=abl)) if abl else ""
-    )
+    ablation_section = _ablation_section(ablations, base)
     atomic_write_text(out_table, render_table([dict(r) for r in rows], out_table.parent))
-    table = Markup(render_table(rows, out_html.parent))
     final_file = str(Path(final_dir) / "summary.json")
-    atomic_write_text(
-        out_html,
+    html = (
         templates(trim=False)
         .get_template("report.html.j2")
         .render(
             task=task,
             summary=summary,
-            references=references,
-            table=table,
-            figures=figs,
+            references=_references(summary["references"], base),
+            table=Markup(render_table(rows, base)),
+            figures=_figures(figures, base),
             fmt=fmt,
             final_file=final_file,
             ablation_section=ablation_section,
-            final_href=_href(final_file, out_html.parent),
-        ),
+            final_href=_href(final_file, base),
+        )
     )
+    atomic_write_text(out_html, html)
     return {"rows": rows, "summary": summary}

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from ..harness.errors import InputError
+from ..harness.sandbox import holds_working_directory
 from .contract import TaskPlugin, load
 
 SHARED = ("common",)  # subpackages that hold shared helpers, not a task
@@ -242,10 +243,12 @@ def code_roots(name: str) -> list[Path]:
     return roots
 
 
-def holds_working_directory(path: Path) -> bool:
-    """Whether folder ``path`` is the working directory or one of its parents."""
-    cwd, path = Path.cwd().resolve(), Path(path).resolve()
-    return path.is_dir() and (path == cwd or path in cwd.parents)
+def frozen_code():
+    """The frozen code of this installation (:class:`replaykit.harness.frozen.FrozenCode`): the
+    package and the plug-ins registered by entry points (:data:`REGISTERED`)."""
+    from ..harness.frozen import FrozenCode
+
+    return FrozenCode(REGISTERED)
 
 
 def builders() -> dict[str, str]:

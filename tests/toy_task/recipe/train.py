@@ -7,7 +7,7 @@ Loss ``L(w) = mean_i (w·x_i - y_i)²`` over the public training points; each st
 Run by the replay driver as ``python train.py --request request.json`` (see
 ``replaykit.harness.replay``): publishes ``checkpoint-<step>/model.json`` every
 ``save_steps`` steps, stops at ``max_steps`` or at the internal deadline less the export
-reserve, and writes ``train_result.json`` (the bookkeeping is :class:`ReplaySession`'s). It
+reserve, and writes ``train_result.json`` (the bookkeeping is ``replaykit.runtime.Session``'s). It
 imports its plug-in (``replaykit_toy``), which the sandbox must show although it lives
 outside the replaykit package.
 """
@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from replaykit.harness.session import ReplaySession, knob
+from replaykit.runtime import Session, knob
 from replaykit_toy import read_points, read_w
 
 HERE = Path(__file__).resolve().parent
@@ -34,26 +34,23 @@ class ToyKnobs:
 
 
 def main() -> int:
-    session = ReplaySession.start(ToyKnobs, HERE / "configs", __doc__)
-    recipe = session.recipe
-    rows = read_points(session.public_dir / "train.jsonl")
-    step = max(session.published_before(), default=0) if session.resume else 0  # a resume continues from there
-    w = read_w(session.publish_dir / f"checkpoint-{step}" if step else None, session.request["fixed_start"])
+    session = Session.start(ToyKnobs, HERE / "configs", __doc__)
+    knobs, request = session.knobs, session.request
+    rows = read_points(request.public_dir / "train.jsonl")
+    step = session.last_published() if request.resume else 0  # a resume continues from there
+    w = read_w(request.publish_dir / f"checkpoint-{step}" if step else None, request.fixed_start)
     session.begin_training()
-    stop, history = "max_steps", []
-    while step < recipe.max_steps:
-        if session.past_deadline(ahead_s=session.request["export_reserve_s"]):
-            stop = "deadline"
-            break
+    history = []
+    while step < knobs.max_steps and not session.should_stop(next_step_s=request.export_reserve_s):
         grad = 2 * sum((w * r["x"] - r["y"]) * r["x"] for r in rows) / len(rows)
-        w -= recipe.learning_rate * grad
+        w -= knobs.learning_rate * grad
         step += 1
         loss = sum((w * r["x"] - r["y"]) ** 2 for r in rows) / len(rows)
         history.append({"progress": step, "loss": loss, "w": w})
-        print(f"[train] step {step}/{recipe.max_steps} loss {loss:.6g} w {w:.6g}", flush=True)
-        if step % recipe.save_steps == 0 or step == recipe.max_steps:
-            session.publish(step, lambda out, w=w: (out / "model.json").write_text(json.dumps({"w": w})))
-    return session.finish(stop, history, steps=step)
+        print(f"[train] step {step}/{knobs.max_steps} loss {loss:.6g} w {w:.6g}", flush=True)
+        if step % knobs.save_steps == 0 or step == knobs.max_steps:
+            session.checkpoint(step, lambda out, w=w: (out / "model.json").write_text(json.dumps({"w": w})))
+    return session.finish(history, steps=step)
 
 
 if __name__ == "__main__":

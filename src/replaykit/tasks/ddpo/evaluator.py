@@ -83,6 +83,30 @@ def generate(pipe, items: list[dict], scoring: dict, batch_size: int) -> torch.T
     )
 
 
+def device_and_dtype(cfg: dict) -> tuple[str, torch.dtype]:
+    """``device`` (``auto``: CUDA when available) and ``dtype`` (``auto``: float16 on CUDA,
+    float32 on CPU) of the evaluation config."""
+    device = "cuda" if cfg.get("device", "auto") == "auto" and torch.cuda.is_available() else "cpu"
+    dtype = {
+        "auto": torch.float16 if device == "cuda" else torch.float32,
+        "float32": torch.float32,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+    }[cfg.get("dtype", "auto")]
+    return device, dtype
+
+
+def diversity_advisory(pairwise: float, reference: float) -> list[str]:
+    """The diversity advisory when the mean pairwise image distance fell by more than
+    :data:`DIVERSITY_DROP` from the fixed start's ``reference`` (SPEC ddpo)."""
+    if pairwise >= reference - DIVERSITY_DROP:
+        return []
+    return [
+        f"diversity: mean pairwise image distance fell from {reference:.4f} (fixed start) to "
+        f"{pairwise:.4f}, by more than {DIVERSITY_DROP}"
+    ]
+
+
 def evaluate(
     checkpoint: str | Path | None, fixed_start: str | Path, items_file: str | Path, metric: str, cfg: dict
 ) -> tuple[dict, list[dict]]:
@@ -98,13 +122,7 @@ def evaluate(
     from .pipeline import Pipeline
 
     started = time.time()
-    device = "cuda" if cfg.get("device", "auto") == "auto" and torch.cuda.is_available() else "cpu"
-    dtype = {
-        "auto": torch.float16 if device == "cuda" else torch.float32,
-        "float32": torch.float32,
-        "float16": torch.float16,
-        "bfloat16": torch.bfloat16,
-    }[cfg.get("dtype", "auto")]
+    device, dtype = device_and_dtype(cfg)
     scoring = read_scoring(items_file)
     items = read_items(items_file)
     batch_size = int(cfg.get("batch_size", 64))
@@ -132,11 +150,7 @@ def evaluate(
         pipe.unet.disable_adapters()
         reference = mean_pairwise_distance(embedder.images(generate(pipe, items, scoring, batch_size)))
         diagnostics["fixed_start_pairwise_image_distance"] = reference
-        if pairwise < reference - DIVERSITY_DROP:
-            advisories.append(
-                f"diversity: mean pairwise image distance fell from {reference:.4f} (fixed start) to "
-                f"{pairwise:.4f}, by more than {DIVERSITY_DROP}"
-            )
+        advisories += diversity_advisory(pairwise, reference)
     rows = [
         {"id": str(it["id"]), "prompt": it["prompt"], "score": float(r), "alignment": a}
         for it, r, a in zip(items, rewards, alignment)

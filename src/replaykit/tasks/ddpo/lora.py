@@ -35,9 +35,12 @@ def save_lora(unet, out: str | Path, adapter: str = "default") -> Path:
 
 def check_lora(unet, checkpoint: str | Path) -> dict:
     """Check a checkpoint against the UNet before loading it; ValueError naming the file and
-    the wrong target modules, keys or shapes. Returns ``{r, target_modules, tensors,
-    parameters}``."""
+    the wrong target modules, keys or shapes. Each module's rank is the one PEFT gives it
+    (``rank_pattern`` resolved by PEFT: :func:`replaykit.tasks.peft_adapter.lora_rank_and_alpha`). Returns
+    ``{r, target_modules, tensors, parameters, rank_alpha}``."""
     from safetensors.torch import load_file
+
+    from ..peft_adapter import lora_rank_and_alpha, rank_alpha_summary, read_lora_config
 
     checkpoint = Path(checkpoint)
     for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
@@ -60,9 +63,11 @@ def check_lora(unet, checkpoint: str | Path) -> dict:
     r = config.get("r")
     if not isinstance(r, int) or r < 1:
         raise ValueError(f"{ADAPTER_CONFIG}: r must be a positive integer, got {r!r}")
+    lora_config = read_lora_config(checkpoint)
     modules = dict(unet.named_modules())
     state = load_file(str(checkpoint / ADAPTER_WEIGHTS))
     bad_keys, bad_shapes = [], []
+    resolved: dict[str, tuple[int, float]] = {}
     for key, value in state.items():
         module_name, _, part = key.rpartition(".lora_")
         module = modules.get(module_name)
@@ -74,7 +79,8 @@ def check_lora(unet, checkpoint: str | Path) -> dict:
         ):
             bad_keys.append(key)
             continue
-        expected = (r, module.in_features) if part == "A.weight" else (module.out_features, r)
+        rank, _ = resolved.setdefault(module_name, lora_rank_and_alpha(lora_config, module_name))
+        expected = (rank, module.in_features) if part == "A.weight" else (module.out_features, rank)
         if tuple(value.shape) != expected:
             bad_shapes.append(f"{key} {tuple(value.shape)} (expected {expected})")
         elif not torch.isfinite(value).all():
@@ -97,6 +103,7 @@ def check_lora(unet, checkpoint: str | Path) -> dict:
         "target_modules": sorted(targets),
         "tensors": len(state),
         "parameters": int(sum(v.numel() for v in state.values())),
+        "rank_alpha": rank_alpha_summary(resolved),
     }
 
 

@@ -350,6 +350,22 @@ def clip_preprocess(images: torch.Tensor, size: int) -> torch.Tensor:
     return (x - mean) / std
 
 
+def _model_index() -> dict:
+    """diffusers' ``model_index.json`` of the embedded Stable-Diffusion-architecture pipeline."""
+    return {
+        "_class_name": "StableDiffusionPipeline",
+        "_diffusers_version": __import__("diffusers").__version__,
+        "vae": ["diffusers", "AutoencoderKL"],
+        "unet": ["diffusers", "UNet2DConditionModel"],
+        "text_encoder": ["transformers", "CLIPTextModel"],
+        "tokenizer": ["transformers", "CLIPTokenizer"],
+        "scheduler": ["diffusers", "DDIMScheduler"],
+        "safety_checker": [None, None],
+        "feature_extractor": [None, None],
+        "requires_safety_checker": False,
+    }
+
+
 def build(spec: dict, out: str | Path, log=print) -> dict:
     """Build the embedded pipeline into directory ``out`` (which must not exist yet).
 
@@ -393,25 +409,10 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
     with torch.no_grad():
         context = text_encoder(all_ids)[0]
     _train_unet(unet, context, latents, labels, scheduler, int(spec["unet_steps"]), generator, log)
+    models = {"unet": unet, "vae": vae, "text_encoder": text_encoder}
     for name, module in (("vae", vae), ("unet", unet), ("text_encoder", text_encoder), ("scheduler", scheduler)):
         module.save_pretrained(out / name)
-    (out / "model_index.json").write_text(
-        json.dumps(
-            {
-                "_class_name": "StableDiffusionPipeline",
-                "_diffusers_version": __import__("diffusers").__version__,
-                "vae": ["diffusers", "AutoencoderKL"],
-                "unet": ["diffusers", "UNet2DConditionModel"],
-                "text_encoder": ["transformers", "CLIPTextModel"],
-                "tokenizer": ["transformers", "CLIPTokenizer"],
-                "scheduler": ["diffusers", "DDIMScheduler"],
-                "safety_checker": [None, None],
-                "feature_extractor": [None, None],
-                "requires_safety_checker": False,
-            },
-            indent=1,
-        )
-    )
+    (out / "model_index.json").write_text(json.dumps(_model_index(), indent=1))
     log(f"[pipeline] VAE + UNet + text encoder trained ({time.time() - started:.0f} s)")
     clip_config = _train_clip(out / "clip", images, labels, int(spec["clip_epochs"]), seed, log)
     per_digit = int(spec["check_samples"])
@@ -437,23 +438,10 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
             "digit_agreement": agreement,
             "classifier": "sklearn LogisticRegression on the 1,797 real 8 x 8 digits",
         },
-        "parameters": {
-            "unet": sum(p.numel() for p in unet.parameters()),
-            "vae": sum(p.numel() for p in vae.parameters()),
-            "text_encoder": sum(p.numel() for p in text_encoder.parameters()),
-        },
+        "parameters": {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()},
         "seconds": time.time() - started,
     }
-    (out / CONFIG).write_text(
-        json.dumps(
-            {
-                "format": FORMAT,
-                "prompts": texts,
-                "image_size": IMAGE_SIZE,
-                "embedder": {"kind": "open_clip", "path": "clip", **clip_config},
-                "build": {"spec": spec, **summary},
-            },
-            indent=1,
-        )
-    )
+    config = {"format": FORMAT, "prompts": texts, "image_size": IMAGE_SIZE}
+    config.update(embedder={"kind": "open_clip", "path": "clip", **clip_config}, build={"spec": spec, **summary})
+    (out / CONFIG).write_text(json.dumps(config, indent=1))
     return summary

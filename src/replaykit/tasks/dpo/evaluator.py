@@ -26,7 +26,9 @@ def read_items(path: str | Path) -> list[dict]:
     """IFEval items (``id`` or IFEval's ``key``, ``prompt``, ``instruction_id_list``, ``kwargs``).
 
     Raises :class:`InputError` for an empty set, a missing field, an unknown instruction or
-    kwargs that do not fix the instruction's criterion (:func:`ifeval.kwargs_problem`).
+    kwargs that do not fix the instruction's criterion (:func:`ifeval.kwargs_problem`: missing,
+    empty or outside the argument's domain); the line names the file, the line, the row's id,
+    the instruction and the argument.
     """
     items = read_jsonl(path, required=ITEM_FIELDS)
     known = ifeval.registry()
@@ -45,7 +47,7 @@ def read_items(path: str | Path) -> list[dict]:
             if iid not in known:
                 raise InputError(path, f"line {number}.instruction_id_list", f"unknown instruction {iid!r}")
             if problem := ifeval.kwargs_problem(iid, kwargs):
-                raise InputError(path, f"line {number}.kwargs.{index}", problem)
+                raise InputError(path, f"line {number}.kwargs.{index}", f"id {item['id']!r}: {problem}")
     return items
 
 
@@ -186,6 +188,7 @@ def score_responses(items: list[dict], responses: list[dict]) -> list[dict]:
                 "inst_strict": [bool(v) for v in verdict["inst_level_strict_acc"]],
                 "inst_loose": [bool(v) for v in verdict["inst_level_loose_acc"]],
                 "score": float(verdict["prompt_level_strict_acc"]),
+                "interpretations": ifeval.interpretations(item),
             }
         )
     return rows
@@ -209,6 +212,13 @@ def summarise(rows: list[dict], metric: str) -> dict:
     advisories = []
     if truncated > 0.1:
         advisories.append(f"{truncated:.0%} of responses hit max_new_tokens; verdicts on them may be pessimistic")
+    interpreted: dict[str, list[str]] = defaultdict(list)  # interpretation -> ids of the rows it applies to
+    for r in rows:
+        for line in r.get("interpretations") or ():
+            interpreted[line].append(str(r["id"]))
+    for line, ids in interpreted.items():
+        rows_word = "row" if len(ids) == 1 else "rows"
+        advisories.append(f"{len(ids)} {rows_word} scored with a fixed interpretation (ids {', '.join(ids)}): {line}")
     return {
         "metric": metric,
         "direction": "maximize",

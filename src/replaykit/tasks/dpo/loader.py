@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..peft_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, check_lora_adapter, device_and_dtype, load_tokenizer  # noqa: F401
+from ..peft_adapter import (  # noqa: F401
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    apply_adapter,
+    check_lora_adapter,
+    device_and_dtype,
+    load_tokenizer,
+)
 
 PROBE_TEXT = "The frozen loader checks one forward pass."
 
 
-def load_policy(fixed_start: str | Path, checkpoint: str | Path | None = None, dtype: str = "auto", merge: bool = True):
-    """The fixed start with the checkpoint's adapter (merged for fast generation), in eval mode.
+def load_policy(fixed_start: str | Path, checkpoint: str | Path | None = None, dtype: str = "auto"):
+    """The fixed start with the checkpoint's adapter applied as trained (:func:`apply_adapter`:
+    merged in float32, unmerged in bfloat16 / float16), in eval mode, on the device.
 
     ``checkpoint=None`` gives the fixed start itself (the fixed-start reference).
     """
@@ -23,11 +31,7 @@ def load_policy(fixed_start: str | Path, checkpoint: str | Path | None = None, d
     device, torch_dtype = device_and_dtype(dtype)
     model = AutoModelForCausalLM.from_pretrained(fixed_start, dtype=torch_dtype).to(device)
     if checkpoint is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, checkpoint)
-        if merge:
-            model = model.merge_and_unload()
+        model = apply_adapter(model, checkpoint)
     return model.eval()
 
 

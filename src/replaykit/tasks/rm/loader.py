@@ -19,7 +19,14 @@ import json
 import math
 from pathlib import Path
 
-from ..peft_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, check_lora_adapter, device_and_dtype, load_tokenizer
+from ..peft_adapter import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    apply_adapter,
+    check_lora_adapter,
+    device_and_dtype,
+    load_tokenizer,
+)
 
 HEAD = "score"
 # probe conversations of different lengths: padding and batching must not change their rewards
@@ -46,15 +53,14 @@ def load_base(fixed_start: str | Path, dtype: str = "auto"):
 
 
 def load_reward_model(fixed_start: str | Path, checkpoint: str | Path, dtype: str = "auto", base=None):
-    """The fixed start with the checkpoint's LoRA and head, merged, on the device, in eval mode.
+    """The fixed start with the checkpoint's LoRA and head applied as trained
+    (:func:`apply_adapter`: merged in float32, unmerged in bfloat16 / float16), on the device, in
+    eval mode.
 
     Raises (OSError, ValueError, RuntimeError) when the checkpoint does not load.
     """
-    from peft import PeftModel
-
     device, _ = device_and_dtype(dtype)
-    model = PeftModel.from_pretrained(base or load_base(fixed_start, dtype), checkpoint).merge_and_unload()
-    return model.to(device).eval()
+    return apply_adapter(base or load_base(fixed_start, dtype), checkpoint).to(device).eval()
 
 
 def encode(tokenizer, prompt: str | list, response: str, max_length: int) -> list[int]:

@@ -161,7 +161,7 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
         dataset = "imagenetv2"
     else:
         from ...harness.fileio import read_json
-        from ...models import private_path
+        from ...harness.fixed_start import private_path
         from .ingredients import digits
 
         images, labels = digits()

@@ -104,6 +104,39 @@ def finetune(start: dict, make, images: torch.Tensor, labels: torch.Tensor, hp: 
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, correct / len(labels)
 
 
+def _heldout(labels: list[int], per_class: int, seed: int, final_salt: str) -> list[int]:
+    """The held-out image indices (:func:`heldout_indices` with the salted seed). Raises
+    :class:`InputError` for a ``heldout_per_class`` outside 3 .. the smallest class - 10."""
+    from ...harness.errors import InputError
+    from ...harness.salt import salted_seed
+
+    smallest = min(labels.count(c) for c in set(labels))
+    if not 3 <= per_class <= smallest - 10:
+        raise InputError(
+            "config",
+            "models.heldout_per_class",
+            f"must be between 3 and {smallest - 10} (the smallest class has {smallest} images)",
+        )
+    return heldout_indices(labels, per_class, salted_seed(seed, final_salt))
+
+
+def _sweep(out: Path, n: int, rng: random.Random, start_state, make, images, y, log, started: float) -> list[dict]:
+    """Fine-tune ``n`` ingredients from ``start_state`` with hyperparameters drawn from
+    :data:`SWEEP` by ``rng``; save each under ``out/ingredients/``; their sweep entries."""
+    from safetensors.torch import save_file
+
+    sweep = []
+    for i in range(n):
+        hp = {key: rng.choice(values) for key, values in SWEEP.items()}
+        hp["seed"] = rng.randrange(2**31)
+        state, train_acc = finetune(start_state, make, images, y, hp)
+        name = f"ingredients/ingredient_{i:02d}.safetensors"
+        save_file({k: v.contiguous() for k, v in state.items()}, str(out / name))
+        sweep.append({**hp, "train_accuracy": train_acc, "file": name})
+        log(f"[ingredient {i:02d}] {hp} train accuracy {train_acc:.3f} ({time.time() - started:.0f} s)")
+    return sweep
+
+
 def build(spec: dict, out: str | Path, log=print, final_salt: str = "") -> dict:
     """Build the embedded ingredients into directory ``out`` (which must not exist yet).
 
@@ -134,18 +167,7 @@ def build(spec: dict, out: str | Path, log=print, final_salt: str = "") -> dict:
     clip, preprocess = create_clip(out, config)
     tokenizer = open_clip.get_tokenizer(MODEL_NAME)
     pil, labels = digits()
-    smallest = min(labels.count(c) for c in set(labels))
-    if not 3 <= int(spec["heldout_per_class"]) <= smallest - 10:
-        from ...harness.errors import InputError
-
-        raise InputError(
-            "config",
-            "models.heldout_per_class",
-            f"must be between 3 and {smallest - 10} (the smallest class has {smallest} images)",
-        )
-    from ...harness.salt import salted_seed
-
-    heldout = heldout_indices(labels, int(spec["heldout_per_class"]), salted_seed(seed, final_salt))
+    heldout = _heldout(labels, int(spec["heldout_per_class"]), seed, final_salt)
     train = sorted(set(range(len(labels))) - set(heldout))
     images = torch.stack([preprocess(pil[i]) for i in train])
     y = torch.tensor([labels[i] for i in train])
@@ -165,17 +187,8 @@ def build(spec: dict, out: str | Path, log=print, final_salt: str = "") -> dict:
         fresh, _ = create_clip(out, config)
         return ImageClassifier(fresh.visual, fresh.visual.output_dim, len(CLASS_NAMES))
 
-    rng = random.Random(seed)
-    sweep, names = [], []
-    for i in range(int(spec["n_ingredients"])):
-        hp = {key: rng.choice(values) for key, values in SWEEP.items()}
-        hp["seed"] = rng.randrange(2**31)
-        state, train_acc = finetune(start_state, make, images, y, hp)
-        name = f"ingredients/ingredient_{i:02d}.safetensors"
-        save_file({k: v.contiguous() for k, v in state.items()}, str(out / name))
-        sweep.append({**hp, "train_accuracy": train_acc, "file": name})
-        names.append(name)
-        log(f"[ingredient {i:02d}] {hp} train accuracy {train_acc:.3f} ({time.time() - started:.0f} s)")
+    sweep = _sweep(out, int(spec["n_ingredients"]), random.Random(seed), start_state, make, images, y, log, started)
+    names = [entry["file"] for entry in sweep]
     config.update(
         ingredients=names,
         sweep=sweep,

@@ -1,0 +1,115 @@
+"""Score an exploration's checkpoint on the proxy split with the frozen loader and evaluator
+(the ``validate`` and ``score --split proxy`` steps of the workflow), in the sandbox, under
+the GPU lock; its receipt."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..harness.errors import InputError
+from ..harness.fileio import read_json
+from ..harness.hashing import sha256_tree
+from ..isolation import RunPaths, plan
+from .lock import GpuLock
+from .probe import run_logged
+from .record import Exploration
+
+
+def proxy_plan(exploration: Exploration, checkpoint: Path, out: Path):
+    """The isolation plan of a proxy score (:func:`replaykit.isolation.plan`, frozen code only):
+    the checkpoint, the manifest and the exploration's frozen-code record read-only, ``out``
+    writable."""
+    info = exploration.info
+    run = RunPaths(
+        fixed_start=Path(info["fixed_start"]),
+        public_dir=Path(info["public_dir"]),
+        read_only=(checkpoint, Path(info["manifest"]), exploration.dir / "frozen-code.json"),
+        writable=(out,),
+        frozen_only=True,
+    )
+    return plan(info["task"], info.get("data", {}), exploration.settings(), run)
+
+
+def _steps(ex: Exploration, checkpoint: Path, out: Path) -> list[list[str]]:
+    """``python -m replaykit validate`` and ``score --split proxy`` of ``checkpoint`` (absolute
+    paths: the steps run in the sandbox)."""
+    from ..tasks import get_task
+
+    info = ex.info
+    py = [sys.executable, "-m", "replaykit"]
+    frozen = str((ex.dir / "frozen-code.json").resolve())
+    fixed_start, manifest = str(Path(info["fixed_start"]).resolve()), str(Path(info["manifest"]).resolve())
+    items = Path(info["public_dir"]).resolve().parent / get_task(info["task"]).split_file("proxy")
+    marker = str(out / "marker.json")
+    validate = [*py, "validate", "--task", info["task"], "--checkpoint", str(checkpoint), "--fixed-start", fixed_start]
+    validate += ["--cfg", json.dumps(info["validation"]), "--frozen", frozen, "--out", marker]
+    score = [*py, "score", "--task", info["task"], "--split", "proxy", "--frozen", frozen, "--checkpoint"]
+    score += [str(checkpoint), "--marker", marker, "--fixed-start", fixed_start, "--manifest", manifest]
+    score += ["--items", str(items), "--cfg", json.dumps(info["evaluation"]), "--workspace"]
+    score += [str(ex.workspace.resolve()), "--out-dir", str(out)]
+    return [validate, score]
+
+
+def _run_steps(ex: Exploration, checkpoint: Path, out: Path) -> dict:
+    """Run the two steps in the proxy plan's sandbox; the plan's description. Raises
+    :class:`InputError` naming the step that failed (its last line) or the budget's end."""
+    sandbox = proxy_plan(ex, checkpoint, out)
+    env = sandbox.environment(dict(os.environ, OMP_NUM_THREADS=str(ex.info["threads"])))
+    for step in _steps(ex, checkpoint, out):
+        code, stop = run_logged(
+            sandbox.argv(step, chdir=out),
+            cwd=out,
+            env=env,
+            log=out / "log.txt",
+            ends_unix=ex.info["ends_unix"],
+            echo=False,
+        )
+        if code != 0:
+            last = (out / "log.txt").read_text().strip().splitlines() or [f"exit {code}"]
+            why = "the budget ended during scoring" if stop == "budget" else last[-1]
+            raise InputError(checkpoint, step[3], why)
+    return sandbox.describe()
+
+
+def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool = True) -> dict:
+    """Score ``checkpoint`` (a directory inside the exploration) with the frozen loader and the
+    frozen proxy evaluator under the GPU lock, in the sandbox (:func:`proxy_plan`).
+
+    Receipt: id, checkpoint, checkpoint_sha256, valid, reason, metric, value, se (the
+    evaluator's uncertainty), n, summary path, the sandbox's plan, waited_s, seconds, budget
+    used and left (s).
+
+    Raises:
+        InputError: the budget has ended, the checkpoint is not a directory of this
+            exploration, the lock is refused, or the evaluator failed (its last line).
+    """
+    info, ex = exploration.info, exploration
+    ex.require_budget("proxy scores")
+    resolved = Path(checkpoint).resolve()
+    if not resolved.is_dir() or ex.dir.resolve() not in resolved.parents:
+        raise InputError(checkpoint, "-", f"not a checkpoint directory inside {ex.dir}")
+    digest = sha256_tree(resolved)
+    out = ex.new_dir("proxy", "").resolve()
+    lock = GpuLock(info["lock"], {"exploration": str(ex.dir), "id": f"proxy-{out.name}", "pid": os.getpid()})
+    try:
+        lock.acquire(wait, info["ends_unix"])
+    except InputError:
+        out.rmdir()
+        raise
+    try:
+        ex.require_budget("proxy scores")
+        sandbox = _run_steps(ex, resolved, out)
+    finally:
+        released = time.time()
+        lock.release()
+    marker, summary = read_json(out / "marker.json"), read_json(out / "summary.json")
+    receipt = {"kind": "proxy", "id": out.name, "checkpoint": str(resolved.relative_to(ex.dir.resolve()))}
+    receipt.update(checkpoint_sha256=digest, valid=marker["valid"], reason=marker["reason"])
+    receipt.update(metric=summary["metric"], value=summary["value"], se=summary["uncertainty"]["value"])
+    receipt.update(uncertainty_kind=summary["uncertainty"]["kind"], n=summary["n"], sandbox=sandbox)
+    receipt["summary"] = str(ex.dir / "proxy" / out.name / "summary.json")
+    return ex.add_receipt({**receipt, **lock.times(released), **ex.budget_at(released)})

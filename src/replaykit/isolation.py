@@ -1,0 +1,156 @@
+"""What candidate code may see: the one place that decides it (SPEC, isolation rules).
+
+:func:`plan` computes the :class:`~replaykit.harness.sandbox.IsolationPlan` of every process
+that runs workspace code or reads a candidate's files -- the formal replay (the ``replay``
+rule), the exploration probe and the exploration's proxy scoring -- from the task plug-in,
+the config (:class:`Settings`) and the run's own paths (:class:`RunPaths`). Nothing else lists
+shown or hidden paths; ``tests/test_isolation.py`` holds the replay's and the exploration's
+plans against each other for every task.
+
+It is an allow-list. A run sees the system's part of the sandbox
+(:mod:`replaykit.harness.sandbox`), and read-only:
+
+* the Python environment it runs in (:func:`~replaykit.harness.sandbox.python_paths`), the
+  frozen package (``replaykit``'s folder) and, for a task registered by an entry point, its
+  plug-in's code (:func:`replaykit.tasks.code_roots`);
+* the run's read-only paths (the workspace; earlier probes; a checkpoint to score), the fixed
+  start (not when it is raw data whose complement is the test split, ``FIXED_START_IS_DATA``,
+  unless frozen code alone runs), the public split, the task's local data paths that are not
+  final-split sources, and the operator's ``sandbox_show`` paths (e.g. a CUDA install under
+  ``/opt``, the folders of ``LD_LIBRARY_PATH``);
+
+and writable the run's own folders. Never shown, and masked where they lie inside a shown
+path: every final-split path (the installed package data of ``FINAL_PACKAGE_DATA``, the local
+``FINAL_SOURCES``, the task's ``results/<task>/assets/hidden``) and the operator's
+``sandbox_hide`` paths; the working directory is masked (an empty, read-only folder: what a run
+needs from it is shown by name inside it, and nothing can be created there). The config files
+need no hiding: nothing of the working directory is shown unless named.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from .harness.frozen import package_dir
+from .harness.sandbox import IsolationPlan, inside, links_to, python_links, python_paths
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The config's isolation keys, the same for every run of a workflow.
+
+    Attributes:
+        mode: ``isolation`` (``bwrap`` or ``none``).
+        show: ``sandbox_show``: extra paths shown read-only.
+        hide: ``sandbox_hide``: paths never shown (masked inside shown ones).
+    """
+
+    mode: str = "bwrap"
+    show: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, config: dict) -> Settings:
+        return cls(
+            str(config.get("isolation", "bwrap")),
+            tuple(config.get("sandbox_show", ())),
+            tuple(config.get("sandbox_hide", ())),
+        )
+
+    def as_dict(self) -> dict:
+        return {"isolation": self.mode, "sandbox_show": list(self.show), "sandbox_hide": list(self.hide)}
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """One run's own paths.
+
+    Attributes:
+        fixed_start: the task's fixed start.
+        public_dir: the task's public split.
+        read_only: further paths shown read-only (the workspace, earlier probes, a checkpoint).
+        writable: the run's own folders.
+        frozen_only: True when only frozen code runs (the exploration's proxy scoring): the
+            fixed start is shown even when it is raw data (the frozen scorer reads it).
+    """
+
+    fixed_start: Path
+    public_dir: Path
+    read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    frozen_only: bool = False
+
+
+def final_paths(task: str, data: dict, settings: Settings) -> list[Path]:
+    """Every path holding final-split items of ``task`` (real paths, existing ones): the
+    installed package data of ``FINAL_PACKAGE_DATA``, the local ``FINAL_SOURCES`` of its
+    ``data`` block, ``results/<task>/assets/hidden``, and the ``sandbox_hide`` paths."""
+    from .tasks import get_task
+
+    plugin = get_task(task)
+    found = [Path(p) for p in settings.hide] + [Path("results") / task / "assets" / "hidden"]
+    for package, rel in plugin.FINAL_PACKAGE_DATA:
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin:
+            found.append(Path(spec.origin).parent / rel)
+    found += [Path(v) for k, v in data.items() if k in plugin.FINAL_SOURCES and isinstance(v, str) and v]
+    return _real(found)
+
+
+def data_paths(task: str, data: dict) -> list[Path]:
+    """The task's other local data paths (``data`` values that name an existing path and are not
+    final-split sources: e.g. ddpo's reward models), shown read-only."""
+    from .tasks import get_task
+
+    final = get_task(task).FINAL_SOURCES
+    return _real(Path(v) for k, v in data.items() if k not in final and isinstance(v, str) and v)
+
+
+def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationPlan:
+    """The isolation plan of one run of ``task`` (``data``: its config block's ``data``).
+
+    Raises:
+        InputError: the task's plug-in does not load, or its code folder holds the working
+            directory (:func:`replaykit.tasks.code_roots`).
+    """
+    from .tasks import code_roots, frozen_code, get_task
+
+    if settings.mode == "none":
+        return IsolationPlan(mode="none")
+    final = final_paths(task, data, settings)
+    cwd = Path.cwd().resolve()
+    fixed = [run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else []
+    named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
+    named += _real([*data_paths(task, data), *map(Path, settings.show)])
+    # the frozen scorer verifies every registered plug-in's files; candidate code needs its own
+    plugins = [r for roots in frozen_code().plugin_roots().values() for r in roots] if run.frozen_only else []
+    environment = [*python_paths(), package_dir(), *_real([*code_roots(task), *plugins])]
+    writable = [p for p in _real(run.writable, existing=False) if not any(inside(p, f) for f in final)]
+    shown = [p for p in dict.fromkeys(environment + named) if not any(inside(p, f) for f in final)]
+    shown = [p for p in shown if p not in writable]
+    masks = [f for f in final if any(inside(f, p) and f != p for p in shown + writable)]
+    masks += [cwd] if cwd != Path("/") else []  # empty and read-only, but for what is named inside it
+    spelled = [*run.read_only, run.fixed_start, run.public_dir, *run.writable]
+    links = python_links() + [link for p in spelled for link in links_to(p)]
+    return IsolationPlan(
+        mode=settings.mode,
+        read_only=tuple(shown),
+        writable=tuple(writable),
+        masked=tuple(dict.fromkeys(masks)),
+        links=tuple(dict.fromkeys(links)),
+    )
+
+
+def _real(paths, existing: bool = True) -> list[Path]:
+    """The paths resolved (bwrap mounts real paths; order and compare them as such), without
+    repeats; with ``existing``, only those that exist (a run's own folders may be made later)."""
+    out = []
+    for p in paths:
+        if p is None or str(p) == "":
+            continue
+        p = Path(p).resolve()
+        if (p.exists() or not existing) and p not in out:
+            out.append(p)
+    return out
