@@ -199,10 +199,11 @@ def run_rm_recipe(request) -> dict[str, torch.Tensor]:
 
 def test_rm_recipe_grouped_in_float32_matches_its_plain_run(tiny_mistral, tmp_path):
     """The rm recipe (embedded profile: 4 x 2 pairs a step, float32, AdamW) for 2 steps, plain
-    twice and with ``micro_batch_tokens``: the two plain runs publish the same bytes (the
-    plain path's spread is 0), the grouped run's adapter differs from them by float32
-    rounding only -- at most 1e-4 of the largest weight change, where the Adam update of a
-    weight is lr = 2e-4 a step, so a different gradient would move weights by ~1e-4 abs."""
+    twice and with ``micro_batch_tokens``, without and with gradient checkpointing: the two
+    plain runs publish the same bytes (the plain path's spread is 0), the grouped runs' adapters
+    differ from them and from each other by float32 rounding only -- at most 1e-4 of the
+    largest weight change, where the Adam update of a weight is lr = 2e-4 a step, so a
+    different gradient would move weights by ~1e-4 abs."""
     public = tmp_path / "public"
     public.mkdir()
     rows = varied_pairs(16, seed=3)
@@ -228,6 +229,11 @@ def test_rm_recipe_grouped_in_float32_matches_its_plain_run(tiny_mistral, tmp_pa
     change = max(v.abs().max().item() for v in start.values())
     assert change > 1e-4
     worst = max((c[k] - a[k]).abs().max().item() for k in a)
+    assert worst <= 1e-4 * change, worst
+    # gradient checkpointing (on in ``full``, off in ``full-nogc``) recomputes the same forward
+    checkpointed = {**grouped, "gradient_checkpointing": True}
+    d = run_rm_recipe(write_request(tmp_path / "grouped-gc", tiny_mistral, public, checkpointed))
+    worst = max((d[k] - c[k]).abs().max().item() for k in c)
     assert worst <= 1e-4 * change, worst
 
 
