@@ -16,7 +16,10 @@
 #   dpo-bf16     dpo `full-bf16` (>= 120 GB GPUs) now, 3 steps: model TFLOP/s                          45
 #   rm-nogc      rm `full` grouped without gradient checkpointing, 3 steps                            60
 # Call 2 (BUDGET=330 bash bench/device_speed.sh digress ddpo-compile; digress needs .whl/digress):
-#   digress      the recipe with compile_scope layers, then model: 3 epochs each                    200
+#   digress      the recipe with compile_scope layers, then model: 3 epochs each, each run stopping   200
+#                itself by DEADLINE. Needs the QM9 split made here with RDKit (the device has none):
+#                python bench/digress_tensors.py --out .whl/digress   (1.1 MB; or DIGRESS_PUBLIC=DIR)
+#                and no wheels: INSTALL=0 BUDGET=230 bash bench/device_speed.sh digress, carry .whl/digress
 #   ddpo-compile the ratio through a compiled toy UNet in fp16 (the mechanism, not SD's 6 minutes)  130
 #   dpo-bf16-more `full-bf16` before, and with lora_dtype bfloat16 (a recipe change) (+ prefs)      90
 #   soup         72 ViT-B/32 stand-ins: a candidate in float32, TF32 and bf16, predictions changed  60
@@ -94,8 +97,8 @@ for section in "$@"; do
         steps 45 dpo-bf16-plain dpo full-bf16 3 '{"causal_padding": false, "micro_batch_tokens": null}'
         steps 45 dpo-bf16-lora-bf16 dpo full-bf16 3 '{"lora_dtype": "bfloat16"}'
         ;;
-    digress) run 200 digress "$PY" bench/digress_compile.py --public .whl/digress --scopes layers,model --epochs 3 \
-        --json "$WORK/digress.json" ;;
+    digress) run 200 digress "$PY" bench/digress_compile.py --public "${DIGRESS_PUBLIC:-.whl/digress}" \
+        --scopes layers,model --epochs 3 --until "$DEADLINE" --json "$WORK/digress.json" ;;
     ddpo) run 50 ddpo "$PY" bench/ddpo_ratio.py --paths eager --json "$WORK/ddpo-ratio.json" ;;
     ddpo-compile) run 130 ddpo-compile "$PY" bench/ddpo_ratio.py --tiny --dtype float16 --paths eager,compile \
         --steps 50 --json "$WORK/ddpo-ratio-compile.json" ;;

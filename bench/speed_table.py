@@ -97,15 +97,15 @@ def main() -> None:
     digress = work / "digress.json"
     if digress.exists():
         lines.append("\ndigress, `cuda_graph` + `compile` (full profile)\n")
-        lines.append("| compile_scope | epoch 1 s (compiling) | later epochs s | compiling ≈ s | rc |")
-        lines.append("|---|---|---|---|---|")
+        lines.append("| compile_scope | epoch 1 s (compiling) | later epochs s | compiling ≈ s | rc | error |")
+        lines.append("|---|---|---|---|---|---|")
         for r in json.loads(digress.read_text()):
-            e = r["epoch_s"]
+            e, error = r.get("epoch_s"), r.get("error", "").replace("|", "/")
             lines.append(
                 f"| {r['compile_scope']} | {e[0]:.1f} | {', '.join(f'{x:.2f}' for x in e[1:])} "
-                f"| {r['compile_s'] or 0:.0f} | {r['returncode']} |"
+                f"| {r['compile_s'] or 0:.0f} | {r['returncode']} | |"
                 if e
-                else f"| {r['compile_scope']} | - | - | - | {r['returncode']} |"
+                else f"| {r['compile_scope']} | - | - | - | {r['returncode']} | {error} |"
             )
     soup = work / "soup.json"
     if soup.exists():
