@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 
 from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
-from replaykit.tasks.common.pair_steps import PairStepMixin, drop_padding_mask
+from replaykit.tasks.common.pair_steps import MICRO_BATCH_TOKENS_HELP, PairStepMixin, drop_padding_mask
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -46,11 +46,7 @@ class DPOKnobs(TrainerKnobs):
     warmup_ratio: float = knob("share of max_steps with a linear learning-rate warm-up", minimum=0, maximum=1)
     causal_padding: bool = knob("right-padded rows go in without an attention mask (drop_padding_mask): the same "
                                 "log-probabilities, and sdpa keeps its fused causal kernel", default=False)
-    micro_batch_tokens: int | None = knob(
-        "null: the Trainer's micro-batches of per_device_train_batch_size pairs. A number: each optimizer step's "
-        "per_device_train_batch_size x gradient_accumulation_steps pairs (the same pairs, the same loss: their mean) "
-        "run as length-grouped micro-batches of at most this many padded tokens (2 x pairs x longest sequence)",
-        minimum=1, default=None)
+    micro_batch_tokens: int | None = knob(MICRO_BATCH_TOKENS_HELP, minimum=1, default=None)
     lora_dtype: Literal["float32", "bfloat16"] = knob(
         "dtype of the LoRA weights and their optimizer state (float32: PEFT's, over a 16-bit base). bfloat16 is a "
         "recipe change, not a speed-up: an Adam update (about the learning rate, 5e-6 at full scale) is below half a "

@@ -29,7 +29,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import RewardConfig, RewardTrainer
 
 from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
-from replaykit.tasks.common.pair_steps import PairStepMixin, drop_padding_mask
+from replaykit.tasks.common.pair_steps import MICRO_BATCH_TOKENS_HELP, PairStepMixin, drop_padding_mask
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -48,11 +48,7 @@ class RewardKnobs(TrainerKnobs):
     warmup_steps: int = knob("optimizer steps of linear learning-rate warm-up", minimum=0)
     causal_padding: bool = knob("right-padded rows go in without an attention mask (see drop_padding_mask): the same "
                                 "rewards, and sdpa keeps its fused causal kernel (1.4x per step on an H200)", default=False)
-    micro_batch_tokens: int | None = knob(
-        "null: the Trainer's micro-batches of per_device_train_batch_size pairs. A number: each optimizer step's "
-        "per_device_train_batch_size x gradient_accumulation_steps pairs (the same pairs, the same loss: their mean) "
-        "run as length-grouped micro-batches of at most this many padded tokens (2 x pairs x longest sequence)",
-        minimum=1, default=None)
+    micro_batch_tokens: int | None = knob(MICRO_BATCH_TOKENS_HELP, minimum=1, default=None)
 
 
 def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:

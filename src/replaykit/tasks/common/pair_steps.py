@@ -30,6 +30,13 @@ from __future__ import annotations
 
 import torch
 
+# The rm and dpo recipes' ``micro_batch_tokens`` knob (its help text, one wording for both).
+MICRO_BATCH_TOKENS_HELP = (
+    "null: the Trainer's micro-batches of per_device_train_batch_size pairs. A number: each optimizer step's "
+    "per_device_train_batch_size x gradient_accumulation_steps pairs (the same pairs, the same loss: their mean) "
+    "run as length-grouped micro-batches of at most this many padded tokens (2 x pairs x longest sequence)"
+)
+
 
 def length_groups(lengths: list[int], token_budget: int) -> list[list[int]]:
     """Pairs cut into micro-batches of at most ``token_budget`` padded tokens.
