@@ -25,17 +25,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(public: Path, work: Path, overrides: dict, seconds: float) -> dict:
+class RecipeFailed(RuntimeError):
+    """The recipe exited without ``state/train_result.json``; the message ends with its own error."""
+
+
+def run(
+    public: Path, work: Path, overrides: dict, seconds: float, profile: str = "full", until: float | None = None
+) -> dict:
+    """``recipes/digress/train.py --request`` in a subprocess, as the replay driver asks it (seed
+    42, deadline in ``seconds`` or at ``until`` (Unix time) if earlier, 30 s export reserve).
+
+    Returns ``{overrides, returncode, wall_s, history, stdout_tail, stderr_tail}``
+    (``history`` from ``train_result.json``). Raises :class:`RecipeFailed` naming the exit
+    status and the recipe's last stderr lines when it wrote no ``train_result.json`` (it
+    failed before training: a missing public file, an import, a bad knob)."""
     (work / "state").mkdir(parents=True)
+    deadline = time.time() + seconds if until is None else min(until, time.time() + seconds)
     request = {
         "fixed_start": "",
         "public_dir": str(public),
         "publish_dir": str(work / "pub"),
         "state_dir": str(work / "state"),
         "seed": 42,
-        "deadline_unix": time.time() + seconds,
+        "deadline_unix": deadline,
         "export_reserve_s": 30,
-        "profile": "full",
+        "profile": profile,
         "overrides": overrides,
         "threads": 8,
         "keep": 3,
@@ -43,14 +57,22 @@ def run(public: Path, work: Path, overrides: dict, seconds: float) -> dict:
     }
     (work / "state/request.json").write_text(json.dumps(request))
     started = time.time()
+    # the recipe imports replaykit from src/; carried wheels (PYTHONPATH, e.g. /tmp/site) stay visible
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
     out = subprocess.run(
         [sys.executable, "train.py", "--request", str(work / "state/request.json")],
         cwd=ROOT / "recipes/digress",
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        env=dict(os.environ, PYTHONPATH=path),
     )
-    result = json.loads((work / "state/train_result.json").read_text())
+    result_file = work / "state/train_result.json"
+    if not result_file.exists():
+        tail = [line for line in out.stderr.splitlines() if line.strip()][-3:] or ["(no stderr)"]
+        raise RecipeFailed(
+            f"recipes/digress/train.py exited {out.returncode} without {result_file}: " + " | ".join(tail)
+        )
+    result = json.loads(result_file.read_text())
     return {
         "overrides": overrides,
         "returncode": out.returncode,

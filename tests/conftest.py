@@ -83,6 +83,36 @@ def recipe_train(task: str):
     return module
 
 
+def write_request(
+    state: Path, fixed_start, public_dir, overrides: dict, profile: str = "embedded", resume: bool = False
+) -> Path:
+    """``<state>/request.json`` as the replay driver writes it for a recipe's ``train.py``
+    (:class:`~replaykit.harness.protocol.ReplayRequest`: seed 42, deadline in 10 minutes, 3
+    checkpoints kept, one thread; ``<state>/state`` and ``<state>/publish`` for its state and
+    publications); returns its path."""
+    import time
+
+    from replaykit.harness.protocol import ReplayRequest
+
+    state = Path(state)
+    (state / "state").mkdir(parents=True, exist_ok=True)
+    request = ReplayRequest(
+        fixed_start=Path(fixed_start),
+        public_dir=Path(public_dir),
+        publish_dir=state / "publish",
+        state_dir=state / "state",
+        seed=42,
+        deadline_unix=time.time() + 600,
+        export_reserve_s=60,
+        profile=profile,
+        overrides=overrides,
+        threads=1,
+        keep=3,
+        resume=resume,
+    )
+    return request.write(state / "request.json")
+
+
 def tiny_task(task: str) -> dict:
     """A deep copy of ``tasks.<task>`` of ``config/test.yaml``."""
     return copy.deepcopy(yaml.safe_load(TEST_CONFIG.read_text())["tasks"][task])

@@ -500,6 +500,49 @@ def test_graphed_step_matches_the_plain_step(device, compiled):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_compiled_step_compiles_one_graph(scope, monkeypatch):
+    """``compile: true`` compiles the full batch's shape only (the epoch's last, smaller batch runs
+    the uncompiled module instead of a second compilation), and ``compile_scope: layers``
+    compiles one graph that all Transformer layers share; the losses and weights stay the plain
+    step's. Dynamo with its ``aot_eager`` backend (Inductor's kernels are the GPU's business:
+    ``bench/results-2026-12-01-speed.md``) counts the graphs; ``model`` is the uncompiled module
+    checkpoints save."""
+    import torch._dynamo
+
+    train = recipe_train("digress")
+    original = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: original(module, backend="aot_eager", **kw))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    knobs = {**yaml.safe_load((RECIPE.parent / "configs/embedded.yaml").read_text()), **TINY, "dropout": 0.0}
+    knobs.update(n_layers=3, compile=True, compile_scope=scope)
+    recipe = train.DigressConfig(**knobs)
+    model_cfg = {k: knobs[k] for k in ("n_layers", "hidden_mlp_dims", "hidden_dims", "dropout")}
+    noise = ckpt.build_noise(
+        {"T": recipe.T, "x_marginals": [0.7, 0.1, 0.15, 0.05], "e_marginals": [0.8, 0.12, 0.04, 0.01, 0.03]}
+    )
+    torch.manual_seed(0)
+    plain, model = ckpt.build_model(model_cfg).train(), ckpt.build_model(model_cfg).train()
+    model.load_state_dict(plain.state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=1e-12, amsgrad=True) for m in (plain, model)]
+    fast = train.compile_denoiser(model, scope)
+    assert all(not isinstance(m, torch._dynamo.eval_frame.OptimizedModule) for m in model.modules())
+    stepper = train.GraphedStep(fast, opts[1], recipe, contextlib.nullcontext, batch_size=8, eager=model)
+    atoms, bonds = _random_graphs(2 * 8 + 5, torch.Generator().manual_seed(1))
+    for k, start in enumerate(range(0, len(atoms), 8)):  # two full batches, then one of 5
+        X, E, m = diffusion.dense_batch(atoms[start : start + 8], bonds[start : start + 8])
+        torch.manual_seed(100 + k)
+        loss, _ = train.train_step(plain, noise, opts[0], X, E, m, recipe, contextlib.nullcontext)
+        torch.manual_seed(100 + k)
+        out = stepper(train.prepare_batch(noise, X, E, m, True))
+        assert float(out[0]) == pytest.approx(loss, rel=1e-5), k
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert list(model.state_dict()) == list(plain.state_dict())
+    for (name, a), b in zip(plain.named_parameters(), model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
+
+
 # ---------------------------------------------------------------- whole DAG
 
 

@@ -92,3 +92,18 @@ def test_bf16_profile_is_the_full_profile_but_for_base_precision_memory_and_opti
         "optim": ("paged_adamw_32bit", "adamw_torch_fused"),
         "gradient_checkpointing": (True, False),
     }
+
+
+def test_rm_nogc_profile_is_the_full_profile_without_gradient_checkpointing():
+    """``full-nogc`` (GPUs with >= 80 GB) differs from ``full`` only in gradient checkpointing,
+    which changes what is stored, not what is computed (the recipe's results with and without
+    it: ``tests/test_pair_steps.py``)."""
+    train = recipe_train("rm")
+    from dataclasses import asdict
+
+    from replaykit.runtime import load_config
+
+    configs = ROOT / "recipes/rm/configs"
+    full = asdict(load_config(train.RewardKnobs, configs, "full", {}))
+    nogc = asdict(load_config(train.RewardKnobs, configs, "full-nogc", {}))
+    assert {k: (full[k], nogc[k]) for k in full if full[k] != nogc[k]} == {"gradient_checkpointing": (True, False)}

@@ -52,7 +52,9 @@ def ddim_step_with_logprob(scheduler, eps: torch.Tensor, timestep: torch.Tensor 
     mean = a_prev.sqrt() * x0 + (1 - a_prev - std**2).sqrt() * eps32
     if prev_sample is None:
         noise = torch.randn_like(mean) if noise is None else noise.to(mean.device, mean.dtype)
-        prev_sample = mean + std * noise
+        # rounded to the trajectory's dtype before it is scored: training scores the stored x_{t-1},
+        # so a 16-bit trajectory scored unrounded here would start PPO at ratios != 1
+        prev_sample = (mean + std * noise).to(sample.dtype)
     prev = prev_sample.detach().float()
     log_prob = -((prev - mean) ** 2) / (2 * std**2) - std.log() - 0.5 * math.log(2 * math.pi)
     return prev_sample.to(sample.dtype), log_prob.mean(dim=tuple(range(1, log_prob.ndim)))

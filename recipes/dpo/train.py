@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 
 from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
+from replaykit.tasks.common.pair_steps import MICRO_BATCH_TOKENS_HELP, PairStepMixin, drop_padding_mask
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -43,6 +44,27 @@ class DPOKnobs(TrainerKnobs):
     quantization: Literal["nf4"] | None = knob("nf4: 4-bit base weights (bitsandbytes, GPU only); null: none")
     max_length: int = knob("tokens per sequence, prompt + response", minimum=1)
     warmup_ratio: float = knob("share of max_steps with a linear learning-rate warm-up", minimum=0, maximum=1)
+    causal_padding: bool = knob("right-padded rows go in without an attention mask (drop_padding_mask): the same "
+                                "log-probabilities, and sdpa keeps its fused causal kernel", default=False)
+    micro_batch_tokens: int | None = knob(MICRO_BATCH_TOKENS_HELP, minimum=1, default=None)
+    lora_dtype: Literal["float32", "bfloat16"] = knob(
+        "dtype of the LoRA weights and their optimizer state (float32: PEFT's, over a 16-bit base). bfloat16 is a "
+        "recipe change, not a speed-up: an Adam update (about the learning rate, 5e-6 at full scale) is below half a "
+        "bfloat16 step of most LoRA A weights (|w| > 2e-3: >= 7.6e-6), so it is rounded away", default="float32")
+
+
+class RecipeDPOTrainer(PairStepMixin, DPOTrainer):
+    """TRL's ``DPOTrainer``; with ``micro_batch_tokens`` set, each optimizer step's pairs run as
+    length-grouped micro-batches with the same loss (``replaykit.tasks.common.pair_steps``);
+    ``lora_dtype: bfloat16`` casts the trainable (LoRA) weights, which PEFT keeps in float32 over
+    a 16-bit base."""
+
+    def __init__(self, *args, lora_dtype: str = "float32", **kwargs):
+        super().__init__(*args, **kwargs)
+        if lora_dtype == "bfloat16":
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    p.data = p.data.to(torch.bfloat16)
 
 
 def main() -> int:
@@ -60,6 +82,8 @@ def main() -> int:
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
             bnb_4bit_use_double_quant=False)
     model = AutoModelForCausalLM.from_pretrained(request.fixed_start, **model_kwargs)
+    if recipe.causal_padding:
+        drop_padding_mask(model)
 
     rows = [json.loads(line) for line in (request.public_dir / "train_prefs.jsonl").read_text().splitlines()
             if line.strip()]
@@ -72,8 +96,9 @@ def main() -> int:
                      warmup_steps=math.ceil(recipe.warmup_ratio * recipe.max_steps), **training_arguments(session))
     callback = ReplayCallback(session, files=ADAPTER_FILES,
                               log_keys={"reward_margin": "rewards/margins", "reward_acc": "rewards/accuracies"})
-    trainer = DPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=peft_config, callbacks=[callback])
+    trainer = RecipeDPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                               peft_config=peft_config, callbacks=[callback], micro_batch_tokens=recipe.micro_batch_tokens,
+                               lora_dtype=recipe.lora_dtype)
     return run_trainer(trainer, callback)
 
 

@@ -29,6 +29,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import RewardConfig, RewardTrainer
 
 from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
+from replaykit.tasks.common.pair_steps import MICRO_BATCH_TOKENS_HELP, PairStepMixin, drop_padding_mask
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -47,6 +48,7 @@ class RewardKnobs(TrainerKnobs):
     warmup_steps: int = knob("optimizer steps of linear learning-rate warm-up", minimum=0)
     causal_padding: bool = knob("right-padded rows go in without an attention mask (see drop_padding_mask): the same "
                                 "rewards, and sdpa keeps its fused causal kernel (1.4x per step on an H200)", default=False)
+    micro_batch_tokens: int | None = knob(MICRO_BATCH_TOKENS_HELP, minimum=1, default=None)
 
 
 def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:
@@ -64,24 +66,9 @@ def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:
     return {"chosen_ids": ids(row["chosen"]), "rejected_ids": ids(row["rejected"])}
 
 
-def drop_padding_mask(model) -> None:
-    """Run the backbone of ``model`` without the attention mask of right-padded rows.
-
-    Under causal attention no real token attends to a pad that follows it, so the real tokens'
-    hidden states are the masked ones; the score head reads the last non-pad token, which the
-    sequence-classification model finds from ``input_ids``, not from the mask. Without a mask
-    PyTorch's sdpa runs its fused causal (flash) kernel instead of the masked one: on an H200,
-    Mistral-7B, 64 pairs of UltraFeedback-like lengths, micro-batch 1 with checkpointing, 26.8 s
-    per step against 37.2 s (``bench/results-2026-12-01-pref.md``). TRL's collator pads on the
-    right; a batch with padding before a real token raises ``ValueError``.
-    """
-    def hook(module, args, kwargs):
-        mask = kwargs.get("attention_mask")
-        if mask is not None and bool((mask[:, 1:] > mask[:, :-1]).any()):
-            raise ValueError("causal_padding: a row is padded on the left; it needs right-padded rows")
-        return args, {**kwargs, "attention_mask": None}
-
-    model.base_model.register_forward_pre_hook(hook, with_kwargs=True)
+class RecipeRewardTrainer(PairStepMixin, RewardTrainer):
+    """TRL's ``RewardTrainer``; with ``micro_batch_tokens`` set, each optimizer step's pairs run
+    as length-grouped micro-batches with the same loss (``replaykit.tasks.common.pair_steps``)."""
 
 
 def main() -> int:
@@ -114,8 +101,9 @@ def main() -> int:
                         weight_decay=recipe.weight_decay, warmup_steps=recipe.warmup_steps,
                         **training_arguments(session))
     callback = ReplayCallback(session, files=ADAPTER_FILES, log_keys={"accuracy": "accuracy", "margin": "margin"})
-    trainer = RewardTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                            peft_config=peft_config, callbacks=[callback])
+    trainer = RecipeRewardTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                                  peft_config=peft_config, callbacks=[callback],
+                                  micro_batch_tokens=recipe.micro_batch_tokens)
     return run_trainer(trainer, callback)
 
 
