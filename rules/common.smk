@@ -58,6 +58,9 @@ except InputError as exc:
     sys.exit(f"error: {exc}")
 # the schema's defaults, filled as snakemake.utils.validate fills them
 fill_defaults(config, _schema)
+# GPU slots: every job's pool settings (replaykit.harness.slots), passed in the environment
+# rather than as params, so that a change of devices re-runs nothing
+os.environ["REPLAYKIT_GPUS"] = json.dumps(config["gpus"], sort_keys=True)
 
 # Candidate code runs in the bubblewrap sandbox: refuse to start without one, in one line.
 if config["isolation"] == "bwrap":
