@@ -219,10 +219,13 @@ class FileLock:
         self.check()
         return True
 
-    def acquire(self, wait: bool = True, deadline_unix: float = float("inf"), *, on_wait=None) -> FileLock:
+    def acquire(
+        self, wait: bool = True, deadline_unix: float = float("inf"), *, on_wait=None, watch_s: float | None = WATCH_S
+    ) -> FileLock:
         """Take the lock, waiting for it (polling every :data:`POLL_S`) unless ``wait`` is
-        False, until ``deadline_unix``; then watch the file while held. ``on_wait(record)`` is
-        called once when it first has to wait.
+        False, until ``deadline_unix``; then check the file every ``watch_s`` seconds while
+        held (None: only at acquire and release). ``on_wait(record)`` is called once when it
+        first has to wait.
 
         Raises:
             InputError: the lock is held and ``wait`` is False, or still held at the deadline.
@@ -238,7 +241,8 @@ class FileLock:
                 on_wait = None
             time.sleep(POLL_S)
         self.waited_s = 0.0 if at_once else self.acquired_unix - t0
-        self.watch()
+        if watch_s is not None:
+            self.watch(watch_s)
         return self
 
     def watch(self, every_s: float = WATCH_S) -> None:
