@@ -61,6 +61,10 @@ fill_defaults(config, _schema)
 # GPU slots: every job's pool settings (replaykit.harness.slots), passed in the environment
 # rather than as params, so that a change of devices re-runs nothing
 os.environ["REPLAYKIT_GPUS"] = json.dumps(config["gpus"], sort_keys=True)
+# Campaigns: at most campaign.max_replays replays at once (each replay takes one `replays`),
+# unless the command line gives --resources replays=N
+if config["campaign"]["max_replays"] and "replays" not in workflow.global_resources:
+    workflow.register_resource("replays", config["campaign"]["max_replays"])
 
 # Candidate code runs in the bubblewrap sandbox: refuse to start without one, in one line.
 if config["isolation"] == "bwrap":
@@ -322,6 +326,19 @@ def get_ablation_officials(w, candidate):
     ]
 
 
+def get_campaign_ablations(w):
+    """Every candidate's matched ablation of each campaign task (``campaign.tasks``); the
+    shipped runs of a task are the same files for all its candidates, so replayed once.
+    """
+    if not config["campaign"]["tasks"]:
+        stop(f"{SOURCE_NAME}: campaign.tasks: empty: no campaign to build")
+    return [
+        f"results/{task}/ablation/{candidate}"
+        for task in config["campaign"]["tasks"]
+        for candidate in sorted(config["tasks"][task]["candidates"])
+    ]
+
+
 def get_report_ablations(w):
     """The ablations report.html shows (``tasks.<task>.ablation.report``)."""
     return [
@@ -434,6 +451,11 @@ def receipt_scope(targets):
                 runs.update(report_ablation_runs(task))
             continue
         path = Path(os.path.relpath(os.path.abspath(target))).as_posix()
+        if path == "results/campaign":  # every ablation of the campaign
+            for task in config["campaign"]["tasks"]:
+                for candidate in config["tasks"][task]["candidates"]:
+                    runs.update(ablation_runs(task, candidate))
+            continue
         for pattern, kind in RECEIPT_SCOPES:
             m = re.fullmatch(pattern, path)
             if not m or m["task"] not in config["tasks"]:

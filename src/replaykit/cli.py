@@ -230,6 +230,15 @@ def cmd_ablation(a) -> None:
     print(f"[ablation] {s['sentence']}")
 
 
+def cmd_campaign(a) -> None:
+    from .report.campaign import campaign_result
+
+    s = campaign_result(a.ablations, a.out_dir)
+    for task, t in s["tasks"].items():
+        for c in t["candidates"]:
+            print(f"[campaign] {task}: {c['candidate']} {c['difference']:+.4f} against shipped: {c['verdict']}")
+
+
 def cmd_figures(a) -> None:
     from .report.build import run_figures
 
@@ -471,6 +480,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--row-cluster", default="", help="row field naming a row's cluster (soup)")
     s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     s.set_defaults(func=cmd_ablation)
+
+    s = sub.add_parser("campaign", help="a campaign's summary page from its matched ablations")
+    s.add_argument("--ablations", nargs="+", required=True, help="matched-ablation folders, task by task")
+    s.add_argument("--out-dir", required=True, help="the campaign folder (results/campaign)")
+    s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("figures", help="a run's figures: training curve, checkpoint scores, budget use")
     for arg in ("--task", "--official", "--record", "--final-dir", "--out-dir"):
