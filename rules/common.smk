@@ -19,6 +19,7 @@ from replaykit.harness.budget import Budget
 from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
+from replaykit.harness.slots import SETTINGS_ENV
 from replaykit.harness.verify import reverify
 from replaykit.tasks import get_task
 
@@ -60,7 +61,7 @@ except InputError as exc:
 fill_defaults(config, _schema)
 # GPU slots: every job's pool settings (replaykit.harness.slots), passed in the environment
 # rather than as params, so that a change of devices re-runs nothing
-os.environ["REPLAYKIT_GPUS"] = json.dumps(config["gpus"], sort_keys=True)
+os.environ.update({SETTINGS_ENV: json.dumps(config["gpus"], sort_keys=True)})
 # Campaigns: at most campaign.max_replays replays at once (each replay takes one `replays`),
 # unless the command line gives --resources replays=N
 if config["campaign"]["max_replays"] and "replays" not in workflow.global_resources:

@@ -413,8 +413,7 @@ def check_config(
             ``recipe.overrides`` are checked against the shipped recipes.
 
     Raises:
-        InputError: naming the source and the dotted path of the first offending field,
-            e.g. ``tasks.dpo.budget.outer_limit_s``.
+        InputError: naming the source and the first offending field (``tasks.dpo.budget.outer_limit_s``).
     """
     layers = layers or [(source, config)]
     schema = config_schema(schema_file, config)
