@@ -89,6 +89,25 @@ def test_a_watching_holder_notices_the_deletion_while_it_holds(tmp_path):
     assert record["lock_replaced"] is True and record["released_unix"] >= record["acquired_unix"]
 
 
+def test_a_lock_file_replaced_while_held_is_recorded_with_the_new_inode(tmp_path):
+    path = tmp_path / "gpu.lock"
+    lock = FileLock(path, {"id": "me"})
+    lock.acquire(watch_s=None)
+    held = path.stat().st_ino
+    (tmp_path / "new").write_text("")
+    os.replace(tmp_path / "new", path)  # `mv new gpu.lock`: the path names another file
+    new = path.stat().st_ino
+    assert new != held and not lock.check()
+    # a second process can now lock the path's new file at once: the lock no longer excludes it
+    other = FileLock(path, {"id": "other"})
+    assert other.try_acquire() and other.inode == new
+    other.release()
+    record = lock.release()
+    [event] = record["lock_events"]
+    assert event["event"] == "replaced" and event["inode"] == new and record["inode"] == held
+    assert record["lock_replaced"] is True
+
+
 def test_a_waiter_records_its_holder_and_a_forged_holder_record_is_not_verified(tmp_path):
     lock, a_out = tmp_path / "gpu.lock", tmp_path / "a.json"
     a = hold(lock, "a", 2.0, a_out)
