@@ -58,7 +58,8 @@ def campaign(soup_start, tiny_llama, tmp_path_factory):
     )
     config = {"models": {}, "tasks": {"soup": soup, "rm": rm}, "campaign": {"tasks": ["soup", "rm"], "max_replays": 1}}
     write_config(work, config)
-    out = snakemake(work, "results/campaign", "--cores", "2", "--resources", "gpu=2", timeout=1500, check=True)
+    # 12 replays and their scoring: about 7 minutes of CPU; the timeout leaves room for a loaded machine
+    out = snakemake(work, "results/campaign", "--cores", "2", "--resources", "gpu=2", timeout=2700, check=True)
     return work, out.stdout + out.stderr
 
 
