@@ -18,6 +18,7 @@ include: "rules/replay.smk"
 include: "rules/evaluate.smk"
 include: "rules/final.smk"
 include: "rules/ablation.smk"
+include: "rules/campaign.smk"
 include: "rules/report.smk"
 include: "rules/targets.smk"
 

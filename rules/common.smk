@@ -19,6 +19,7 @@ from replaykit.harness.budget import Budget
 from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
+from replaykit.harness.slots import SETTINGS_ENV
 from replaykit.harness.verify import reverify
 from replaykit.tasks import get_task
 
@@ -58,6 +59,13 @@ except InputError as exc:
     sys.exit(f"error: {exc}")
 # the schema's defaults, filled as snakemake.utils.validate fills them
 fill_defaults(config, _schema)
+# GPU slots: every job's pool settings (replaykit.harness.slots), passed in the environment
+# rather than as params, so that a change of devices re-runs nothing
+os.environ.update({SETTINGS_ENV: json.dumps(config["gpus"], sort_keys=True)})
+# Campaigns: at most campaign.max_replays replays at once (each replay takes one `replays`),
+# unless the command line gives --resources replays=N
+if config["campaign"]["max_replays"] and "replays" not in workflow.global_resources:
+    workflow.register_resource("replays", config["campaign"]["max_replays"])
 
 
 def check_decision_rules():
@@ -359,6 +367,17 @@ def get_decision_rule_json(w):
         w.task, w.candidate, cfg["ablation"], cfg["seeds"], get_task(w.task).METRIC
     )
     return json.dumps(decision, sort_keys=True)
+def get_campaign_ablations(w):
+    """Every candidate's matched ablation of each campaign task (``campaign.tasks``); the
+    shipped runs of a task are the same files for all its candidates, so replayed once.
+    """
+    if not config["campaign"]["tasks"]:
+        stop(f"{SOURCE_NAME}: campaign.tasks: empty: no campaign to build")
+    return [
+        f"results/{task}/ablation/{candidate}"
+        for task in config["campaign"]["tasks"]
+        for candidate in sorted(config["tasks"][task]["candidates"])
+    ]
 
 
 def get_report_ablations(w):
@@ -473,6 +492,11 @@ def receipt_scope(targets):
                 runs.update(report_ablation_runs(task))
             continue
         path = Path(os.path.relpath(os.path.abspath(target))).as_posix()
+        if path == "results/campaign":  # every ablation of the campaign
+            for task in config["campaign"]["tasks"]:
+                for candidate in config["tasks"][task]["candidates"]:
+                    runs.update(ablation_runs(task, candidate))
+            continue
         for pattern, kind in RECEIPT_SCOPES:
             m = re.fullmatch(pattern, path)
             if not m or m["task"] not in config["tasks"]:

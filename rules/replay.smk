@@ -40,6 +40,7 @@ checkpoint replay:
     threads: lambda w: task_cfg(w)["threads"]
     resources:
         gpu=1,
+        replays=1,  # campaign.max_replays caps these
         runtime=lambda w, attempt: attempt * get_budget(w).runtime_minutes(setup_s=120),
     params:
         budget=as_json("budget"),

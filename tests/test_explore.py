@@ -188,6 +188,65 @@ def test_a_second_probe_waits_for_the_gpu_lock(work):
     assert a["waited_s"] < 1 and b["waited_s"] > 1 and b["waited_for"]["id"] == a["id"]
 
 
+# a probe that marks its start inside the sandbox (so the host knows it holds the lock), sleeps
+# and writes its own clock
+TIMED = (
+    "import os, time, pathlib; d = pathlib.Path(os.environ['REPLAYKIT_RUN_DIR']); t0 = time.time(); "
+    "(d / 'started').write_text(str(t0)); time.sleep({s}); (d / 'times').write_text(f'{{t0}} {{time.time()}}')"
+)
+
+
+def probe(work: Path, ex: Path, sleep_s: float) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "replaykit", "explore", "run", "-e", str(ex), "--", sys.executable, "-c"]
+    return subprocess.Popen([*cmd, TIMED.format(s=sleep_s)], cwd=work, env=env, stderr=subprocess.PIPE)
+
+
+def wait_started(ex: Path, probe_id: str) -> None:
+    end = time.time() + 120
+    while not (ex / "runs" / probe_id / "started").exists():
+        assert time.time() < end, f"{probe_id} never started"
+        time.sleep(0.1)
+
+
+def test_probes_after_the_lock_file_is_deleted_on_the_host_are_recorded_and_waits_counted(work):
+    rk(work, "explore", "soup", "--name", "rmlock")
+    ex = work / "explore/soup/rmlock"
+    lock = work / "explore/.gpu.lock"
+    # two probes that wait behind a third: probe_waits must count 2 (it counted every receipt)
+    first = probe(work, ex, 3)
+    wait_started(ex, "probe-1")
+    waiting = [probe(work, ex, 0.5) for _ in range(2)]
+    assert first.wait(120) == 0 and all(p.wait(120) == 0 for p in waiting)
+    # the host deletes the lock file while probe-4 holds it: probe-5 starts at once, beside it
+    held = probe(work, ex, 4)
+    wait_started(ex, "probe-4")
+    lock.unlink()
+    bypass = probe(work, ex, 0.5)
+    assert bypass.wait(120) == 0 and held.wait(120) == 0
+    by_id = {r["id"]: r for r in receipts(ex) if r["kind"] == "probe"}
+    clocks = {k: tuple(map(float, (ex / "runs" / k / "times").read_text().split())) for k in by_id}
+    # the probes' own clocks: 1-3 one after another; 4 and 5 overlapped
+    assert clocks["probe-1"][1] <= min(clocks["probe-2"][0], clocks["probe-3"][0])
+    assert clocks["probe-4"][0] < clocks["probe-5"][0] < clocks["probe-5"][1] < clocks["probe-4"][1]
+    assert [by_id[k]["waited_s"] > 0 for k in sorted(by_id)] == [False, True, True, False, False]
+    a, b = by_id["probe-4"], by_id["probe-5"]
+    assert not any(by_id[k]["lock_replaced"] for k in ("probe-1", "probe-2", "probe-3"))
+    assert a["lock_replaced"] and b["lock_replaced"] and a["lock_inode"] != b["lock_inode"]
+    # probe-5 saw probe-4 holding the deleted file (checked against the kernel: pid and nonce)
+    [rival] = [e for e in b["lock_events"] if e["event"] == "rival"]
+    assert rival["deleted"] and rival["inode"] == a["lock_inode"]
+    assert rival["holder"]["id"] == "probe-4" and rival["holder"]["verified"]
+    assert rival["holder"]["nonce"] == a["lock_holder"]["nonce"]
+    assert "replaced" in {e["event"] for e in a["lock_events"]}  # the path names another file
+    config = ex / "workspace/configs/embedded.yaml"
+    config.write_text(config.read_text().replace("batch_size: 256", "batch_size: 128"))
+    rk(work, "explore", "submit", "-e", str(ex))
+    submission = json.loads((ex / "submission.json").read_text())
+    assert submission["probes"] == 5 and submission["probe_waits"] == 2
+    assert sorted(submission["lock_replaced"]) == ["probe-4", "probe-5"]  # in the order they ended
+
+
 def test_the_budget_stops_probes_and_only_submit_works_after_it(work):
     rk(work, "explore", "soup", "--name", "short", "--budget-s", "6")
     ex = work / "explore/soup/short"
@@ -231,7 +290,7 @@ attempt("read_manifest", lambda: (work / "results/soup/assets/manifest.json").re
 attempt("read_private", lambda: next(work.parent.glob("*.private.json")).read_text())
 attempt("read_config", lambda: (work / "config/config.yaml").read_text() or 1 / 0)
 attempt("read_receipts", lambda: (work / "explore/soup/hostile/receipts.jsonl").read_text())
-attempt("read_lock_holder", lambda: (work / "explore/.gpu.lock.holder").read_text() or 1 / 0)
+attempt("read_lock_holder", lambda: (work / "explore/.gpu.lock").read_text() or 1 / 0)
 attempt("network_interfaces", lambda: [n for _, n in socket.if_nameindex() if n != "lo"] or 1 / 0)
 attempt("connect_host_loopback", lambda: socket.create_connection(("127.0.0.1", port), timeout=3))
 request = json.loads(Path(os.environ["REPLAYKIT_REQUEST"]).read_text())

@@ -148,6 +148,17 @@ def test_timeout_is_retried_with_more_time_and_resumes(cluster_run):
     run = work / "results/dpo/shipped-seed42"
     record = json.loads((run / "replay/record.json").read_text())
     assert record["resumed"] is True and len(record["attempts"]) == 2
+    # each attempt's GPU slot states what SLURM assigned to that job (its id, its GPUs)
+    for attempt, job in zip(record["attempts"], replays):
+        slot = attempt["gpu_slot"]
+        assert slot["source"] == "slurm" and slot["slurm"]["SLURM_JOB_ID"] == job["JobId"]
+        visible = slot["slurm"]["CUDA_VISIBLE_DEVICES"]
+        assert slot["devices"] == [d for d in (visible or "").split(",") if d]
+    markers = sorted((run / "validation").glob("checkpoint-*.json"))
+    validate_ids = {j["JobId"] for j in jobs if j["rule"] == "validate"}
+    assert markers and all(
+        json.loads(m.read_text())["gpu_slot"]["slurm"]["SLURM_JOB_ID"] in validate_ids for m in markers
+    )
     assert record["stop_reason"] == "deadline"  # the internal deadline, one budget over both attempts
     assert record["utilisation"]["wall_s_all_attempts"] <= record["budget"]["outer_limit_s"]
     # the retry continued from a saved trainer state, not from step 0

@@ -8,6 +8,7 @@ exit status 1. Nothing already produced is overwritten by a failing step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -102,20 +103,37 @@ def cmd_check_sandbox(a) -> None:
         print("[sandbox] isolation: none (no sandbox; every summary and report says so)")
 
 
+@contextlib.contextmanager
+def _gpu_slot(a, rule: str):
+    """The step's GPU slot (:mod:`.harness.slots`) while it runs, its ``CUDA_VISIBLE_DEVICES``
+    exported to this process (the step uses the GPU in process); None with ``--no-gpu-slot``
+    (the caller holds one: the exploration's proxy scoring)."""
+    from .harness.slots import take_slot
+
+    if a.no_gpu_slot:
+        yield None
+        return
+    with take_slot({"rule": rule, "task": a.task, "checkpoint": a.checkpoint or "fixed start"}) as slot:
+        slot.export()
+        yield slot
+
+
 def cmd_validate(a) -> None:
     from .harness.scoring import validate_checkpoint
     from .tasks import frozen_code, get_task
 
-    verdict = validate_checkpoint(
-        plugin=get_task(a.task),
-        checkpoint=a.checkpoint,
-        fixed_start=a.fixed_start,
-        cfg=_json_arg(a.cfg, "--cfg"),
-        record=a.record,
-        frozen_record=a.frozen,
-        frozen=frozen_code(),
-        out=a.out,
-    )
+    with _gpu_slot(a, "validate") as slot:
+        verdict = validate_checkpoint(
+            plugin=get_task(a.task),
+            checkpoint=a.checkpoint,
+            fixed_start=a.fixed_start,
+            cfg=_json_arg(a.cfg, "--cfg"),
+            record=a.record,
+            frozen_record=a.frozen,
+            frozen=frozen_code(),
+            out=a.out,
+            slot=slot,
+        )
     name = Path(a.checkpoint).name
     print(f"[validate] {name}: {'valid' if verdict['valid'] else 'INVALID: ' + verdict['reason']}")
 
@@ -124,21 +142,23 @@ def cmd_score(a) -> None:
     from .harness.scoring import score
     from .tasks import frozen_code, get_task
 
-    summary = score(
-        plugin=get_task(a.task),
-        split=a.split,
-        manifest=a.manifest,
-        fixed_start=a.fixed_start,
-        items=a.items,
-        out_dir=a.out_dir,
-        cfg=_json_arg(a.cfg, "--cfg"),
-        checkpoint=a.checkpoint,
-        marker=a.marker,
-        workspace=a.workspace,
-        public=a.public,
-        frozen_record=a.frozen,
-        frozen=frozen_code(),
-    )
+    with _gpu_slot(a, "score") as slot:
+        summary = score(
+            plugin=get_task(a.task),
+            split=a.split,
+            manifest=a.manifest,
+            fixed_start=a.fixed_start,
+            items=a.items,
+            out_dir=a.out_dir,
+            cfg=_json_arg(a.cfg, "--cfg"),
+            checkpoint=a.checkpoint,
+            marker=a.marker,
+            workspace=a.workspace,
+            public=a.public,
+            frozen_record=a.frozen,
+            frozen=frozen_code(),
+            slot=slot,
+        )
     print(f"[score] {a.split} {summary['metric']} = {summary['value']} (n={summary['n']})")
 
 
@@ -220,6 +240,15 @@ def cmd_ablation(a) -> None:
         figure=differences,
     )
     print(f"[ablation] {s['sentence']}")
+
+
+def cmd_campaign(a) -> None:
+    from .report.campaign import campaign_result
+
+    s = campaign_result(a.ablations, a.out_dir)
+    for task, t in s["tasks"].items():
+        for c in t["candidates"]:
+            print(f"[campaign] {task}: {c['candidate']} {c['difference']:+.4f} against shipped: {c['verdict']}")
 
 
 def cmd_figures(a) -> None:
@@ -351,6 +380,9 @@ ARG_HELP = {
 }
 
 
+NO_SLOT_HELP = "take no GPU slot: the caller holds one and set CUDA_VISIBLE_DEVICES (exploration proxy scoring)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="replaykit",
@@ -413,6 +445,7 @@ def parser() -> argparse.ArgumentParser:
         help="the replay record (its isolation goes into the marker; a checkpoint whose tree hash differs is invalid)",
     )
     s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
+    s.add_argument("--no-gpu-slot", action="store_true", help=NO_SLOT_HELP)
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("score", help="frozen evaluator on the proxy or final split")
@@ -425,6 +458,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--public", default="", help="the public split, for a reference that selects on it (verified first)")
     s.add_argument("--cfg", default="{}", help="JSON: the task's evaluation settings")
     s.add_argument("--frozen", default="", help="frozen-code record to verify the package against first")
+    s.add_argument("--no-gpu-slot", action="store_true", help=NO_SLOT_HELP)
     s.set_defaults(func=cmd_score)
 
     s = sub.add_parser("official", help="best valid final result of one run")
@@ -466,6 +500,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     s.add_argument("--decision-rule", default="", help="the candidate's decision rule (decision-rules/<name>.json)")
     s.set_defaults(func=cmd_ablation)
+
+    s = sub.add_parser("campaign", help="a campaign's summary page from its matched ablations")
+    s.add_argument("--ablations", nargs="+", required=True, help="matched-ablation folders, task by task")
+    s.add_argument("--out-dir", required=True, help="the campaign folder (results/campaign)")
+    s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("figures", help="a run's figures: training curve, checkpoint scores, budget use")
     for arg in ("--task", "--official", "--record", "--final-dir", "--out-dir"):

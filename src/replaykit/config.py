@@ -413,8 +413,7 @@ def check_config(
             ``recipe.overrides`` are checked against the shipped recipes.
 
     Raises:
-        InputError: naming the source and the dotted path of the first offending field,
-            e.g. ``tasks.dpo.budget.outer_limit_s``.
+        InputError: naming the source and the first offending field (``tasks.dpo.budget.outer_limit_s``).
     """
     layers = layers or [(source, config)]
     schema = config_schema(schema_file, config)
@@ -473,3 +472,22 @@ def check_config(
             except InputError as exc:
                 keys = exc.field.split(".")[2:] if exc.field.startswith("tasks.") else []
                 raise InputError(src(*keys) if keys else exc.path, exc.field, exc.message) from None
+    check_campaign(config, layers, source)
+
+
+def check_campaign(config: dict, layers: list[Layer], source: str) -> None:
+    """``campaign.tasks``: each a configured task with at least one candidate, none twice.
+
+    Raises:
+        InputError: naming the source and ``campaign.tasks``.
+    """
+    listed = config.get("campaign", {}).get("tasks", [])
+    where = source_of(["campaign", "tasks"], layers, source)
+    for name in listed:
+        if name not in config["tasks"]:
+            configured = ", ".join(sorted(config["tasks"]))
+            raise InputError(where, "campaign.tasks", f"{name!r} is not a configured task (tasks: {configured})")
+        if not config["tasks"][name].get("candidates"):
+            raise InputError(where, "campaign.tasks", f"{name!r} has no candidates (tasks.{name}.candidates)")
+    if len(set(listed)) != len(listed):
+        raise InputError(where, "campaign.tasks", f"a task is listed twice: {listed}")

@@ -22,9 +22,12 @@ Rules:
   directory (``results/``, the config, the final split, the exploration's own records, the
   lock file), no final-split package data, no network. The proxy scoring runs in the same
   sandbox too (frozen code only; it may read the fixed start).
-* Probes and proxy scores hold one GPU lock (``fcntl.flock`` on a file outside the sandbox's
-  view): a second one waits for it (or, with ``wait=False``, is refused); its receipt says
-  how long it waited and for whom.
+* Probes and proxy scores hold one GPU lock (:class:`replaykit.harness.lock.FileLock`, an
+  ``fcntl.flock`` on a file outside the sandbox's view): a second one waits for it (or, with
+  ``wait=False``, is refused); its receipt says how long it waited and for whom, and whether the
+  lock file was deleted or replaced while held (``lock_replaced``). Each also holds a GPU slot
+  (:mod:`replaykit.harness.slots`: one device, shared with the workflow's GPU jobs on the same
+  host), recorded as ``gpu_slot``.
 * Submit writes the workspace's difference from the shipped recipe as a patch, checked like
   every candidate patch (applied to a fresh copy, the result must equal the workspace), and
   refuses files that are not code or config (checkpoints, caches, data), naming them.
@@ -32,7 +35,6 @@ Rules:
 
 from __future__ import annotations
 
-from .lock import GpuLock
 from .probe import probe_plan, run_probe
 from .proxy import score_proxy
 from .record import BUDGET_FRACTION, Exploration, find_exploration, load_config, start
@@ -41,7 +43,6 @@ from .submit import make_diff, not_code, submit
 __all__ = [
     "BUDGET_FRACTION",
     "Exploration",
-    "GpuLock",
     "find_exploration",
     "load_config",
     "make_diff",

@@ -3,19 +3,20 @@ lock, killed when the budget ends; its receipt."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..harness.errors import InputError
 from ..harness.hashing import sha256_tree
 from ..harness.launch import start_group, training_env, wait_until
+from ..harness.lock import FileLock
 from ..harness.progress import escape_controls
 from ..harness.protocol import KEEP, ReplayRequest
+from ..harness.slots import take_slot
 from ..isolation import RunPaths, plan
-from .lock import GpuLock
 from .record import Exploration
 
 
@@ -52,6 +53,26 @@ def run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, ends_unix: f
         code = proc.wait()
         reader.join(timeout=5)
     return code, stop
+
+
+def lock_receipt(lock: FileLock) -> dict:
+    """A receipt's fields of the exploration's GPU lock (:class:`~replaykit.harness.lock.FileLock`,
+    once released): how long it waited (0.0: at once) and for whom (the holder record, checked:
+    ``verified``), when it held the lock and for how many seconds, the lock file's inode, whether
+    the file was deleted or replaced, or another process held a lock on it, while held
+    (``lock_replaced``, ``lock_events``), and this holder's record (``lock_holder``, its nonce)."""
+    r = lock.record()
+    return {
+        "waited_s": r["waited_s"],
+        "waited_for": r["waited_for"],
+        "lock_acquired_unix": r["acquired_unix"],
+        "released_unix": r["released_unix"],
+        "seconds": r["released_unix"] - r["acquired_unix"],
+        "lock_inode": r["inode"],
+        "lock_replaced": r["lock_replaced"],
+        "lock_events": r["lock_events"],
+        "lock_holder": r["holder"],
+    }
 
 
 def _request(ex: Exploration, run_dir: Path) -> Path:
@@ -92,10 +113,11 @@ def run_probe(
 
     The default run's request is a replay's (:class:`replaykit.harness.protocol.ReplayRequest`),
     with ``publish_dir``/``state_dir`` in ``runs/probe-<k>/``. Inside, ``REPLAYKIT_RUN_DIR``
-    names the probe's run directory and ``REPLAYKIT_REQUEST`` its request. Receipt: id, command,
-    the sandbox's plan (every path shown), waited_s, waited_for, lock_acquired_unix,
-    released_unix, seconds, returncode, stop (``exit`` or ``budget``), the checkpoints it left
-    (path, SHA-256), budget used and left (s).
+    names the probe's run directory and ``REPLAYKIT_REQUEST`` its request, and
+    ``CUDA_VISIBLE_DEVICES`` the GPU slot it holds (:mod:`replaykit.harness.slots`). Receipt: id,
+    command, the sandbox's plan (every path shown), the lock's fields (:func:`lock_receipt`),
+    returncode, stop (``exit`` or ``budget``), the checkpoints it left (path, SHA-256),
+    ``gpu_slot``, budget used and left (s).
 
     Raises:
         InputError: the budget has ended, or the lock is refused (``wait=False``).
@@ -103,18 +125,21 @@ def run_probe(
     info, ex = exploration.info, exploration
     ex.require_budget("probes")
     run_dir = ex.new_dir("runs", "probe-").resolve()
-    lock = GpuLock(info["lock"], {"exploration": str(ex.dir), "id": run_dir.name, "pid": os.getpid()})
+    who = {"exploration": str(ex.dir), "id": run_dir.name}
+    lock = FileLock(info["lock"], who)
     try:
         lock.acquire(wait, info["ends_unix"])
     except InputError:
         run_dir.rmdir()  # a refused probe leaves nothing
         raise
-    try:
+    with lock, take_slot(who, info.get("gpus")) as slot:
         ex.require_budget("probes")
         request_path = _request(ex, run_dir)
         command = list(command or [sys.executable, "train.py", "--request", str(request_path)])
-        sandbox = probe_plan(ex, run_dir)
-        env = training_env(info["threads"], REPLAYKIT_RUN_DIR=str(run_dir), REPLAYKIT_REQUEST=str(request_path))
+        sandbox = replace(probe_plan(ex, run_dir), devices=slot.device_files())
+        env = training_env(
+            info["threads"], REPLAYKIT_RUN_DIR=str(run_dir), REPLAYKIT_REQUEST=str(request_path), **slot.environ()
+        )
         workspace = ex.workspace.resolve()
         code, stop = run_logged(
             sandbox.argv(command, chdir=workspace),
@@ -124,13 +149,10 @@ def run_probe(
             ends_unix=info["ends_unix"],
             echo=echo,
         )
-    finally:
-        released = time.time()
-        lock.release()
     checkpoints = {
         str(p.relative_to(ex.dir)): sha256_tree(p) for p in sorted(run_dir.rglob("checkpoint-*")) if p.is_dir()
     }
     receipt = {"kind": "probe", "id": run_dir.name, "command": command, "isolation": info["isolation"]}
     receipt.update(sandbox=sandbox.describe(), returncode=code, stop=stop, checkpoints=checkpoints)
-    receipt["log"] = str(run_dir.relative_to(ex.dir) / "log.txt")
-    return ex.add_receipt({**receipt, **lock.times(released), **ex.budget_at(released)})
+    receipt.update(log=str(run_dir.relative_to(ex.dir) / "log.txt"), gpu_slot=slot.record())
+    return ex.add_receipt({**receipt, **lock_receipt(lock), **ex.budget_at(lock.released_unix)})

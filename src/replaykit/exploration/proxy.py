@@ -7,15 +7,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..harness.errors import InputError
 from ..harness.fileio import read_json
 from ..harness.hashing import sha256_tree
+from ..harness.lock import FileLock
+from ..harness.slots import GpuSlot, take_slot
 from ..isolation import RunPaths, plan
-from .lock import GpuLock
-from .probe import run_logged
+from .probe import lock_receipt, run_logged
 from .record import Exploration
 
 
@@ -51,14 +52,16 @@ def _steps(ex: Exploration, checkpoint: Path, out: Path) -> list[list[str]]:
     score += [str(checkpoint), "--marker", marker, "--fixed-start", fixed_start, "--manifest", manifest]
     score += ["--items", str(items), "--cfg", json.dumps(info["evaluation"]), "--workspace"]
     score += [str(ex.workspace.resolve()), "--out-dir", str(out)]
-    return [validate, score]
+    # the steps use the proxy's GPU slot (its environment and device nodes), none of their own
+    return [validate + ["--no-gpu-slot"], score + ["--no-gpu-slot"]]
 
 
-def _run_steps(ex: Exploration, checkpoint: Path, out: Path) -> dict:
-    """Run the two steps in the proxy plan's sandbox; the plan's description. Raises
-    :class:`InputError` naming the step that failed (its last line) or the budget's end."""
-    sandbox = proxy_plan(ex, checkpoint, out)
-    env = sandbox.environment(dict(os.environ, OMP_NUM_THREADS=str(ex.info["threads"])))
+def _run_steps(ex: Exploration, checkpoint: Path, out: Path, slot: GpuSlot) -> dict:
+    """Run the two steps in the proxy plan's sandbox on ``slot``'s device; the plan's
+    description. Raises :class:`InputError` naming the step that failed (its last line) or the
+    budget's end."""
+    sandbox = replace(proxy_plan(ex, checkpoint, out), devices=slot.device_files())
+    env = sandbox.environment(dict(os.environ, OMP_NUM_THREADS=str(ex.info["threads"]), **slot.environ()))
     for step in _steps(ex, checkpoint, out):
         code, stop = run_logged(
             sandbox.argv(step, chdir=out),
@@ -80,8 +83,8 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool 
     frozen proxy evaluator under the GPU lock, in the sandbox (:func:`proxy_plan`).
 
     Receipt: id, checkpoint, checkpoint_sha256, valid, reason, metric, value, se (the
-    evaluator's uncertainty), n, summary path, the sandbox's plan, waited_s, seconds, budget
-    used and left (s).
+    evaluator's uncertainty), n, summary path, the sandbox's plan, the lock's fields
+    (:func:`~.probe.lock_receipt`), ``gpu_slot``, budget used and left (s).
 
     Raises:
         InputError: the budget has ended, the checkpoint is not a directory of this
@@ -94,22 +97,20 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool 
         raise InputError(checkpoint, "-", f"not a checkpoint directory inside {ex.dir}")
     digest = sha256_tree(resolved)
     out = ex.new_dir("proxy", "").resolve()
-    lock = GpuLock(info["lock"], {"exploration": str(ex.dir), "id": f"proxy-{out.name}", "pid": os.getpid()})
+    who = {"exploration": str(ex.dir), "id": f"proxy-{out.name}"}
+    lock = FileLock(info["lock"], who)
     try:
         lock.acquire(wait, info["ends_unix"])
     except InputError:
         out.rmdir()
         raise
-    try:
+    with lock, take_slot(who, info.get("gpus")) as slot:
         ex.require_budget("proxy scores")
-        sandbox = _run_steps(ex, resolved, out)
-    finally:
-        released = time.time()
-        lock.release()
+        sandbox = _run_steps(ex, resolved, out, slot)
     marker, summary = read_json(out / "marker.json"), read_json(out / "summary.json")
     receipt = {"kind": "proxy", "id": out.name, "checkpoint": str(resolved.relative_to(ex.dir.resolve()))}
     receipt.update(checkpoint_sha256=digest, valid=marker["valid"], reason=marker["reason"])
     receipt.update(metric=summary["metric"], value=summary["value"], se=summary["uncertainty"]["value"])
     receipt.update(uncertainty_kind=summary["uncertainty"]["kind"], n=summary["n"], sandbox=sandbox)
-    receipt["summary"] = str(ex.dir / "proxy" / out.name / "summary.json")
-    return ex.add_receipt({**receipt, **lock.times(released), **ex.budget_at(released)})
+    receipt.update(summary=str(ex.dir / "proxy" / out.name / "summary.json"), gpu_slot=slot.record())
+    return ex.add_receipt({**receipt, **lock_receipt(lock), **ex.budget_at(lock.released_unix)})

@@ -126,6 +126,7 @@ def start(
         "lock": str(lock.resolve()),
         "isolation": config["isolation"],
         "sandbox": Settings.from_config(config).as_dict(),
+        "gpus": config.get("gpus", {}),  # the GPU slots' pool settings (replaykit.harness.slots)
         "data": cfg["data"],
         "seed": int(cfg["seeds"][0]),
         "threads": int(cfg["threads"]),

@@ -122,7 +122,10 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
         "budget_s": info["budget_s"],
         "budget_used_s": ex.used_s(now),
         "probes": sum(r["kind"] == "probe" for r in receipts),
-        "probe_waits": sum(r.get("waited_s", 0) > 0 for r in receipts),
+        # receipts whose lock was held by another (waited_s is 0.0 when it was taken at once)
+        "probe_waits": sum(r["kind"] == "probe" and r.get("waited_s", 0) > 0 for r in receipts),
+        "proxy_waits": sum(r["kind"] == "proxy" and r.get("waited_s", 0) > 0 for r in receipts),
+        "lock_replaced": [r["id"] for r in receipts if r.get("lock_replaced")],
         "receipts": receipts,
     }
     atomic_write_json(ex.dir / "submission.json", doc)

@@ -152,6 +152,7 @@ class ReplaySpec:
     keep: int = field(default=KEEP)
     isolation: Any = field(default=None)  # an IsolationPlan (harness.sandbox)
     frozen: Any = field(default=None)  # a FrozenCode (harness.frozen)
+    slot: Any = field(default=None)  # the GpuSlot the replay holds (harness.slots), taken by replay_job
 
     @classmethod
     def from_options(cls, values: dict[str, str], **resolved) -> ReplaySpec:

@@ -45,6 +45,7 @@ from .protocol import ReplayRequest, ReplaySpec, StopReason, TrainResult
 from .provenance import git_commit, library_versions, utc_now
 from .publish import published, read_ledger
 from .sandbox import NO_ISOLATION_ADVISORY
+from .slots import take_slot
 from .submission import exploration_of
 from .workspace import special_entries
 
@@ -245,7 +246,8 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
     print(f"[replay] isolation: {plan.mode}{advisory}", flush=True)
     frozen_before = spec.frozen.files()
     earlier = published(publish_dir)  # before the start: the relay counts new ones from their lines
-    proc = start_group(argv, cwd=workspace, env=plan.environment(training_env(spec.threads)))
+    slot_env = spec.slot.environ() if spec.slot is not None else {}  # CUDA_VISIBLE_DEVICES: its one device
+    proc = start_group(argv, cwd=workspace, env=plan.environment(training_env(spec.threads, **slot_env)))
     # training output -> this log, cleaned; a progress line -> the job's terminal
     relay = Relay(
         sys.stdout,
@@ -460,14 +462,22 @@ def run_replay(spec: ReplaySpec) -> dict:
     started_unix, started_at = time.time(), utc_now()
     verified = verify_inputs(spec)
     start = decide_start(spec, verified, started_unix, started_at)
+    if spec.slot is not None:  # the attempt's GPU slot: which device, when, how long it waited
+        start.attempts.current["gpu_slot"] = spec.slot.record()
     launched = launch(spec, start)
     ended = supervise(launched, start)
+    if spec.slot is not None:  # training has ended: the device is let go before the record is judged
+        start.attempts.current["gpu_slot"] = spec.slot.release()
+        start.attempts.heartbeat(ended.ended_unix)
     outcome = interpret_exit(spec, verified, launched, ended)
     return write_record(spec, verified, start, launched, ended, outcome)
 
 
 def replay_job(spec: ReplaySpec) -> dict:
     """The workflow's replay step: ask for SIGTERM when the job's owner dies (training stops
-    too), then :func:`run_replay`."""
+    too), take a GPU slot (:mod:`.slots`: waiting for a free device does not count against the
+    budget; the sandbox sees that device alone), then :func:`run_replay`."""
     set_parent_death_signal(signal.SIGTERM)  # the job's owner died -> stop training too
-    return run_replay(spec)
+    with take_slot({"task": spec.task, "run": spec.run, "rule": "replay"}) as slot:
+        isolation = replace(spec.isolation, devices=slot.device_files())
+        return run_replay(replace(spec, slot=slot, isolation=isolation))

@@ -53,6 +53,7 @@ def validate_checkpoint(
     frozen_record: str | Path | None,
     frozen,
     out: str | Path,
+    slot=None,
 ) -> dict:
     """The frozen loader's verdict on one checkpoint, written to ``out`` (a validation marker);
     ``plugin`` is the task's plug-in (:class:`replaykit.tasks.contract.TaskPlugin`: ``validate``);
@@ -60,8 +61,9 @@ def validate_checkpoint(
     ``frozen_record`` first.
 
     With the replay ``record``, the checkpoint must be the one the replay published: a tree
-    hash that differs from the recorded one makes it invalid without loading it. Returns the
-    marker. Raises :class:`InputError` when the record does not list the checkpoint, and what
+    hash that differs from the recorded one makes it invalid without loading it. ``slot``: the
+    job's :class:`~.slots.GpuSlot`, let go before the marker is written and recorded in it as
+    ``gpu_slot``. Returns the marker. Raises :class:`InputError` when the record does not list the checkpoint, and what
     :func:`verify_frozen` raises.
     """
     started = time.time()
@@ -99,6 +101,8 @@ def validate_checkpoint(
             "recorded_sha256": recorded,
         }
     )
+    if slot is not None:
+        verdict["gpu_slot"] = slot.release()
     atomic_write_json(out, verdict)
     return verdict
 
@@ -148,6 +152,7 @@ def score(
     public: str | Path | None = None,
     frozen_record: str | Path | None = None,
     frozen=None,
+    slot=None,
 ) -> dict:
     """Score ``checkpoint`` (None: the fixed start) on the ``proxy`` or ``final`` split with
     the task's plug-in (:class:`replaykit.tasks.contract.TaskPlugin`: ``evaluate``, ``METRIC``);
@@ -157,7 +162,8 @@ def score(
     frozen package and the split's assets (and the public split too when ``public`` is given:
     a reference that selects on it), then writes ``rows.jsonl`` and ``summary.json`` with its
     receipts to ``out_dir``, ``.complete`` last. A checkpoint whose marker is invalid is not
-    evaluated: its summary says why. Returns the summary. Raises :class:`InputError` for bad
+    evaluated: its summary says why. ``slot``: the job's :class:`~.slots.GpuSlot`, let go once
+    the evaluator is done and recorded as ``gpu_slot``. Returns the summary. Raises :class:`InputError` for bad
     assets or marker, RuntimeError when the workspace is visible, and what
     :func:`verify_frozen` raises.
     """
@@ -191,6 +197,8 @@ def score(
     summary["frozen_code_sha256"] = frozen_sha
     summary["items_sha256"] = sha256_file(items)
     summary["scored_at"] = utc_now()
+    if slot is not None:
+        summary["gpu_slot"] = slot.release()
     (out_dir / ".complete").unlink(missing_ok=True)  # receipts come last: none while rewriting
     atomic_write_jsonl(out_dir / "rows.jsonl", rows)
     write_summary(out_dir, summary)
