@@ -367,6 +367,8 @@ def get_decision_rule_json(w):
         w.task, w.candidate, cfg["ablation"], cfg["seeds"], get_task(w.task).METRIC
     )
     return json.dumps(decision, sort_keys=True)
+
+
 def get_campaign_ablations(w):
     """Every candidate's matched ablation of each campaign task (``campaign.tasks``); the
     shipped runs of a task are the same files for all its candidates, so replayed once.
