@@ -67,6 +67,10 @@ if config["isolation"] == "bwrap":
         check_available()
     except SandboxUnavailable as exc:
         sys.exit(f"error: config: isolation: {exc}")
+# The sandbox's version: a parameter of its self-test (rule sandbox_self_test), re-run when it changes.
+from replaykit.harness.sandbox import version as sandbox_version
+
+SANDBOX_VERSION = sandbox_version() or "none"
 
 # Steps run `python -m replaykit` of the venv that runs snakemake (its bin/ goes first on
 # PATH); with `--sdm conda`, of the rule's conda environment, with the project's src/ on
@@ -158,10 +162,10 @@ def frozen_package_files(w=None):
 
 
 def sandbox_settings(w):
-    """The config's isolation keys, as JSON: the replay computes its isolation plan from them,
-    the task's plug-in and data, and its own paths (replaykit.isolation); they are the same
-    whichever config files were given."""
-    keys = ("isolation", "sandbox_show", "sandbox_hide")
+    """The config's isolation keys, as JSON: the replay computes its isolation plan and limits
+    from them, the task's plug-in and data, and its own paths (replaykit.isolation); they are
+    the same whichever config files were given."""
+    keys = ("isolation", "sandbox_show", "sandbox_hide", "sandbox_limits")
     return json.dumps({k: config[k] for k in keys}, sort_keys=True)
 
 

@@ -27,6 +27,7 @@ checkpoint replay:
         manifest="results/{task}/assets/manifest.json",
         public="results/{task}/assets/public",
         fixed_start=get_fixed_start,
+        self_test=ancient("results/sandbox-self-test/{task}.json"),
     output:
         record="results/{task}/{run}/replay/record.json",
     log:
