@@ -1,7 +1,9 @@
 import copy
+import hashlib
 import json
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -67,10 +69,12 @@ if config["isolation"] == "bwrap":
         check_available()
     except SandboxUnavailable as exc:
         sys.exit(f"error: config: isolation: {exc}")
-# The sandbox's version: a parameter of its self-test (rule sandbox_self_test), re-run when it changes.
+# The sandbox's version and this host (its name's SHA-256): parameters of the sandbox's self-test
+# (rule sandbox_self_test), so that it runs again when either changes.
 from replaykit.harness.sandbox import version as sandbox_version
 
 SANDBOX_VERSION = sandbox_version() or "none"
+SANDBOX_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()
 
 # Steps run `python -m replaykit` of the venv that runs snakemake (its bin/ goes first on
 # PATH); with `--sdm conda`, of the rule's conda environment, with the project's src/ on

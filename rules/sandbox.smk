@@ -5,7 +5,8 @@ rule sandbox_self_test:
     host Unix sockets) against real targets the step plants outside the sandbox, and the limits.
     The replays and the scoring wait for it (ancient: its re-run re-runs neither); final/ and
     the reports carry its verdicts; a failed self-test stops them with one line naming the
-    escape. Re-run when the frozen code, bubblewrap's version or the isolation keys change
+    escape. Re-run when the frozen code, bubblewrap's version, the host, the task's data or the
+    isolation keys change
     (docs/operations.md, "The sandbox's self-test")."""
     input:
         frozen="results/frozen-code.json",
@@ -21,6 +22,7 @@ rule sandbox_self_test:
     params:
         sandbox=sandbox_settings,
         bwrap=lambda w: SANDBOX_VERSION,
+        host=lambda w: SANDBOX_HOST,
         data=as_json("data"),
     shell:
         "python -m replaykit self-test --task {wildcards.task} --fixed-start {input.fixed_start}"
