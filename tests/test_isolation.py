@@ -218,6 +218,8 @@ def self_test(tmp_path: Path, work: Path, plan=None) -> dict:
     from replaykit.isolation import plan as isolation_plan
 
     Path("results/soup/assets/hidden/final.jsonl").write_text('{"id": 0, "label": 7}\n')
+    for split in ("public", "hidden"):  # a file both splits hold (rm's overlap.json): no secret
+        Path(f"results/soup/assets/{split}/overlap.json").write_text("{}\n")
     settings, run = Settings("bwrap"), tmp_path / "self-test-run"
     paths = RunPaths(work / "fixed", Path("results/soup/assets/public"), (run / "workspace",), (run / "state",))
     plan = plan or isolation_plan("soup", {}, settings, paths)
@@ -228,7 +230,9 @@ def self_test(tmp_path: Path, work: Path, plan=None) -> dict:
 def test_the_self_test_tries_every_escape_kind_and_the_sandbox_blocks_each(work, tmp_path):
     """The canary in soup's plan: every escape kind is tried (with real targets: copies of the
     final file planted under /var/tmp, Unix and TCP listeners on the host) and none reaches
-    anything; the listeners, counting on the host, saw no connection; nothing planted is left."""
+    anything; the listeners, counting on the host, saw no connection; nothing planted is left.
+    A file the public split holds too is neither planted nor an escape where the canary finds it
+    (the working directory's parent is searched: the public split lies below it)."""
     from replaykit.harness.canary import ESCAPES
 
     verdict = self_test(tmp_path, work)
@@ -237,6 +241,7 @@ def test_the_self_test_tries_every_escape_kind_and_the_sandbox_blocks_each(work,
     assert all(a["blocked"] for a in verdict["attempts"])
     planted = [Path(p) for p in verdict["planted"]]
     assert len(planted) == 2 and all(p.is_relative_to("/var/tmp") and not p.exists() for p in planted)
+    assert {p.name for p in planted} == {"final.jsonl"}
     assert any(a["target"] == str(planted[0]) for a in verdict["attempts"])  # read by its path, refused
     assert verdict["sandbox"]["limits"]["hit"] is None and verdict["fingerprint"]["bwrap"].startswith("bubblewrap")
 

@@ -233,4 +233,5 @@ def self_test_targets(task: str, data: dict, settings: Settings, fixed_start: Pa
         package_data_files=copies,
         frozen=[package / "__init__.py", package / "harness" / "sandbox.py"],
         read_only_dirs=[p for p in _real([package, Path.cwd(), public_dir, fixed_start]) if p.is_dir()],
+        public=_real([public_dir] + ([] if plugin.FIXED_START_IS_DATA else [fixed_start])),
     )

@@ -67,6 +67,9 @@ class Targets:
         frozen: files of the frozen package (opened for writing).
         read_only_dirs: folders that must not take a new file (frozen package, working
             directory, public split, fixed start).
+        public: what the sandbox shows on purpose (the public split, a fixed start that is not
+            data): a final file with the same bytes as one of them (rm's ``overlap.json``, written
+            to both splits) is public, and finding it is no escape.
     """
 
     final: list[Path]
@@ -74,6 +77,7 @@ class Targets:
     package_data_files: list[Path] = field(default_factory=list)
     frozen: list[Path] = field(default_factory=list)
     read_only_dirs: list[Path] = field(default_factory=list)
+    public: list[Path] = field(default_factory=list)
 
 
 class Listeners:
@@ -132,11 +136,14 @@ def fingerprints(paths: Iterable[Path]) -> list[list]:
     return [head_print(str(p)) for p in files[:MAX_PRINTED] if p.stat().st_size > 0]
 
 
-def plant(final: list[Path], folder: Path, task: str) -> list[Path]:
-    """Copies of the smallest non-empty final file outside the working directory: as another
+def plant(final: list[Path], folder: Path, task: str, public: list[list] = ()) -> list[Path]:
+    """Copies of the smallest non-empty final file outside the working directory (one whose
+    fingerprint is not among ``public``'s: a file both splits hold is no secret), as another
     checkout's ``results/<task>/assets/hidden/`` and in an ``HF_HOME``-style dataset cache."""
+    from .canary import head_print
+
     files = [p for f in final for p in ([f] if f.is_file() else f.rglob("*") if f.is_dir() else []) if p.is_file()]
-    files = [p for p in files if p.stat().st_size > 0]
+    files = [p for p in files if p.stat().st_size > 0 and head_print(str(p)) not in public]
     if not files:
         return []
     source = min(files, key=lambda p: (p.stat().st_size, str(p)))
@@ -161,11 +168,12 @@ def search_places(extra: Iterable[str] = ()) -> list[str]:
 
 def _request(plan: IsolationPlan, targets: Targets, run: Path, planted: dict, listeners: Listeners) -> dict:
     final_files = [str(p) for f in targets.final for p in ([f] if f.is_file() else f.rglob("*")) if p.is_file()]
+    public = fingerprints(targets.public)
     return {
         "state_dir": str(run / "state"),
         "final_files": final_files[:MAX_PRINTED],
         "final_dirs": [str(f) for f in targets.final if f.is_dir()],
-        "final_prints": fingerprints(targets.final + targets.package_data_files),
+        "final_prints": [p for p in fingerprints(targets.final + targets.package_data_files) if p not in public],
         "copies": [str(p) for p in planted["copies"]],
         "search": search_places([planted["folder"]]),
         "package_data": [list(p) for p in targets.package_data],
@@ -213,7 +221,7 @@ def run_self_test(plan: IsolationPlan, targets: Targets, run: Path, task: str) -
     folder = Path(tempfile.mkdtemp(prefix="replaykit-selftest-", dir=_outside()))
     listeners = Listeners(folder)
     try:
-        planted = {"folder": str(folder), "copies": plant(targets.final, folder, task)}
+        planted = {"folder": str(folder), "copies": plant(targets.final, folder, task, fingerprints(targets.public))}
         control = listeners.check()
         request_path = run / "state" / "request.json"
         atomic_write_json(request_path, _request(plan, targets, run, planted, listeners))
