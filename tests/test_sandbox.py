@@ -544,8 +544,8 @@ def test_a_runaway_candidate_hits_its_limit_fails_itself_and_the_record_says_whi
     """Each limit, set low, stops a real recipe that goes past it (a 2 MiB file under a 1 MiB
     limit, 1 GiB of memory under 256 MiB, 200 threads under 32 processes): the replay fails
     with one line naming the limit, ``last-failure.json`` states the limits with ``hit``, and the
-    attempt carries ``limit_hit``. The same recipes without the limit are the test's control:
-    none of them fails this machine (2 MiB, 1 GiB and 200 sleeping threads fit 24 GiB)."""
+    attempt carries ``limit_hit``. The control: the same recipe under the default limits fails
+    only for publishing nothing (it writes no result), with no limit named."""
     from replaykit.harness import replay
     from replaykit.harness.limits import Confinement, Limits
 
@@ -560,6 +560,15 @@ def test_a_runaway_candidate_hits_its_limit_fails_itself_and_the_record_says_whi
     assert failure["limits"]["hit"] == kind and failure["limits"][key] == limits[key]
     attempts = json.loads((tmp_path / "state" / "attempts.json").read_text())
     assert attempts[-1]["limit_hit"] == kind
+    control = make_dir(tmp_path / "control")
+    with pytest.raises(replay.ReplayError) as error:
+        bare_replay(
+            control,
+            one_file_workspace(control, "import os\nos.chdir(os.environ.get('TMPDIR', '/tmp'))\n" + code + "\n"),
+            isolation="bwrap",
+        )
+    assert "limit" not in str(error.value)
+    assert json.loads((control / "pub" / "last-failure.json").read_text())["limits"]["hit"] is None
 
 
 def test_limits_default_from_the_machine_and_the_fixed_start(tmp_path):
