@@ -68,7 +68,13 @@ def run_probe(sandbox, workspace: Path, hidden: Path, out: Path, isolated: bool)
         text = proc.communicate()[0].decode(errors="replace")
         limits = confinement.describe(*confinement.verdict(proc.returncode, text.splitlines()[-40:]))
     found = json.loads(out.read_text()) if out.is_file() else {}
-    return {**found, "returncode": proc.returncode, "wall_s": time.time() - t0, "limits": limits, "output": text[-2000:]}
+    return {
+        **found,
+        "returncode": proc.returncode,
+        "wall_s": time.time() - t0,
+        "limits": limits,
+        "output": text[-2000:],
+    }
 
 
 def main() -> int:
@@ -124,7 +130,9 @@ def main() -> int:
         f"(one launch each; the torch import dominates)"
     )
     st = doc["self_test"]
-    print(f"self-test: passed={st['passed']} escaped={st['escaped']} ({st['attempts']} attempts, {st['seconds']:.1f} s)")
+    print(
+        f"self-test: passed={st['passed']} escaped={st['escaped']} ({st['attempts']} attempts, {st['seconds']:.1f} s)"
+    )
     ok = doc["sandboxed"]["returncode"] == 0 and doc["sandboxed"].get("cuda") and st["passed"]
     ok = ok and doc["sandboxed"].get("hidden_read") is None
     print("RESULT:", "the sandboxed process sees the GPU and nothing hidden" if ok else "FAILED (see above)")
