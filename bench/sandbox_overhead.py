@@ -74,7 +74,11 @@ def main() -> int:
 
         command = [sys.executable, "-c", "pass"]
         os.chdir(workdir)
-        run = RunPaths(Path(sys.prefix), public, read_only=(workspace,), writable=(publish, state))
+        fixed = root / "fixed-start"  # a model folder's size: the file-size limit is derived from it
+        fixed.mkdir()
+        (fixed / "config.json").write_text("{}\n")
+        (fixed / "model.safetensors").write_bytes(b"\0" * 1024**2)
+        run = RunPaths(fixed, public, read_only=(workspace,), writable=(publish, state))
 
         def wrap(command):  # what the replay CLI and driver compute per job
             return plan("soup", {}, Settings("bwrap"), run).argv(command, chdir=workspace)

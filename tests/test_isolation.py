@@ -355,25 +355,36 @@ def test_an_exploration_probe_reaches_nothing_outside_and_still_finishes(soup_ru
     assert receipt["sandbox"]["limits"]["memory_bytes"] > 0 and receipt["fingerprint"]["python"]
 
 
-@pytest.mark.slow
-def test_the_self_test_and_the_fingerprint_travel_with_the_result(soup_run, rm_run):
-    """The tiny soup and rm results: ``final/summary.json`` carries the self-test's verdicts (the
-    same file's SHA-256), its bubblewrap version and the paths shown; ``report.md`` and
-    ``report.html`` say it passed; the replay record, each score summary and the final summary
-    carry the fingerprint."""
+def assert_self_test_and_fingerprint_travel(work: Path, task: str) -> None:
+    """``final/summary.json`` of ``task`` carries the self-test's verdicts (the same file's
+    SHA-256), its bubblewrap version and the paths shown; the replay record, each score summary
+    and the final summary carry one machine's fingerprint."""
     from replaykit.harness.hashing import sha256_file
 
-    for work, task in ((soup_run, "soup"), (rm_run, "rm")):
-        summary = json.loads((work / f"results/{task}/final/summary.json").read_text())
-        section, test_file = summary["sandbox_self_test"], work / f"results/sandbox-self-test/{task}.json"
-        assert section["passed"] is True and section["sha256"] == sha256_file(test_file)
-        assert section["escapes"] and all(e["blocked"] for e in section["escapes"])
-        assert section["bwrap"] == json.loads(test_file.read_text())["fingerprint"]["bwrap"]
-        assert section["shown"]["read_only"] and section["replays_elsewhere"] == []
-        record = json.loads((work / f"results/{task}/shipped-seed42/replay/record.json").read_text())
-        assert record["fingerprint"] == summary["fingerprint"]  # one machine built both
-        scores = sorted((work / f"results/{task}/shipped-seed42/final-scores").glob("checkpoint-*/summary.json"))
-        assert scores and all(json.loads(p.read_text())["fingerprint"] == record["fingerprint"] for p in scores)
+    summary = json.loads((work / f"results/{task}/final/summary.json").read_text())
+    section, test_file = summary["sandbox_self_test"], work / f"results/sandbox-self-test/{task}.json"
+    assert section["passed"] is True and section["sha256"] == sha256_file(test_file)
+    assert section["escapes"] and all(e["blocked"] for e in section["escapes"])
+    assert section["bwrap"] == json.loads(test_file.read_text())["fingerprint"]["bwrap"]
+    assert section["shown"]["read_only"] and section["replays_elsewhere"] == []
+    record = json.loads((work / f"results/{task}/shipped-seed42/replay/record.json").read_text())
+    assert record["fingerprint"] == summary["fingerprint"]  # one machine built both
+    scores = sorted((work / f"results/{task}/shipped-seed42/final-scores").glob("checkpoint-*/summary.json"))
+    assert scores and all(json.loads(p.read_text())["fingerprint"] == record["fingerprint"] for p in scores)
+
+
+@pytest.mark.slow
+def test_the_self_test_and_the_fingerprint_travel_with_the_soup_result(soup_run):
+    """The tiny soup result: as :func:`assert_self_test_and_fingerprint_travel`, and report.md's
+    section says the self-test passed."""
+    assert_self_test_and_fingerprint_travel(soup_run, "soup")
     assert "## Sandbox self-test\n\nPassed: " in (soup_run / "results/soup/final/report.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_self_test_and_the_fingerprint_travel_with_the_rm_report(rm_run):
+    """The tiny rm result (a Trainer task): as :func:`assert_self_test_and_fingerprint_travel`,
+    and report.html's paragraph says the self-test passed."""
+    assert_self_test_and_fingerprint_travel(rm_run, "rm")
     html = (rm_run / "results/rm/report.html").read_text()
     assert 'id="sandbox-self-test">Sandbox self-test: <strong>passed</strong>' in html
