@@ -111,6 +111,7 @@ def cmd_self_test(a) -> int:
     from pathlib import Path
 
     from .harness.fileio import atomic_write_json
+    from .harness.provenance import fingerprint
     from .harness.sandbox import NO_ISOLATION_ADVISORY
     from .harness.selftest import failure_line, run_self_test
     from .isolation import RunPaths, Settings, plan, self_test_targets
@@ -119,7 +120,7 @@ def cmd_self_test(a) -> int:
     doc = {"task": a.task, "isolation": settings.mode, "settings": settings.as_dict()}
     fixed_start, public = Path(a.fixed_start), Path(a.public_dir)
     if settings.mode == "none":
-        doc.update(passed=None, note=NO_ISOLATION_ADVISORY)
+        doc.update(passed=None, note=NO_ISOLATION_ADVISORY, fingerprint=fingerprint())
     else:
         run = Path(a.out).parent / f".{a.task}-run-{os.getpid()}"
         paths = RunPaths(fixed_start, public, read_only=(run / "workspace",), writable=(run / "state",))
