@@ -337,17 +337,8 @@ def test_an_exploration_probe_reaches_nothing_outside_and_still_finishes(soup_ru
     rk("explore", "soup", "--name", "escape", "--budget-s", "600")
     targets = {k: outside_targets[k] for k in ("copy", "hf_home", "socket", "port")}
     ex = work / "explore" / "soup" / "escape"
-    rk(
-        "explore",
-        "run",
-        "-e",
-        str(ex),
-        "--",
-        sys.executable,
-        "-c",
-        EXPLORATION_PROBE,
-        json.dumps({**targets, "work": str(work)}),
-    )
+    probe = [sys.executable, "-c", EXPLORATION_PROBE, json.dumps({**targets, "work": str(work)})]
+    rk("explore", "run", "-e", str(ex), "--", *probe)
     receipt = json.loads((ex / "receipts.jsonl").read_text().splitlines()[-1])
     found = json.loads((ex / "runs" / "probe-1" / "found.json").read_text())
     assert found == {} and outside_targets["tcp"].accepted == 0 and outside_targets["unix"].accepted == 0
