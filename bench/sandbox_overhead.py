@@ -9,7 +9,10 @@ The sandboxed launch uses the layout of a real replay: a fake working directory 
 workspace and the public split read-only, the publish and state directories writable,
 scikit-learn's digits masked); chdir into the workspace. Its time includes computing the plan
 and its argv (which runs bubblewrap's start-up probe, ``check_available``, each call, as
-``run_replay`` does), and is also given without that (the prebuilt argv only).
+``run_replay`` does), and is also given without that (the prebuilt argv only). The case
+``plan+limits+bwrap`` adds what a job pays for its resource limits (issue 27): the job's
+``Confinement`` made (a ``pids`` cgroup where one can be made), its ``preexec`` (setrlimit, join
+the cgroup) in the child, its verdict read and the cgroup removed, as the replay driver does.
 
 Usage: PYTHONPATH=src python bench/sandbox_overhead.py [--n 30] [--json out.json]
 """
@@ -28,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from replaykit.harness.launch import start_group
 from replaykit.isolation import RunPaths, Settings, plan
 
 
@@ -70,7 +74,11 @@ def main() -> int:
 
         command = [sys.executable, "-c", "pass"]
         os.chdir(workdir)
-        run = RunPaths(Path(sys.prefix), public, read_only=(workspace,), writable=(publish, state))
+        fixed = root / "fixed-start"  # a model folder's size: the file-size limit is derived from it
+        fixed.mkdir()
+        (fixed / "config.json").write_text("{}\n")
+        (fixed / "model.safetensors").write_bytes(b"\0" * 1024**2)
+        run = RunPaths(fixed, public, read_only=(workspace,), writable=(publish, state))
 
         def wrap(command):  # what the replay CLI and driver compute per job
             return plan("soup", {}, Settings("bwrap"), run).argv(command, chdir=workspace)
@@ -83,6 +91,18 @@ def main() -> int:
 
         def sandboxed():  # what a replay pays: the plan, its argv (with the probe) + the sandboxed launch
             subprocess.run(wrap(command), check=True, cwd=workspace)
+
+        def sandboxed_limits():  # + the job's limits, started as launch.start_group starts a replay
+            sandbox = plan("soup", {}, Settings("bwrap"), run)
+            with sandbox.confine() as confinement:
+                proc = start_group(
+                    sandbox.argv(command, chdir=workspace),
+                    cwd=workspace,
+                    env=dict(os.environ),
+                    preexec=confinement.preexec,
+                )
+                proc.communicate()
+                assert proc.returncode == 0 and confinement.verdict(0, []) == (None, None)
 
         def sandboxed_prebuilt():
             subprocess.run(prebuilt, check=True, cwd=workspace)
@@ -105,6 +125,7 @@ def main() -> int:
         cases = {
             "direct": direct,
             "plan+bwrap": sandboxed,
+            "plan+limits+bwrap": sandboxed_limits,
             "bwrap (prebuilt argv)": sandboxed_prebuilt,
             "bwrap --version": version,
         }
@@ -118,6 +139,8 @@ def main() -> int:
         os.chdir(Path(__file__).resolve().parents[1])
         shutil.rmtree(root, ignore_errors=True)
 
+    with plan("soup", {}, Settings("bwrap"), run).confine() as confinement:
+        limits = confinement.describe()
     version_line = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
     stats = {
         name: {
@@ -131,6 +154,9 @@ def main() -> int:
     }
     overhead = {
         "plan+bwrap - direct": {k: stats["plan+bwrap"][k] - stats["direct"][k] for k in ("median_s", "p90_s")},
+        "plan+limits+bwrap - direct": {
+            k: stats["plan+limits+bwrap"][k] - stats["direct"][k] for k in ("median_s", "p90_s")
+        },
         "prebuilt - direct": {k: stats["bwrap (prebuilt argv)"][k] - stats["direct"][k] for k in ("median_s", "p90_s")},
     }
     doc = {
@@ -142,6 +168,7 @@ def main() -> int:
         "machine": platform.machine(),
         "kernel": platform.release(),
         "argv_example": prebuilt,
+        "limits": limits,
         "stats": stats,
         "overhead": overhead,
     }

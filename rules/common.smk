@@ -1,7 +1,9 @@
 import copy
+import hashlib
 import json
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -94,6 +96,12 @@ if config["isolation"] == "bwrap":
         check_available()
     except SandboxUnavailable as exc:
         sys.exit(f"error: config: isolation: {exc}")
+# The sandbox's version and this host (its name's SHA-256): parameters of the sandbox's self-test
+# (rule sandbox_self_test), so that it runs again when either changes.
+from replaykit.harness.sandbox import version as sandbox_version
+
+SANDBOX_VERSION = sandbox_version() or "none"
+SANDBOX_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()
 
 # Steps run `python -m replaykit` of the venv that runs snakemake (its bin/ goes first on
 # PATH); with `--sdm conda`, of the rule's conda environment, with the project's src/ on
@@ -185,10 +193,10 @@ def frozen_package_files(w=None):
 
 
 def sandbox_settings(w):
-    """The config's isolation keys, as JSON: the replay computes its isolation plan from them,
-    the task's plug-in and data, and its own paths (replaykit.isolation); they are the same
-    whichever config files were given."""
-    keys = ("isolation", "sandbox_show", "sandbox_hide")
+    """The config's isolation keys, as JSON: the replay computes its isolation plan and limits
+    from them, the task's plug-in and data, and its own paths (replaykit.isolation); they are
+    the same whichever config files were given."""
+    keys = ("isolation", "sandbox_show", "sandbox_hide", "sandbox_limits")
     return json.dumps({k: config[k] for k in keys}, sort_keys=True)
 
 

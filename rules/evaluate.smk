@@ -51,6 +51,7 @@ rule score:
         split=split_dir,  # final: results/{task}/assets/hidden; proxy: results/{task}/assets/public
         manifest="results/{task}/assets/manifest.json",
         frozen="results/frozen-code.json",
+        self_test=ancient("results/sandbox-self-test/{task}.json"),
     output:
         summary="results/{task}/{run}/{split}-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/{split}-scores/checkpoint-{progress}/.complete",

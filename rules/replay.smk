@@ -29,6 +29,7 @@ checkpoint replay:
         fixed_start=get_fixed_start,
         # order only (ancient): a candidate's decision rule is written before its first replay
         decision_rule=get_decision_rule,
+        self_test=ancient("results/sandbox-self-test/{task}.json"),
     output:
         record="results/{task}/{run}/replay/record.json",
     log:

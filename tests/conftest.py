@@ -291,6 +291,59 @@ def shared_runs_unchanged():
     assert not changed, f"shared runs changed by a test (use copy_run): {'; '.join(changed)}"
 
 
+class Listener:
+    """A listening socket on the host (a Unix socket file or TCP on 127.0.0.1) that counts the
+    connections it accepted, on a thread of its own."""
+
+    def __init__(self, family: int, address):
+        import socket
+        import threading
+
+        self.sock = socket.socket(family)
+        self.sock.bind(address)
+        self.sock.listen()
+        self.address, self.accepted = self.sock.getsockname(), 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def outside_targets():
+    """What candidate code must not reach, placed outside the working directory as an
+    operator's machine holds it (issue 27): under ``/var/tmp`` (kept across reboots, not the
+    sandbox's scratch ``/tmp``) a copy of a hidden split as another checkout's
+    ``results/<task>/assets/hidden/final.jsonl``, a dataset cache meant as ``HF_HOME`` (outside
+    ``$HOME``), and a Unix socket listener; and a TCP listener on the host's loopback. Yields a
+    dict: ``copy``, ``hf_home``, ``socket``, ``port`` (for the probe) and the two listeners."""
+    import socket
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="replaykit-test-outside-", dir="/var/tmp"))
+    copy = folder / "other-checkout" / "results" / "soup" / "assets" / "hidden" / "final.jsonl"
+    copy.parent.mkdir(parents=True)
+    copy.write_text('{"id": 0, "label": 7}\n')
+    hf_home = folder / "hf-home"
+    (hf_home / "datasets").mkdir(parents=True)
+    (hf_home / "datasets" / "final.arrow").write_bytes(b"ARROW1")
+    unix, tcp = Listener(socket.AF_UNIX, str(folder / "host.sock")), Listener(socket.AF_INET, ("127.0.0.1", 0))
+    targets = {"copy": str(copy), "hf_home": str(hf_home), "socket": unix.address, "port": tcp.address[1]}
+    yield {**targets, "unix": unix, "tcp": tcp}
+    unix.close()
+    tcp.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def copy_run(tree: Path, dest: Path, without: tuple[str, ...] = ()) -> Path:
     """A copy of a built workflow folder to change or break: every file with its mtime
     (``shutil.copy2``), symlinks as links, ``.snakemake/`` left out (its records name the

@@ -7,6 +7,7 @@ a plan reads nothing the plan does not name."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,175 @@ def test_a_path_spelled_through_a_symbolic_link_resolves_inside(work, tmp_path):
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=shown.environment({"PATH": "/usr/bin"}))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["ok", "['workspace']"]
+
+
+def self_test(tmp_path: Path, work: Path, plan=None) -> dict:
+    """The soup task's self-test (:func:`replaykit.harness.selftest.run_self_test`) with a final
+    file in the working directory's hidden split; ``plan``: the run's plan (default: the one
+    ``python -m replaykit self-test`` computes, :func:`replaykit.isolation.plan`)."""
+    from replaykit.harness.selftest import run_self_test
+    from replaykit.isolation import RunPaths, Settings, self_test_targets
+    from replaykit.isolation import plan as isolation_plan
+
+    Path("results/soup/assets/hidden/final.jsonl").write_text('{"id": 0, "label": 7}\n')
+    for split in ("public", "hidden"):  # a file both splits hold (rm's overlap.json): no secret
+        Path(f"results/soup/assets/{split}/overlap.json").write_text("{}\n")
+    settings, run = Settings("bwrap"), tmp_path / "self-test-run"
+    paths = RunPaths(work / "fixed", Path("results/soup/assets/public"), (run / "workspace",), (run / "state",))
+    plan = plan or isolation_plan("soup", {}, settings, paths)
+    targets = self_test_targets("soup", {}, settings, work / "fixed", Path("results/soup/assets/public"))
+    return run_self_test(plan, targets, run, "soup")
+
+
+def test_the_self_test_tries_every_escape_kind_and_the_sandbox_blocks_each(work, tmp_path):
+    """The canary in soup's plan: every escape kind is tried (with real targets: copies of the
+    final file planted under /var/tmp, Unix and TCP listeners on the host) and none reaches
+    anything; the listeners, counting on the host, saw no connection; nothing planted is left.
+    A file the public split holds too is neither planted nor an escape where the canary finds it
+    (the working directory's parent is searched: the public split lies below it)."""
+    from replaykit.harness.canary import ESCAPES
+
+    verdict = self_test(tmp_path, work)
+    assert verdict["passed"] is True and verdict["escaped"] == []
+    assert {a["escape"] for a in verdict["attempts"]} == set(ESCAPES)
+    assert all(a["blocked"] for a in verdict["attempts"])
+    planted = [Path(p) for p in verdict["planted"]]
+    assert len(planted) == 2 and all(p.is_relative_to("/var/tmp") and not p.exists() for p in planted)
+    assert {p.name for p in planted} == {"final.jsonl"}
+    assert any(a["target"] == str(planted[0]) for a in verdict["attempts"])  # read by its path, refused
+    assert verdict["sandbox"]["limits"]["hit"] is None and verdict["fingerprint"]["bwrap"].startswith("bubblewrap")
+
+
+def test_the_canary_without_a_sandbox_reaches_every_kind_and_the_line_names_the_first(work, tmp_path):
+    """The control: the same canary with no sandbox (``isolation: none``'s plan) reaches the final
+    split by path, through /proc, as a copy outside the working directory, the package data,
+    the frozen code, the host's TCP and Unix listeners; the failure line names the first escape."""
+    from replaykit.harness.sandbox import IsolationPlan
+    from replaykit.harness.selftest import failure_line
+
+    verdict = self_test(tmp_path, work, plan=IsolationPlan("none"))
+    kinds = {"final_by_path", "final_through_proc", "copy_outside", "final_package_data", "write_outside"}
+    kinds |= {"network", "host_unix_socket", "host_listener"}
+    assert verdict["passed"] is False and kinds <= set(verdict["escaped"])
+    assert failure_line(verdict).startswith("sandbox self-test: escape final_by_path: ")
+    assert not list(Path.cwd().rglob(".canary-was-here"))  # the canary removes what it created
+
+
+def test_the_fingerprint_names_this_machine(work):
+    """Each field against an independent source: ``hostname``, ``nproc``, ``bwrap --version``,
+    the imported torch, the interpreter."""
+    import hashlib
+    import platform
+
+    import torch
+
+    from replaykit.harness.provenance import fingerprint
+
+    def out(*argv):
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+    f = fingerprint()
+    assert f["hostname_sha256"] == hashlib.sha256(out("hostname").encode()).hexdigest()
+    assert f["cpu_count"] == int(out("nproc")) and f["bwrap"] == out("bwrap", "--version")
+    assert f["torch"] == torch.__version__.split("+")[0] or f["torch"] == torch.__version__
+    assert f["cuda"] == torch.version.cuda and f["python"] == platform.python_version()
+    has_smi = subprocess.run(["which", "nvidia-smi"], capture_output=True).returncode == 0
+    assert (f["gpu"] == [] and f["driver"] is None) or has_smi
+    assert set(f) >= {"gpu", "driver", "cuda", "torch", "transformers", "trl", "diffusers", "peft", "python"}
+
+
+EXPLORATION_PROBE = r"""
+import json, os, socket, sys
+from importlib.util import find_spec
+from pathlib import Path
+
+t, found = json.loads(sys.argv[1]), {}
+
+def attempt(name, action):
+    try:
+        found[name] = str(action())[:200]
+    except Exception as exc:
+        pass
+
+def unix():
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(3)
+        s.connect(t["socket"])
+        s.sendall(b"probe")
+
+hidden = Path(t["work"]) / "results" / "soup" / "assets" / "hidden"
+attempt("hidden", lambda: os.listdir(hidden) or 1 / 0)
+attempt("copy_under_var_tmp", lambda: Path(t["copy"]).read_bytes())
+attempt("hf_home_outside_home", lambda: os.listdir(t["hf_home"]))
+attempt("hf_home_by_its_variable", lambda: os.listdir(os.environ["HF_HOME"]))
+attempt("host_unix_socket", unix)
+attempt("host_tcp", lambda: socket.create_connection(("127.0.0.1", t["port"]), timeout=3))
+digits = Path(find_spec("sklearn").origin).parent / "datasets" / "data" / "digits.csv.gz"
+attempt("sklearn_digits", lambda: digits.read_bytes()[:4])
+attempt("proc_1_root", lambda: os.listdir(f"/proc/1/root{hidden}"))
+(Path(os.environ["REPLAYKIT_RUN_DIR"]) / "found.json").write_text(json.dumps(found))
+print("probe done", len(found))
+"""
+
+
+@pytest.mark.slow
+def test_an_exploration_probe_reaches_nothing_outside_and_still_finishes(soup_run, tmp_path, outside_targets):
+    """``explore run -- python probe.py`` in the tiny soup run (a copy): the probe reads nothing of
+    the hidden split, the copy under /var/tmp, a dataset cache set as HF_HOME outside $HOME, the
+    final package data (scikit-learn's digits), and reaches neither host listener; the probe
+    still exits 0 and its receipt states the sandbox's limits and the machine's fingerprint."""
+    from conftest import copy_run
+
+    work = copy_run(soup_run, tmp_path / "w")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), HF_HOME=outside_targets["hf_home"], HOME=str(tmp_path))
+
+    def rk(*args):
+        result = subprocess.run([sys.executable, "-m", "replaykit", *args], cwd=work, env=env, capture_output=True)
+        assert result.returncode == 0, (args, result.stdout[-2000:], result.stderr[-2000:])
+        return result
+
+    rk("explore", "soup", "--name", "escape", "--budget-s", "600")
+    targets = {k: outside_targets[k] for k in ("copy", "hf_home", "socket", "port")}
+    ex = work / "explore" / "soup" / "escape"
+    probe = [sys.executable, "-c", EXPLORATION_PROBE, json.dumps({**targets, "work": str(work)})]
+    rk("explore", "run", "-e", str(ex), "--", *probe)
+    receipt = json.loads((ex / "receipts.jsonl").read_text().splitlines()[-1])
+    found = json.loads((ex / "runs" / "probe-1" / "found.json").read_text())
+    assert found == {} and outside_targets["tcp"].accepted == 0 and outside_targets["unix"].accepted == 0
+    assert receipt["returncode"] == 0 and receipt["stop"] == "exit" and receipt["limit_hit"] is None
+    assert receipt["sandbox"]["limits"]["memory_bytes"] > 0 and receipt["fingerprint"]["python"]
+
+
+def assert_self_test_and_fingerprint_travel(work: Path, task: str) -> None:
+    """``final/summary.json`` of ``task`` carries the self-test's verdicts (the same file's
+    SHA-256), its bubblewrap version and the paths shown; the replay record, each score summary
+    and the final summary carry one machine's fingerprint."""
+    from replaykit.harness.hashing import sha256_file
+
+    summary = json.loads((work / f"results/{task}/final/summary.json").read_text())
+    section, test_file = summary["sandbox_self_test"], work / f"results/sandbox-self-test/{task}.json"
+    assert section["passed"] is True and section["sha256"] == sha256_file(test_file)
+    assert section["escapes"] and all(e["blocked"] for e in section["escapes"])
+    assert section["bwrap"] == json.loads(test_file.read_text())["fingerprint"]["bwrap"]
+    assert section["shown"]["read_only"] and section["replays_elsewhere"] == []
+    record = json.loads((work / f"results/{task}/shipped-seed42/replay/record.json").read_text())
+    assert record["fingerprint"] == summary["fingerprint"]  # one machine built both
+    scores = sorted((work / f"results/{task}/shipped-seed42/final-scores").glob("checkpoint-*/summary.json"))
+    assert scores and all(json.loads(p.read_text())["fingerprint"] == record["fingerprint"] for p in scores)
+
+
+@pytest.mark.slow
+def test_the_self_test_and_the_fingerprint_travel_with_the_soup_result(soup_run):
+    """The tiny soup result: as :func:`assert_self_test_and_fingerprint_travel`, and report.md's
+    section says the self-test passed."""
+    assert_self_test_and_fingerprint_travel(soup_run, "soup")
+    assert "## Sandbox self-test\n\nPassed: " in (soup_run / "results/soup/final/report.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_self_test_and_the_fingerprint_travel_with_the_rm_report(rm_run):
+    """The tiny rm result (a Trainer task): as :func:`assert_self_test_and_fingerprint_travel`,
+    and report.html's paragraph says the self-test passed."""
+    assert_self_test_and_fingerprint_travel(rm_run, "rm")
+    html = (rm_run / "results/rm/report.html").read_text()
+    assert 'id="sandbox-self-test">Sandbox self-test: <strong>passed</strong>' in html

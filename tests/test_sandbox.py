@@ -16,9 +16,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -49,7 +47,15 @@ def writable(path):
         return "opened for writing"
 
 
-def run(request, task, port):
+def unix_connect(path):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(3)
+        s.connect(path)
+        s.sendall(b"probe")
+    return "connected and sent"
+
+
+def run(request, task, t):
     publish = Path(request.publish_dir)
     work = publish.parents[3]  # <work>/results/<task>/<run>/replay
     run_dir, results = publish.parent, {}
@@ -80,7 +86,11 @@ def run(request, task, port):
     attempt(results, "sklearn_digits", lambda: digits.read_bytes()[:4] if task == "soup" else 1 / 0)
     attempt(results, "home_secret", lambda: (Path.home() / "secret.txt").read_text())
     attempt(results, "network_interfaces", lambda: [n for _, n in socket.if_nameindex() if n != "lo"] or 1 / 0)
-    attempt(results, "connect_host_loopback", lambda: socket.create_connection(("127.0.0.1", port), timeout=3))
+    attempt(results, "connect_host_loopback", lambda: socket.create_connection(("127.0.0.1", t["port"]), timeout=3))
+    attempt(results, "connect_host_unix_socket", lambda: unix_connect(t["socket"]))
+    attempt(results, "copy_under_var_tmp", lambda: Path(t["copy"]).read_bytes())
+    attempt(results, "hf_home_outside_home", lambda: os.listdir(t["hf_home"]))
+    attempt(results, "hf_home_by_its_variable", lambda: os.listdir(os.environ["HF_HOME"]))
     (Path(request.state_dir) / "probe.json").write_text(json.dumps(results, indent=1))
 '''
 
@@ -104,12 +114,30 @@ ESCAPES = (
     "home_secret",
     "network_interfaces",
     "connect_host_loopback",
+    "connect_host_unix_socket",
+    "copy_under_var_tmp",
+    "hf_home_outside_home",
+    "hf_home_by_its_variable",
+)
+# what the same probe manages without a sandbox (so each of these is a real probe)
+ESCAPES_WITHOUT_SANDBOX = (
+    "list_hidden",
+    "read_hidden",
+    "write_frozen_code",
+    "connect_host_loopback",
+    "create_in_work_dir",
+    "connect_host_unix_socket",
+    "copy_under_var_tmp",
+    "hf_home_outside_home",
+    "hf_home_by_its_variable",
+    "sklearn_digits",
 )
 
 
-def bare_replay(tmp_path: Path, workspace: Path, isolation: str, frozen=None) -> dict:
+def bare_replay(tmp_path: Path, workspace: Path, isolation: str, frozen=None, limits: dict | None = None) -> dict:
     """``run_replay`` of ``workspace`` on an empty fixed start and no assets (60 s budget), with
-    the isolation plan the replay rule's gets (``frozen``: the frozen code to hash)."""
+    the isolation plan the replay rule's gets (``frozen``: the frozen code to hash; ``limits``:
+    the config's ``sandbox_limits``)."""
     from replaykit.harness import replay
     from replaykit.harness.budget import Budget
     from replaykit.harness.hashing import tree_files
@@ -140,7 +168,7 @@ def bare_replay(tmp_path: Path, workspace: Path, isolation: str, frozen=None) ->
         profile="embedded",
         overrides={},
         threads=1,
-        isolation=plan("soup", {}, Settings(isolation), run),
+        isolation=plan("soup", {}, Settings.from_config({"isolation": isolation, "sandbox_limits": limits}), run),
         frozen=frozen or frozen_code(),
     )
     return replay.run_replay(spec)
@@ -163,42 +191,20 @@ def make_dir(path: Path) -> Path:
     return path
 
 
-def probe_patch(dest: Path, task: str, port: int) -> Path:
-    """A candidate patch for ``recipes/<task>``: add probe.py and call it first in train.py."""
+def probe_patch(dest: Path, task: str, targets: dict) -> Path:
+    """A candidate patch for ``recipes/<task>``: add probe.py and call it first in train.py, with
+    the outside targets (conftest's ``outside_targets``: ``copy``, ``hf_home``, ``socket``, ``port``)."""
+    targets = {k: targets[k] for k in ("copy", "hf_home", "socket", "port")}
     train = (ROOT / "recipes" / task / "train.py").read_text()
     # the line where the recipe's session has read the driver's request
     anchor = next(l for l in train.splitlines(True) if "Session.start(" in l)
-    patched = train.replace(anchor, anchor + f"    import probe\n    probe.run(session.request, {task!r}, {port})\n")
+    patched = train.replace(
+        anchor, anchor + f"    import probe\n    probe.run(session.request, {task!r}, {targets!r})\n"
+    )
     diff = "".join(difflib.unified_diff(train.splitlines(True), patched.splitlines(True), "a/train.py", "b/train.py"))
     diff += "".join(difflib.unified_diff([], PROBE.splitlines(True), "/dev/null", "b/probe.py"))
     dest.write_text(diff)
     return dest
-
-
-@pytest.fixture
-def host_server():
-    """A TCP server on the host's loopback; counts connections made to it."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.5)
-    accepted, stop = [], threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-                accepted.append(1)
-                conn.close()
-            except OSError:
-                pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], accepted
-    stop.set()
-    thread.join(timeout=2)
-    server.close()
 
 
 def soup_task(fixed_start: Path, patch: Path) -> dict:
@@ -216,51 +222,73 @@ def soup_start(soup_start, tmp_path):
     return tmp_path / "soup-start" / soup_start.name
 
 
-def run_probe(work: Path, task: str, target: str) -> tuple[dict, dict]:
+def run_probe(work: Path, task: str, target: str, outside: dict) -> tuple[dict, dict]:
+    """Build ``target`` with the probe as the candidate, the user's ``$HOME`` holding a secret and
+    ``HF_HOME`` set to the outside dataset cache; the probe's findings and the replay record."""
     before = frozen_code().files()
     home = work.parent / "home"  # the user's HOME holds a secret the probe looks for
     home.mkdir()
     (home / "secret.txt").write_text("token")
-    snakemake(work, target, "--cores", "2", "--resources", "gpu=1", check=True, env={"HOME": str(home)})
+    env = {"HOME": str(home), "HF_HOME": outside["hf_home"]}
+    snakemake(work, target, "--cores", "2", "--resources", "gpu=1", check=True, env=env)
     assert frozen_code().files() == before, "the frozen package changed"
     probe = json.loads((work / f"results/{task}/probe-seed42/replay-state/probe.json").read_text())
     record = json.loads((work / f"results/{task}/probe-seed42/replay/record.json").read_text())
     return probe, record
 
 
-def test_soup_probe_reaches_nothing_and_the_run_stays_valid(soup_start, tmp_path, host_server):
-    port, accepted = host_server
+def nothing_reached(outside: dict) -> bool:
+    return outside["tcp"].accepted == 0 and outside["unix"].accepted == 0
+
+
+def test_soup_probe_reaches_nothing_and_the_run_stays_valid(soup_start, tmp_path, outside_targets):
     work = copy_workflow(make_dir(tmp_path / "work"))
     (work / "results/soup/final").mkdir(parents=True)  # an earlier result the probe looks for
     (work / "results/soup/final/summary.json").write_text('{"value": 0.9}')
     (work / "results/soup/other-seed1").mkdir()
     write_config(
-        work, {"models": {}, "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", port))}}
+        work,
+        {
+            "models": {},
+            "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", outside_targets))},
+        },
     )
-    probe, record = run_probe(work, "soup", "results/soup/probe-seed42/official.json")
+    probe, record = run_probe(work, "soup", "results/soup/probe-seed42/official.json", outside_targets)
     managed = {k: v["detail"] for k, v in probe.items() if v["managed"]}
     assert set(probe) == set(ESCAPES) and managed == {}
-    assert not accepted and not (work / "probe-escape").exists() and not (soup_start / "probe").exists()
+    assert (
+        nothing_reached(outside_targets)
+        and not (work / "probe-escape").exists()
+        and not (soup_start / "probe").exists()
+    )
     assert record["isolation"] == "bwrap" and record["advisories"] == []
     official = json.loads((work / "results/soup/probe-seed42/official.json").read_text())
     assert official["official"] is not None and official["isolation"] == "bwrap"
+    # the replay waited for the sandbox's self-test, which every escape kind failed to pass
+    self_test = json.loads((work / "results/sandbox-self-test/soup.json").read_text())
+    assert self_test["passed"] is True and self_test["escaped"] == []
+    limits = record["sandbox"]["limits"]
+    assert limits["hit"] is None and limits["memory_bytes"] > 0 and limits["file_bytes"] >= 1024**3
+    assert (
+        record["fingerprint"]["bwrap"]
+        == subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
+    )
 
 
-def test_soup_probe_without_isolation_reaches_everything_and_says_so(soup_start, tmp_path, host_server):
-    port, accepted = host_server
+def test_soup_probe_without_isolation_reaches_everything_and_says_so(soup_start, tmp_path, outside_targets):
     work = copy_workflow(make_dir(tmp_path / "work"))
     write_config(
         work,
         {
             "isolation": "none",
             "models": {},
-            "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", port))},
+            "tasks": {"soup": soup_task(soup_start, probe_patch(tmp_path / "p.diff", "soup", outside_targets))},
         },
     )
-    probe, record = run_probe(work, "soup", "results/soup/report.html")
-    for escape in ("list_hidden", "read_hidden", "write_frozen_code", "connect_host_loopback", "create_in_work_dir"):
+    probe, record = run_probe(work, "soup", "results/soup/report.html", outside_targets)
+    for escape in ESCAPES_WITHOUT_SANDBOX:
         assert probe[escape]["managed"], (escape, probe[escape])
-    assert accepted and record["isolation"] == "none"
+    assert outside_targets["tcp"].accepted and outside_targets["unix"].accepted and record["isolation"] == "none"
     advisory = sandbox.NO_ISOLATION_ADVISORY
     final = json.loads((work / "results/soup/final/summary.json").read_text())
     assert final["advisories"][0] == advisory and final["isolation"] == "none"
@@ -272,17 +300,19 @@ def test_soup_probe_without_isolation_reaches_everything_and_says_so(soup_start,
     assert html.index(advisory) < html.index("Official result")
 
 
-def test_dpo_probe_reaches_nothing(tiny_llama, tmp_path, host_server):
-    port, accepted = host_server
+def test_dpo_probe_reaches_nothing(tiny_llama, tmp_path, outside_targets):
     work = copy_workflow(make_dir(tmp_path / "work"))
     config = tiny_config(tiny_llama)
     task = config["tasks"]["dpo"]
-    task["candidate"], task["candidates"] = "probe", {"probe": str(probe_patch(tmp_path / "p.diff", "dpo", port))}
+    task["candidate"], task["candidates"] = (
+        "probe",
+        {"probe": str(probe_patch(tmp_path / "p.diff", "dpo", outside_targets))},
+    )
     task["recipe"]["overrides"]["max_steps"] = 2
     write_config(work, config)
-    probe, record = run_probe(work, "dpo", "results/dpo/probe-seed42/official.json")
-    assert {k: v["detail"] for k, v in probe.items() if v["managed"]} == {}
-    assert not accepted and not (work / "probe-escape").exists()
+    probe, record = run_probe(work, "dpo", "results/dpo/probe-seed42/official.json", outside_targets)
+    assert set(probe) == set(ESCAPES) and {k: v["detail"] for k, v in probe.items() if v["managed"]} == {}
+    assert nothing_reached(outside_targets) and not (work / "probe-escape").exists()
     official = json.loads((work / "results/dpo/probe-seed42/official.json").read_text())
     assert official["official"] is not None and record["isolation"] == "bwrap"
 
@@ -495,3 +525,71 @@ def test_training_gets_the_malloc_settings_unless_the_operator_set_them(tmp_path
     env = json.loads((tmp_path / "state" / "env.json").read_text())
     assert env == {"MALLOC_MMAP_MAX_": "65536", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
     assert launch.MALLOC_ENV == {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
+
+
+# A recipe that goes past one limit, and what the limit is set to (the defaults stay for the others).
+RUNAWAYS = {
+    "file_size": ("open('big.bin', 'wb').write(b'x' * 2 * 1024**2)", {"file_bytes": 1024**2}),
+    "memory": ("block = bytearray(1024**3)", {"memory_bytes": 256 * 1024**2}),
+    "processes": (
+        "import threading, time\nfor _ in range(200):\n"
+        "    threading.Thread(target=time.sleep, args=(5,), daemon=True).start()",
+        {"processes": 32},
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RUNAWAYS))
+def test_a_runaway_candidate_hits_its_limit_fails_itself_and_the_record_says_which(tmp_path, kind):
+    """Each limit, set low, stops a real recipe that goes past it (a 2 MiB file under a 1 MiB
+    limit, 1 GiB of memory under 256 MiB, 200 threads under 32 processes): the replay fails
+    with one line naming the limit, ``last-failure.json`` states the limits with ``hit``, and the
+    attempt carries ``limit_hit``. The control: the same recipe under the default limits fails
+    only for publishing nothing (it writes no result), with no limit named."""
+    from replaykit.harness import replay
+    from replaykit.harness.limits import Confinement, Limits
+
+    code, limits = RUNAWAYS[kind]
+    if kind == "processes" and Confinement(Limits(processes=32)).stated().processes is None:
+        pytest.skip("neither a pids cgroup nor RLIMIT_NPROC can limit processes here (root without cgroup)")
+    ws = one_file_workspace(tmp_path, "import os\nos.chdir(os.environ.get('TMPDIR', '/tmp'))\n" + code + "\n")
+    with pytest.raises(replay.ReplayError, match=f"hit the sandbox's {kind.replace('_', ' ')} limit"):
+        bare_replay(tmp_path, ws, isolation="bwrap", limits=limits)
+    failure = json.loads((tmp_path / "pub" / "last-failure.json").read_text())
+    key = {"file_size": "file_bytes", "memory": "memory_bytes", "processes": "processes"}[kind]
+    assert failure["limits"]["hit"] == kind and failure["limits"][key] == limits[key]
+    attempts = json.loads((tmp_path / "state" / "attempts.json").read_text())
+    assert attempts[-1]["limit_hit"] == kind
+    control = make_dir(tmp_path / "control")
+    with pytest.raises(replay.ReplayError) as error:
+        bare_replay(
+            control,
+            one_file_workspace(control, "import os\nos.chdir(os.environ.get('TMPDIR', '/tmp'))\n" + code + "\n"),
+            isolation="bwrap",
+        )
+    assert "limit" not in str(error.value)
+    assert json.loads((control / "pub" / "last-failure.json").read_text())["limits"]["hit"] is None
+
+
+def test_limits_default_from_the_machine_and_the_fixed_start(tmp_path):
+    """``auto``: memory = memory_fraction x the machine's memory (``/proc/meminfo``'s MemTotal,
+    read here independently, or a lower cgroup limit), file size = file_factor x the fixed start's
+    bytes but at least 1 GiB; ``none`` lifts a limit; an unknown key is one error naming it."""
+    from replaykit.harness.errors import InputError
+    from replaykit.harness.limits import LimitSettings, machine_memory
+
+    total_kib = int(next(l for l in open("/proc/meminfo") if l.startswith("MemTotal:")).split()[1])
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    (fixed / "model.bin").write_bytes(b"\0" * 3000)
+    limits = LimitSettings().resolve(fixed)
+    if machine_memory() < 0.99 * total_kib * 1024:
+        pytest.skip("this process's cgroup limits memory below the machine's: auto follows the cgroup")
+    # 1 %: the kernel's count of usable pages moves by a few pages between two reads (ballooning)
+    assert limits.memory_bytes == pytest.approx(0.8 * total_kib * 1024, rel=0.01)
+    assert limits.file_bytes == 1024**3 and limits.processes == 4096
+    big = LimitSettings(file_bytes="auto", file_factor=4, memory_bytes="none").resolve(fixed)
+    assert big.memory_bytes is None and big.file_bytes == 1024**3  # 4 x 3000 bytes < the 1 GiB floor
+    assert LimitSettings(file_bytes=5_000_000).resolve(None).file_bytes == 5_000_000
+    with pytest.raises(InputError, match="sandbox_limits.memory"):
+        LimitSettings.from_config({"memory": 1})

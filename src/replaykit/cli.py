@@ -18,6 +18,7 @@ from .harness.errors import InputError
 from .harness.protocol import options as replay_options
 from .harness.replay import ReplayError
 from .harness.sandbox import SandboxUnavailable
+from .harness.selftest import SelfTestFailed
 
 
 def _json_arg(text: str, option: str = "argument") -> dict:
@@ -118,6 +119,38 @@ def _gpu_slot(a, rule: str):
         yield slot
 
 
+def cmd_self_test(a) -> int:
+    """The sandbox self-test of a task's isolation plan (rule ``sandbox_self_test``): the canary
+    run as a replay's ``train.py`` is, its verdicts written to ``--out``; a failed one is one
+    error line naming the escape and exit 1 (the verdicts are in the log)."""
+    import os
+    from pathlib import Path
+
+    from .harness.fileio import atomic_write_json
+    from .harness.provenance import fingerprint
+    from .harness.sandbox import NO_ISOLATION_ADVISORY
+    from .harness.selftest import failure_line, run_self_test
+    from .isolation import RunPaths, Settings, plan, self_test_targets
+
+    settings, data = Settings.from_config(_json_arg(a.sandbox, "--sandbox")), _json_arg(a.data, "--data")
+    doc = {"task": a.task, "isolation": settings.mode, "settings": settings.as_dict()}
+    fixed_start, public = Path(a.fixed_start), Path(a.public_dir)
+    if settings.mode == "none":
+        doc.update(passed=None, note=NO_ISOLATION_ADVISORY, fingerprint=fingerprint())
+    else:
+        run = Path(a.out).parent / f".{a.task}-run-{os.getpid()}"
+        paths = RunPaths(fixed_start, public, read_only=(run / "workspace",), writable=(run / "state",))
+        sandbox = plan(a.task, data, settings, paths)
+        doc.update(run_self_test(sandbox, self_test_targets(a.task, data, settings, fixed_start, public), run, a.task))
+    if doc["passed"] is False:
+        print(json.dumps(doc, indent=1))
+        raise SelfTestFailed(failure_line(doc))
+    atomic_write_json(a.out, doc)
+    blocked = f"{len(doc['attempts'])} attempts blocked in {doc['seconds']:.1f} s" if doc["passed"] else doc["note"]
+    print(f"[self-test] {a.task}: isolation {settings.mode}: {blocked}; {a.out}")
+    return 0
+
+
 def cmd_validate(a) -> None:
     from .harness.scoring import validate_checkpoint
     from .tasks import frozen_code, get_task
@@ -213,6 +246,7 @@ def cmd_final(a) -> None:
         report_diagnostics=plugin.REPORT_DIAGNOSTICS,
         scale=float(plugin.METRIC["scale"]),
         proxy_table=a.proxy_table or None,
+        self_test=a.self_test or None,
     )
     normalised = "undefined" if s["normalised_undefined"] else s["normalised_score"]
     print(
@@ -423,7 +457,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--sandbox",
         default='{"isolation": "bwrap"}',
-        help="JSON: the config's isolation, sandbox_show and sandbox_hide (what the sandbox shows)",
+        help="JSON: the config's isolation, sandbox_show, sandbox_hide and sandbox_limits (what the sandbox shows)",
     )
     s.set_defaults(func=cmd_replay)
 
@@ -434,6 +468,15 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check-sandbox", help="check that the sandbox runs here (one line and exit 2 if not)")
     s.add_argument("--isolation", choices=("bwrap", "none"), default="bwrap", help="the config's isolation")
     s.set_defaults(func=cmd_check_sandbox)
+
+    s = sub.add_parser("self-test", help="the sandbox's self-test: a canary tries every known escape")
+    s.add_argument("--task", required=True, help="task whose isolation plan is tested")
+    s.add_argument("--fixed-start", required=True, help="the task's fixed start")
+    s.add_argument("--public", dest="public_dir", required=True, help="the task's public split folder")
+    s.add_argument("--data", default="{}", help="JSON: the task's data block")
+    s.add_argument("--sandbox", default='{"isolation": "bwrap"}', help="JSON: the config's isolation keys")
+    s.add_argument("--out", required=True, help="verdicts to write (results/sandbox-self-test/<task>.json)")
+    s.set_defaults(func=cmd_self_test)
 
     s = sub.add_parser("validate", help="frozen loader's verdict on one checkpoint")
     for arg in ("--task", "--checkpoint", "--fixed-start", "--out"):
@@ -488,6 +531,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--published", default="{}", help="JSON: published full-scale references")
     s.add_argument("--n-boot", type=int, default=10_000, help="paired-bootstrap resamples")
     s.add_argument("--proxy-table", default="", help="the official run's proxy.json (explored candidates)")
+    s.add_argument(
+        "--self-test", default="", help="the task's sandbox self-test (results/sandbox-self-test/<task>.json)"
+    )
     s.set_defaults(func=cmd_final)
 
     s = sub.add_parser("ablation", help="matched ablation: candidate vs shipped, same seeds, rows")
@@ -592,6 +638,9 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxUnavailable as exc:
         print(f"error: isolation: {exc}", file=sys.stderr)
         return 2
+    except SelfTestFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return code or 0
 
 

@@ -29,12 +29,25 @@ need no hiding: nothing of the working directory is shown unless named.
 
 from __future__ import annotations
 
+import glob
 import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .harness.errors import InputError
 from .harness.frozen import package_dir
-from .harness.sandbox import IsolationPlan, inside, links_to, python_links, python_paths
+from .harness.limits import LimitSettings
+from .harness.sandbox import (
+    IsolationPlan,
+    holds_working_directory,
+    inside,
+    links_to,
+    python_links,
+    python_masks,
+    python_paths,
+)
+from .harness.selftest import Targets
 
 
 @dataclass(frozen=True)
@@ -45,11 +58,13 @@ class Settings:
         mode: ``isolation`` (``bwrap`` or ``none``).
         show: ``sandbox_show``: extra paths shown read-only.
         hide: ``sandbox_hide``: paths never shown (masked inside shown ones).
+        limits: ``sandbox_limits``: memory, processes and file size of each job.
     """
 
     mode: str = "bwrap"
     show: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
+    limits: LimitSettings = LimitSettings()
 
     @classmethod
     def from_config(cls, config: dict) -> Settings:
@@ -57,10 +72,16 @@ class Settings:
             str(config.get("isolation", "bwrap")),
             tuple(config.get("sandbox_show", ())),
             tuple(config.get("sandbox_hide", ())),
+            LimitSettings.from_config(config.get("sandbox_limits")),
         )
 
     def as_dict(self) -> dict:
-        return {"isolation": self.mode, "sandbox_show": list(self.show), "sandbox_hide": list(self.hide)}
+        return {
+            "isolation": self.mode,
+            "sandbox_show": list(self.show),
+            "sandbox_hide": list(self.hide),
+            "sandbox_limits": self.limits.as_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -85,18 +106,37 @@ class RunPaths:
 
 def final_paths(task: str, data: dict, settings: Settings) -> list[Path]:
     """Every path holding final-split items of ``task`` (real paths, existing ones): the
-    installed package data of ``FINAL_PACKAGE_DATA``, the local ``FINAL_SOURCES`` of its
-    ``data`` block, ``results/<task>/assets/hidden``, and the ``sandbox_hide`` paths."""
+    package data of ``FINAL_PACKAGE_DATA`` (every installed copy :func:`package_data_copies`
+    finds), the local ``FINAL_SOURCES`` of its ``data`` block, ``results/<task>/assets/hidden``,
+    and the ``sandbox_hide`` paths."""
     from .tasks import get_task
 
     plugin = get_task(task)
     found = [Path(p) for p in settings.hide] + [Path("results") / task / "assets" / "hidden"]
     for package, rel in plugin.FINAL_PACKAGE_DATA:
-        spec = importlib.util.find_spec(package)
-        if spec is not None and spec.origin:
-            found.append(Path(spec.origin).parent / rel)
+        found += package_data_copies(package, rel, [Path(p) for p in settings.show])
     found += [Path(v) for k, v in data.items() if k in plugin.FINAL_SOURCES and isinstance(v, str) and v]
     return _real(found)
+
+
+# Where a Python package lies below a folder: a sys.path entry itself, an installation prefix
+# (venv, pyenv, /usr/local: lib/python3.X/site-packages; Debian's /usr: lib/python3/dist-packages)
+# and a conda installation's package cache (pkgs/<name>-<version>/lib/python3.X/site-packages).
+PACKAGE_PLACES = ("", "lib*/python3*/*-packages/", "local/lib/python3*/*-packages/", "pkgs/*/lib/python3*/*-packages/")
+
+
+def package_data_copies(package: str, rel: str, extra: list[Path] = ()) -> list[Path]:
+    """Every installed copy of file ``rel`` of ``package`` that a sandbox could show: the one
+    this interpreter imports, and any other under this interpreter's ``sys.path`` entries and
+    prefixes, the system's ``/usr`` and ``/usr/local``, and the folders ``extra`` (an operator's
+    ``sandbox_show``), in the places of :data:`PACKAGE_PLACES`. Existing files only."""
+    spec = importlib.util.find_spec(package)
+    found = [Path(spec.origin).parent / rel] if spec is not None and spec.origin else []
+    roots = [Path(e) for e in sys.path if e] + [Path(sys.prefix), Path(sys.base_prefix), Path("/usr"), *extra]
+    for root in dict.fromkeys(roots):
+        for place in PACKAGE_PLACES:
+            found += map(Path, glob.glob(f"{glob.escape(str(root))}/{place}{package}/{rel}"))
+    return [p for p in dict.fromkeys(found) if p.exists()]
 
 
 def data_paths(task: str, data: dict) -> list[Path]:
@@ -117,20 +157,22 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     """
     from .tasks import code_roots, frozen_code, get_task
 
+    limits = settings.limits.resolve(run.fixed_start)
     if settings.mode == "none":
-        return IsolationPlan(mode="none")
+        return IsolationPlan(mode="none", limits=limits)
     final = final_paths(task, data, settings)
     cwd = Path.cwd().resolve()
     fixed = [run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else []
     named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
-    named += _real([*data_paths(task, data), *map(Path, settings.show)])
+    named += _declared(_real(data_paths(task, data)), f"tasks.{task}.data")
+    named += _declared(_real(map(Path, settings.show)), "sandbox_show")
     # the frozen scorer verifies every registered plug-in's files; candidate code needs its own
     plugins = [r for roots in frozen_code().plugin_roots().values() for r in roots] if run.frozen_only else []
     environment = [*python_paths(), package_dir(), *_real([*code_roots(task), *plugins])]
     writable = [p for p in _real(run.writable, existing=False) if not any(inside(p, f) for f in final)]
     shown = [p for p in dict.fromkeys(environment + named) if not any(inside(p, f) for f in final)]
     shown = [p for p in shown if p not in writable]
-    masks = [f for f in final if any(inside(f, p) and f != p for p in shown + writable)]
+    masks = [f for f in [*final, *python_masks()] if any(inside(f, p) and f != p for p in shown + writable)]
     masks += [cwd] if cwd != Path("/") else []  # empty and read-only, but for what is named inside it
     spelled = [*run.read_only, run.fixed_start, run.public_dir, *run.writable]
     links = python_links() + [link for p in spelled for link in links_to(p)]
@@ -140,7 +182,23 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
         writable=tuple(writable),
         masked=tuple(dict.fromkeys(masks)),
         links=tuple(dict.fromkeys(links)),
+        limits=limits,
     )
+
+
+def _declared(paths: list[Path], key: str) -> list[Path]:
+    """``paths`` (shown because the config names them) unless one is the root or holds the
+    working directory: showing it would show every other checkout, run and dataset beside it.
+    Raises :class:`InputError` naming ``key``."""
+    for path in paths:
+        if path == Path("/") or holds_working_directory(path):
+            raise InputError(
+                "config",
+                key,
+                f"{path} holds the working directory {Path.cwd()}: the sandbox would show everything "
+                "beside it (other checkouts, runs, datasets); name the folders it needs instead",
+            )
+    return paths
 
 
 def _real(paths, existing: bool = True) -> list[Path]:
@@ -154,3 +212,26 @@ def _real(paths, existing: bool = True) -> list[Path]:
         if (p.exists() or not existing) and p not in out:
             out.append(p)
     return out
+
+
+def self_test_targets(task: str, data: dict, settings: Settings, fixed_start: Path, public_dir: Path) -> Targets:
+    """What the sandbox's self-test (:mod:`replaykit.harness.selftest`) tries to reach for
+    ``task``: every final-split path (:func:`final_paths`, and the fixed start where it is raw
+    data whose complement is the test split), the final package data by name and its installed
+    copies, files of the frozen package to open for writing, and the folders that must take no
+    new file (the frozen package, the working directory, the public split, the fixed start)."""
+    from .tasks import get_task
+
+    plugin = get_task(task)
+    final = final_paths(task, data, settings)
+    copies = _real(p for package, rel in plugin.FINAL_PACKAGE_DATA for p in package_data_copies(package, rel))
+    final = [f for f in final if f not in copies] + (_real([fixed_start]) if plugin.FIXED_START_IS_DATA else [])
+    package = package_dir().resolve()
+    return Targets(
+        final=final,
+        package_data=list(plugin.FINAL_PACKAGE_DATA),
+        package_data_files=copies,
+        frozen=[package / "__init__.py", package / "harness" / "sandbox.py"],
+        read_only_dirs=[p for p in _real([package, Path.cwd(), public_dir, fixed_start]) if p.is_dir()],
+        public=_real([public_dir] + ([] if plugin.FIXED_START_IS_DATA else [fixed_start])),
+    )

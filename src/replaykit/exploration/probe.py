@@ -12,9 +12,11 @@ from pathlib import Path
 from ..harness.errors import InputError
 from ..harness.hashing import sha256_tree
 from ..harness.launch import start_group, training_env, wait_until
+from ..harness.limits import Confinement, failure_line, tail_lines
 from ..harness.lock import FileLock
 from ..harness.progress import escape_controls
 from ..harness.protocol import KEEP, ReplayRequest
+from ..harness.provenance import fingerprint
 from ..harness.slots import take_slot
 from ..isolation import RunPaths, plan
 from .record import Exploration
@@ -33,12 +35,15 @@ def probe_plan(exploration: Exploration, run_dir: Path):
     return plan(info["task"], info.get("data", {}), exploration.settings(), run)
 
 
-def run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, ends_unix: float, echo: bool) -> tuple[int, str]:
-    """Run ``argv`` in its own process group (:mod:`replaykit.harness.launch`), its output to
-    ``log`` (and stdout when ``echo``: controls shown as escapes, not run); stop it at
-    ``ends_unix``. Returns (exit status, ``exit`` or ``budget``)."""
-    with open(log, "ab") as sink:
-        proc = start_group(argv, cwd=cwd, env=env)
+def run_logged(
+    argv: list[str], *, cwd: Path, env: dict, log: Path, ends_unix: float, echo: bool, confinement: Confinement
+) -> tuple[int, str, dict]:
+    """Run ``argv`` in its own process group (:mod:`replaykit.harness.launch`) under
+    ``confinement``'s limits (closed at the end), its output to ``log`` (and stdout when
+    ``echo``: controls shown as escapes, not run); stop it at ``ends_unix``. Returns (exit
+    status, ``exit`` or ``budget``, the limits as the receipt lists them, a hit named)."""
+    with confinement, open(log, "ab") as sink:
+        proc = start_group(argv, cwd=cwd, env=env, preexec=confinement.preexec)
 
         def pump():
             for line in iter(proc.stdout.readline, b""):
@@ -52,7 +57,15 @@ def run_logged(argv: list[str], *, cwd: Path, env: dict, log: Path, ends_unix: f
         stop = "budget" if wait_until(proc, ends_unix) else "exit"
         code = proc.wait()
         reader.join(timeout=5)
-    return code, stop
+        sink.flush()
+        hit, evidence = confinement.verdict(code, tail_lines(log)) if stop == "exit" else (None, None)
+        limits = confinement.describe(hit, evidence)
+    if hit:
+        line = f"[explore] {failure_line(hit, limits)}\n"
+        with open(log, "a") as sink:
+            sink.write(line)
+        print(line, end="", flush=True) if echo else None
+    return code, stop, limits
 
 
 def lock_receipt(lock: FileLock) -> dict:
@@ -141,18 +154,20 @@ def run_probe(
             info["threads"], REPLAYKIT_RUN_DIR=str(run_dir), REPLAYKIT_REQUEST=str(request_path), **slot.environ()
         )
         workspace = ex.workspace.resolve()
-        code, stop = run_logged(
+        code, stop, limits = run_logged(
             sandbox.argv(command, chdir=workspace),
             cwd=workspace,
             env=sandbox.environment(env),
             log=run_dir / "log.txt",
             ends_unix=info["ends_unix"],
             echo=echo,
+            confinement=sandbox.confine(),
         )
     checkpoints = {
         str(p.relative_to(ex.dir)): sha256_tree(p) for p in sorted(run_dir.rglob("checkpoint-*")) if p.is_dir()
     }
     receipt = {"kind": "probe", "id": run_dir.name, "command": command, "isolation": info["isolation"]}
-    receipt.update(sandbox=sandbox.describe(), returncode=code, stop=stop, checkpoints=checkpoints)
+    receipt.update(sandbox={**sandbox.describe(), "limits": limits}, returncode=code, stop=stop)
+    receipt.update(checkpoints=checkpoints, limit_hit=limits["hit"], fingerprint=fingerprint())
     receipt.update(log=str(run_dir.relative_to(ex.dir) / "log.txt"), gpu_slot=slot.record())
     return ex.add_receipt({**receipt, **lock_receipt(lock), **ex.budget_at(lock.released_unix)})

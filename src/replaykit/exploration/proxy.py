@@ -62,20 +62,22 @@ def _run_steps(ex: Exploration, checkpoint: Path, out: Path, slot: GpuSlot) -> d
     budget's end."""
     sandbox = replace(proxy_plan(ex, checkpoint, out), devices=slot.device_files())
     env = sandbox.environment(dict(os.environ, OMP_NUM_THREADS=str(ex.info["threads"]), **slot.environ()))
+    described = sandbox.describe()
     for step in _steps(ex, checkpoint, out):
-        code, stop = run_logged(
+        code, stop, described["limits"] = run_logged(
             sandbox.argv(step, chdir=out),
             cwd=out,
             env=env,
             log=out / "log.txt",
             ends_unix=ex.info["ends_unix"],
             echo=False,
+            confinement=sandbox.confine(),
         )
         if code != 0:
             last = (out / "log.txt").read_text().strip().splitlines() or [f"exit {code}"]
             why = "the budget ended during scoring" if stop == "budget" else last[-1]
             raise InputError(checkpoint, step[3], why)
-    return sandbox.describe()
+    return described
 
 
 def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool = True) -> dict:

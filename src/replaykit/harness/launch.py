@@ -49,9 +49,18 @@ def training_env(threads: int, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_group(argv: list[str], *, cwd: str | Path, env: dict[str, str]) -> subprocess.Popen:
-    """Start ``argv`` in its own process group with a parent-death SIGKILL; stdout and stderr
-    go to ``proc.stdout`` (bytes)."""
+def start_group(
+    argv: list[str], *, cwd: str | Path, env: dict[str, str], preexec: Callable[[], None] | None = None
+) -> subprocess.Popen:
+    """Start ``argv`` in its own process group with a parent-death SIGKILL, and ``preexec()``
+    run in the child before it (the job's resource limits: :meth:`.limits.Confinement.preexec`);
+    stdout and stderr go to ``proc.stdout`` (bytes)."""
+
+    def child() -> None:
+        set_parent_death_signal(signal.SIGKILL)
+        if preexec is not None:
+            preexec()
+
     return subprocess.Popen(
         argv,
         cwd=cwd,
@@ -60,7 +69,7 @@ def start_group(argv: list[str], *, cwd: str | Path, env: dict[str, str]) -> sub
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL),
+        preexec_fn=child,
     )
 
 

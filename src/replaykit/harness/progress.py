@@ -34,6 +34,7 @@ import os
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
@@ -46,6 +47,7 @@ MAX_LOG_BYTES = 256 * 1024**2  # after this, the log says so and the rest is onl
 MAX_WARNINGS = 10_000  # distinct warning lines remembered for de-duplication
 PUBLISH_EVERY_S = 1.0  # publication progress lines: at most one per second
 DRIVER_TAGS = ("[replay]", "[progress]")  # lines only the driver writes
+TAIL_LINES = 40  # the last lines kept (a failed job's limit verdict reads them)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # C0 but tab, DEL, C1
@@ -177,12 +179,14 @@ class Relay:
         self._last_publish_emit: float | None = None
         self._dropping = False
         self._last_emit: float | None = None
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)  # the last lines, for the exit's verdict
 
     def feed(self, raw: str) -> None:
         """Take one raw line of training output."""
         line = clean(raw)
         if not line:
             return
+        self.tail.append(line[:1024])
         # a repeated warning is dropped with its indented continuation (the source line
         # Python prints under it)
         if self._dropping and line[:1].isspace():

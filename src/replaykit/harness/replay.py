@@ -39,10 +39,11 @@ from .frozen import digest as frozen_digest
 from .frozen import first_difference
 from .hashing import sha256_bytes, sha256_file, sha256_tree
 from .launch import set_parent_death_signal, start_group, stop_group, training_env, wait_until
+from .limits import Confinement, failure_line
 from .profile import check_overrides, save_every
 from .progress import Relay, terminal_from_env
 from .protocol import ReplayRequest, ReplaySpec, StopReason, TrainResult
-from .provenance import git_commit, library_versions, utc_now
+from .provenance import fingerprint, git_commit, library_versions, utc_now
 from .publish import published, read_ledger
 from .sandbox import NO_ISOLATION_ADVISORY
 from .slots import take_slot
@@ -121,6 +122,7 @@ class Launched(NamedTuple):
     relay: Relay
     relay_thread: threading.Thread
     frozen_before: dict[str, str]
+    confinement: Confinement  # the job's resource limits
 
 
 class Exit(NamedTuple):
@@ -129,6 +131,7 @@ class Exit(NamedTuple):
     returncode: int
     outer_hit: bool
     ended_unix: float
+    limits: dict  # the record's sandbox.limits: stated, enforced by, hit (Confinement.describe)
 
 
 class Outcome(NamedTuple):
@@ -244,10 +247,18 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
     argv = plan.argv([sys.executable, "train.py", "--request", str(request_path.resolve())], chdir=workspace.resolve())
     advisory = "" if plan.mode != "none" else f" ({NO_ISOLATION_ADVISORY})"
     print(f"[replay] isolation: {plan.mode}{advisory}", flush=True)
+    for folder in plan.unshown_library_folders(os.environ):
+        print(f"[replay] LD_LIBRARY_PATH folder {folder} is not shown in the sandbox (sandbox_show)", flush=True)
     frozen_before = spec.frozen.files()
     earlier = published(publish_dir)  # before the start: the relay counts new ones from their lines
     slot_env = spec.slot.environ() if spec.slot is not None else {}  # CUDA_VISIBLE_DEVICES: its one device
-    proc = start_group(argv, cwd=workspace, env=plan.environment(training_env(spec.threads, **slot_env)))
+    confinement = plan.confine()
+    try:
+        env = plan.environment(training_env(spec.threads, **slot_env))
+        proc = start_group(argv, cwd=workspace, env=env, preexec=confinement.preexec)
+    except BaseException:
+        confinement.close()
+        raise
     # training output -> this log, cleaned; a progress line -> the job's terminal
     relay = Relay(
         sys.stdout,
@@ -261,7 +272,7 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
         published=earlier,
     )
     relay_thread = relay.start(proc.stdout)
-    return Launched(proc, relay, relay_thread, frozen_before)
+    return Launched(proc, relay, relay_thread, frozen_before, confinement)
 
 
 def supervise(launched: Launched, start: Start) -> Exit:
@@ -273,6 +284,7 @@ def supervise(launched: Launched, start: Start) -> Exit:
     def on_signal(signum, _frame):
         print(f"[replay] received signal {signum}: stopping the training process group", flush=True)
         stop_group(proc)
+        launched.confinement.close()
         attempts.heartbeat(time.time())
         raise SystemExit(128 + signum)
 
@@ -293,15 +305,24 @@ def supervise(launched: Launched, start: Start) -> Exit:
     launched.relay_thread.join(timeout=10)
     launched.relay.close()
     ended_unix = time.time()
+    hit, evidence = (None, None) if outer_hit else launched.confinement.verdict(returncode, launched.relay.tail)
+    limits = launched.confinement.describe(hit, evidence)
+    launched.confinement.close()
+    attempts.current["limit_hit"] = hit  # the attempt's cause: a limit hit is the candidate's failure
     attempts.heartbeat(ended_unix)
-    return Exit(returncode, outer_hit, ended_unix)
+    if hit:
+        print(f"[replay] {failure_line(hit, limits)}", flush=True)
+    return Exit(returncode, outer_hit, ended_unix, limits)
 
 
-def _fail(publish_dir: Path, workspace: Path, why: str, returncode: int, retained: list) -> ReplayError:
-    """Write ``last-failure.json`` saying why; the :class:`ReplayError` to raise."""
+def _fail(
+    publish_dir: Path, workspace: Path, why: str, returncode: int, retained: list, limits: dict | None = None
+) -> ReplayError:
+    """Write ``last-failure.json`` saying why (and the job's ``limits``, a hit named); the
+    :class:`ReplayError` to raise."""
     atomic_write_json(
         publish_dir / "last-failure.json",
-        {"error": why, "returncode": returncode, "time": utc_now(), "retained": retained},
+        {"error": why, "returncode": returncode, "time": utc_now(), "retained": retained, "limits": limits},
     )
     return ReplayError(f"{workspace}/train.py: {why}")
 
@@ -329,13 +350,15 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
             if special
             else f"{oversized[0]}: larger than {MAX_RECEIPT_BYTES} bytes"
         )
-        raise _fail(publish_dir, workspace, why, returncode, [])
+        raise _fail(publish_dir, workspace, why, returncode, [], ended.limits)
     result = TrainResult.read(state_dir / "train_result.json")
     ledger = read_ledger(publish_dir)
     retained = published(publish_dir)
     failure = None
     if ended.outer_hit:
         result = replace(result, stop_reason=StopReason.OUTER_LIMIT.value)
+    elif ended.limits.get("hit"):
+        failure = failure_line(ended.limits["hit"], ended.limits)
     elif returncode != 0:
         failure = result.error or f"train.py exited with status {returncode} (see the log above)"
     changed = first_difference(launched.frozen_before, spec.frozen.files())
@@ -366,7 +389,7 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
             f"start a fresh formal replay: rm -r {publish_dir} {state_dir}"
         )
     if failure is not None:
-        raise _fail(publish_dir, workspace, failure, returncode, retained)
+        raise _fail(publish_dir, workspace, failure, returncode, retained, ended.limits)
     return Outcome(result, ledger, retained, hashes)
 
 
@@ -425,10 +448,11 @@ def write_record(
         "threads": spec.threads,
         "project": git_commit(Path(__file__).resolve().parent),
         "isolation": spec.isolation.mode,
-        "sandbox": spec.isolation.describe(),
+        "sandbox": {**spec.isolation.describe(), "limits": ended.limits},
         "advisories": [NO_ISOLATION_ADVISORY] if spec.isolation.mode == "none" else [],
         "frozen_code_sha256": frozen_digest(launched.frozen_before),
         "libraries": library_versions(),
+        "fingerprint": fingerprint(),
         "train_metrics": result.metrics,
         "train_history": result.history,
     }

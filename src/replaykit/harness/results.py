@@ -14,9 +14,11 @@ from .decision import first_attempt_started, rule_receipt
 from .errors import InputError
 from .fileio import atomic_write_json, read_json, read_jsonl
 from .hashing import sha256_file
+from .provenance import fingerprint
 from .receipts import read_complete_summary, status
 from .sandbox import NO_ISOLATION_ADVISORY
 from .select import best_valid, proxy_selected
+from .selftest import self_test_section
 from .stats import exact_mcnemar, mean_sd, normalisation_undefined, normalised_score, paired_bootstrap
 
 
@@ -345,6 +347,7 @@ def final_summary(
     n_boot: int,
     scale: float = 1.0,
     proxy_table: str | Path | None = None,
+    self_test: str | Path | None = None,
 ) -> tuple[dict, list[dict]]:
     """The task's final summary (``final/summary.json``'s fields) and the runs'
     ``official.json`` documents it was made from (the report lists their checkpoints).
@@ -355,6 +358,7 @@ def final_summary(
     then no comparison with it and no normalised score. ``scale``: see :func:`paired_comparison`.
     ``proxy_table``: the official run's ``proxy.json``, shown beside the exploration's proxy
     receipts when the candidate came from an exploration (:func:`exploration_section`).
+    ``self_test``: the task's sandbox self-test (``sandbox_self_test``, :func:`.selftest.self_test_section`).
     Raises :class:`InputError` when the first seed's run has no valid checkpoint.
     """
     docs = [read_json(p, required=("official", "checkpoints")) for p in officials]
@@ -407,6 +411,8 @@ def final_summary(
         "seeds": {**mean_sd([s["value"] for s in per_seed if s["value"] is not None]), "per_seed": per_seed},
         "exploration": exploration_section(primary, proxy_table),
         "lineage": _lineage(primary),
+        "sandbox_self_test": self_test_section(self_test, [_replay_record(d) for d in [*docs, shipped]]),
+        "fingerprint": fingerprint(),
     }
     return summary, docs
 
@@ -421,6 +427,13 @@ def _normalisation(best: dict, fixed: dict | None, shipped_best: dict | None, di
         normalised_score(best["value"], fixed["value"], shipped_best["value"], direction),
         normalisation_undefined(fixed["value"], shipped_best["value"], direction),
     )
+
+
+def _replay_record(official: dict) -> dict:
+    """The run and its replay record's ``fingerprint`` (None when the record has none or is gone)."""
+    path = official.get("record")
+    record = read_json(path) if path and Path(path).is_file() else {}
+    return {"run": official.get("run"), "fingerprint": record.get("fingerprint")}
 
 
 def _final_split(manifest_path: str | None) -> dict:

@@ -13,15 +13,21 @@ a plan into a ``bwrap`` command line (:meth:`IsolationPlan.argv`). Inside:
 * read-only, for the system: ``/usr`` and the ``/bin``, ``/sbin``, ``/lib*`` links or folders
   (:data:`SYSTEM_DIRS`), the few ``/etc`` entries programs read (:data:`ETC_ENTRIES`: the
   dynamic linker's cache, users and groups, the time zone, name-service switch, TLS
-  configuration), ``/sys`` (CPU topology for torch, the GPU's PCI information for CUDA); a
-  fresh ``/proc`` of its own PID namespace; a minimal ``/dev`` plus the NVIDIA devices;
+  configuration), ``/sys`` (CPU topology for torch, the GPU's PCI information for CUDA) but its
+  mounted filesystems, debugging and firmware folders (:data:`SYS_MASKED`: the host's cgroup
+  tree, BPF pins, pstore, debugfs/tracefs, ACPI tables, EFI variables); a fresh ``/proc`` of its
+  own PID namespace; a minimal ``/dev`` plus the NVIDIA devices;
 * read-only, for the run: the plan's :attr:`~IsolationPlan.read_only` paths (the Python
   environment, the frozen package, the workspace, the fixed start, the public split, ...),
   each bound at its real path, with the symbolic links on the way to it recreated
   (:attr:`~IsolationPlan.links`); :attr:`~IsolationPlan.masked` paths inside them (final-split
   data, the working directory) replaced by an empty read-only folder or ``/dev/null``;
-* writable: the plan's :attr:`~IsolationPlan.writable` paths, and an empty ``/tmp`` and
-  ``$HOME`` thrown away at the end; nothing else (the root itself is read-only);
+* writable: the plan's :attr:`~IsolationPlan.writable` paths, and an empty ``/tmp``, ``$HOME``
+  and ``/dev/shm`` thrown away at the end (RAM-backed, each capped at the memory limit);
+  nothing else (the root itself is read-only);
+* limits (:attr:`~IsolationPlan.limits`, :mod:`.limits`): memory per process, processes, the
+  size of a file written; the caller starts bwrap with :meth:`IsolationPlan.confine`'s
+  ``preexec``;
 * no network (``--unshare-net``: only ``lo``), own PID and IPC namespaces (``/proc`` shows
   only the sandbox's processes), dies with its parent (``--die-with-parent``), no
   capabilities;
@@ -49,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
+from .limits import Confinement, Limits
 
 MODES = ("bwrap", "none")
 INSTALL_HINT = (
@@ -63,6 +70,18 @@ NO_ISOLATION_ADVISORY = (
 )
 # The system's read-only folders (a link such as /lib -> usr/lib is recreated as a link).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
+# What of /sys is not shown (an empty read-only folder): filesystems mounted there (the host's
+# cgroup tree, BPF pins, pstore, fuse), kernel debugging (debugfs, tracefs, securityfs, configfs)
+# and firmware tables. Neither torch nor CUDA reads them; root inside (without capabilities)
+# could read root-owned files there.
+SYS_MASKED = (
+    "/sys/fs",
+    "/sys/kernel/debug",
+    "/sys/kernel/tracing",
+    "/sys/kernel/security",
+    "/sys/kernel/config",
+    "/sys/firmware",
+)
 # What programs read of /etc (measured with strace on Python, torch, transformers, diffusers,
 # open_clip, RDKit and matplotlib: the linker cache, users and groups, the time zone, the
 # name-service switch, OpenSSL's configuration), plus the links of /usr/bin's alternatives.
@@ -159,29 +178,64 @@ def inside(path: Path, folder: Path) -> bool:
 
 
 def python_paths() -> list[Path]:
-    """The Python environment this interpreter runs in, as real paths: its prefix, its base
-    prefix (the interpreter a ``python -m venv`` environment links to), the interpreter's own
-    folder's parent, and every ``sys.path`` entry that exists (folders and zip files) -- but no
-    entry that is, holds or lies inside the working directory (``''``, a ``PYTHONPATH`` of the
-    checkout: what the sandbox needs from there is shown by name) except a prefix (a
-    ``.venv`` inside the checkout)."""
-    prefixes = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, Path(sys.executable).resolve().parent.parent)]
+    """The Python environment this interpreter runs in, as real paths: its prefix (a venv, a
+    conda environment); of the base interpreter a venv is made from, only the interpreter itself
+    and its ``lib`` folders (the standard library and shared libraries, not its ``bin``, its
+    other environments or package caches); and every ``sys.path`` entry that exists (folders and
+    zip files) -- but no entry that is, holds or lies inside the working directory (``''``, a
+    ``PYTHONPATH`` of the checkout: what the sandbox needs from there is shown by name) except
+    the prefix (a ``.venv`` inside the checkout). :func:`python_masks` lists what is not shown
+    inside them."""
+    prefix, base = Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()
+    out = [prefix]
+    if base != prefix:
+        out += [(base / d).resolve() for d in ("lib", "lib64") if (base / d).is_dir()]
+    out.append(Path(sys.executable).resolve())
     cwd = Path.cwd().resolve()
-    out = list(prefixes)
     for entry in sys.path:
         path = Path(entry or ".").resolve()
         if path.exists() and not inside(path, cwd) and not inside(cwd, path):
             out.append(path)
-    return [p for p in dict.fromkeys(out) if p.exists()]
+    kept = [p for p in dict.fromkeys(out) if p.exists()]
+    return [p for p in kept if not any(inside(p, q) and p != q for q in kept)]
+
+
+def python_masks() -> list[Path]:
+    """What lies inside :func:`python_paths` but is not the environment that runs: a conda
+    installation's package cache and other environments (``pkgs`` and ``envs`` beside its
+    ``conda-meta``: extracted copies of every package it ever installed, package data
+    included), and the base interpreter's ``site-packages`` where a venv does not use them."""
+    prefix, base = Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()
+    out = [root / d for root in {prefix, base} if (root / "conda-meta").is_dir() for d in ("pkgs", "envs")]
+    if base != prefix:
+        used = {Path(e).resolve() for e in sys.path if e}
+        out += [p for p in base.glob("lib*/python3*/*-packages") if p.resolve() not in used]
+    return [p.resolve() for p in out if p.is_dir()]
 
 
 def python_links() -> list[tuple[str, Path]]:
     """The symbolic links on the way to the Python environment as spelled (its prefixes, the
-    interpreter, the ``sys.path`` entries :func:`python_paths` shows): :func:`links_to` each."""
+    interpreter, the ``sys.path`` entries :func:`python_paths` shows): :func:`links_to` each,
+    and the interpreter's chain of links (:func:`link_chain`)."""
     cwd = Path.cwd().resolve()
     spelled = [sys.prefix, sys.base_prefix, sys.executable]
     spelled += [e for e in sys.path if e and Path(e).exists() and not inside(Path(e).resolve(), cwd)]
-    return [link for path in spelled for link in links_to(Path(path))]
+    return [link for path in spelled for link in links_to(Path(path))] + link_chain(Path(sys.executable))
+
+
+def link_chain(path: Path) -> list[tuple[str, Path]]:
+    """Each symbolic link from ``path`` to the file it finally names (a venv's ``bin/python`` ->
+    ``python3`` -> the base interpreter's ``python3`` -> ``python3.11``), ``(target, link)``, with
+    the links on the way to each (:func:`links_to`), so that every hop resolves inside too."""
+    out, current = [], Path(os.path.abspath(path))
+    for _ in range(40):  # the kernel's own limit on links followed
+        out += links_to(current.parent)
+        if not current.is_symlink():
+            break
+        target = os.readlink(current)
+        out.append((target, current))
+        current = Path(os.path.abspath(current.parent.resolve() / target))
+    return out
 
 
 def links_to(path: Path) -> list[tuple[str, Path]]:
@@ -210,6 +264,7 @@ class IsolationPlan:
             reached through a link) resolve.
         devices: device files passed through; None: every ``/dev/nvidia*`` (the GPU slots of
             a job are a later refinement of this field).
+        limits: the job's resource limits (:mod:`.limits`); None: none.
     """
 
     mode: str
@@ -218,9 +273,16 @@ class IsolationPlan:
     masked: tuple[Path, ...] = ()
     links: tuple[tuple[str, Path], ...] = ()
     devices: tuple[str, ...] | None = None
+    limits: Limits | None = None
+
+    def confine(self) -> Confinement:
+        """The enforcement of :attr:`limits` for one job started under this plan (its
+        ``preexec`` runs in the child before ``bwrap``; close it after the job)."""
+        return Confinement(self.limits)
 
     def describe(self) -> dict:
-        """The plan as the record and the receipts list it (every path shown)."""
+        """The plan as the record and the receipts list it (every path shown; ``limits`` as
+        stated: the job's record replaces it by :meth:`Confinement.describe`)."""
         return {
             "mode": self.mode,
             "system": [d for d in SYSTEM_DIRS if os.path.lexists(d)] + [f"/etc/{e}" for e in _etc()],
@@ -229,11 +291,21 @@ class IsolationPlan:
             "masked": [str(p) for p in self.masked],
             "links": [[target, str(link)] for target, link in self.links],
             "devices": list(self._devices()),
-            "scratch": [str(p) for p in _scratch()],
+            "scratch": [str(p) for p in _scratch()] + ["/dev/shm"],
+            "limits": (self.limits or Limits()).as_dict(),
         }
 
     def _devices(self) -> tuple[str, ...]:
         return tuple(sorted(glob.glob("/dev/nvidia*"))) if self.devices is None else self.devices
+
+    def unshown_library_folders(self, env) -> list[str]:
+        """The folders of ``env``'s ``LD_LIBRARY_PATH`` the sandbox does not show (an operator's
+        install outside the Python environment: shown only when ``sandbox_show`` names it)."""
+        if self.mode != "bwrap":
+            return []
+        shown = [*self.read_only, *self.writable, *(Path(d) for d in SYSTEM_DIRS)]
+        folders = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d and os.path.isdir(d)]
+        return [d for d in dict.fromkeys(folders) if not any(inside(Path(d).resolve(), p) for p in shown)]
 
     def environment(self, env) -> dict[str, str]:
         """The environment to start the sandboxed command with (``bwrap``: :func:`allowed_env` of
@@ -264,8 +336,11 @@ class IsolationPlan:
         """bwrap's mount options: the system, then every shown, masked and scratch path in
         order of depth (parents first; at one path scratch, masked, read-only, writable), so a
         mask inside a shown folder lands on top of it and a shown folder inside a scratch one
-        (the Python environment under ``$HOME``) reappears; links last."""
-        argv = _system_mounts() + [arg for dev in self._devices() for arg in ("--dev-bind", dev, dev)]
+        (the Python environment under ``$HOME``) reappears; then links; then masked folders and the
+        root made read-only."""
+        size = ["--size", str(self.limits.memory_bytes)] if self.limits and self.limits.memory_bytes else []
+        argv = _system_mounts() + [*size, "--tmpfs", "/dev/shm"]
+        argv += [arg for dev in self._devices() for arg in ("--dev-bind", dev, dev)]
         order = {"scratch": 0, "mask": 1, "ro": 2, "rw": 3}
         mounts = {p: "scratch" for p in _scratch()}
         for kind, paths in (("mask", self.masked), ("ro", self.read_only), ("rw", self.writable)):
@@ -274,16 +349,16 @@ class IsolationPlan:
                     mounts[Path(path)] = kind
         for path, kind in sorted(mounts.items(), key=lambda m: (len(m[0].parts), order[m[1]])):
             if kind == "scratch":
-                argv += ["--tmpfs", str(path)]
+                argv += [*size, "--tmpfs", str(path)]
             elif kind == "mask":
                 argv += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
             else:
                 argv += ["--ro-bind" if kind == "ro" else "--bind", str(path), str(path)]
-        argv += [arg for path in self.masked if Path(path).is_dir() for arg in ("--remount-ro", str(path))]
-        argv += ["--remount-ro", "/"]  # the root's own folders (mount points) cannot be written either
-        for target, link in self.links:
+        for target, link in self.links:  # before the root is read-only: a link may lie on it
             if not any(inside(Path(link), Path(p)) for p in (*self.read_only, *self.writable)):
                 argv += ["--symlink", target, str(link)]
+        argv += [arg for path in self.masked if Path(path).is_dir() for arg in ("--remount-ro", str(path))]
+        argv += ["--remount-ro", "/"]  # the root's own folders (mount points) cannot be written either
         return argv
 
 
@@ -308,9 +383,21 @@ def _system_mounts() -> list[str]:
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
+    for path in SYS_MASKED:
+        if os.path.isdir(path) and os.path.isdir("/sys"):
+            argv += ["--tmpfs", path, "--remount-ro", path]
     for entry in _etc():
         argv += ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
     return argv
+
+
+def version(bwrap: str = "bwrap") -> str | None:
+    """``bwrap --version`` (e.g. ``bubblewrap 0.8.0``), None when it is not installed."""
+    path = shutil.which(bwrap)
+    if path is None:
+        return None
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip() or None
 
 
 def check_available(bwrap: str = "bwrap") -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import InputError
 from .fileio import atomic_write_json, atomic_write_jsonl, read_json
 from .hashing import listing_sha256, sha256_file, sha256_tree, tree_files
-from .provenance import utc_now
+from .provenance import fingerprint, utc_now
 
 
 def assert_workspace_free(workspace: str | Path | None) -> None:
@@ -199,6 +199,7 @@ def score(
     summary["scored_at"] = utc_now()
     if slot is not None:
         summary["gpu_slot"] = slot.release()
+    summary["fingerprint"] = fingerprint()  # the machine and software that scored it
     (out_dir / ".complete").unlink(missing_ok=True)  # receipts come last: none while rewriting
     atomic_write_jsonl(out_dir / "rows.jsonl", rows)
     write_summary(out_dir, summary)
