@@ -62,6 +62,25 @@ fill_defaults(config, _schema)
 # rather than as params, so that a change of devices re-runs nothing
 os.environ["REPLAYKIT_GPUS"] = json.dumps(config["gpus"], sort_keys=True)
 
+
+def check_decision_rules():
+    """Every candidate's decision rule (rules/ablation.smk) as it will be written: a bad one
+    (non-inferiority without a margin) is refused in one line before any job starts."""
+    from replaykit.harness.decision import check_rule, rule_from_config
+
+    for task, cfg in config["tasks"].items():
+        for candidate in cfg["candidates"]:
+            decision = rule_from_config(
+                task, candidate, cfg["ablation"], cfg["seeds"], get_task(task).METRIC
+            )
+            check_rule(decision, f"{SOURCE_NAME}: tasks.{task}.ablation ({candidate})")
+
+
+try:
+    check_decision_rules()
+except InputError as exc:
+    sys.exit(f"error: {exc}")
+
 # Candidate code runs in the bubblewrap sandbox: refuse to start without one, in one line.
 if config["isolation"] == "bwrap":
     from replaykit.harness.sandbox import SandboxUnavailable, check_available
@@ -320,6 +339,29 @@ def get_ablation_officials(w, candidate):
         f"results/{w.task}/{run_name(candidate, seed)}/official.json"
         for seed in cfg["seeds"]
     ]
+
+
+def get_decision_rule(w):
+    """A candidate run's decision rule (ancient: it orders the jobs and reruns none when it
+    changes); nothing for a shipped run, shared by every candidate."""
+    candidate, _ = parse_run(w.run)
+    if candidate == "shipped":
+        return []
+    return ancient(f"results/{w.task}/decision-rules/{candidate}.json")
+
+
+def get_decision_rule_json(w):
+    """The rule that rule decision_rule writes (replaykit.harness.decision.rule_from_config:
+    tasks.<task>.ablation.decision, then decisions.<candidate>, the seeds and the plug-in's
+    metric), as JSON: a change of the rule itself, and nothing else, reruns it (params).
+    """
+    from replaykit.harness.decision import rule_from_config
+
+    cfg = task_cfg(w)
+    decision = rule_from_config(
+        w.task, w.candidate, cfg["ablation"], cfg["seeds"], get_task(w.task).METRIC
+    )
+    return json.dumps(decision, sort_keys=True)
 
 
 def get_report_ablations(w):

@@ -1,9 +1,12 @@
 rule official:
-    """Best valid final result among the run's retained checkpoints."""
+    """Best valid final result among the run's retained checkpoints and, beside it, the one the
+    proxy ranks best (proxy_selected); a candidate's run records its decision rule."""
     input:
         record="results/{task}/{run}/replay/record.json",
         markers=get_markers,
         scores=get_final_scores,
+        proxy=get_proxy_scores,
+        decision_rule=get_decision_rule,
     output:
         "results/{task}/{run}/official.json",
     log:
@@ -13,14 +16,17 @@ rule official:
     params:
         direction=lambda w: get_task(w.task).METRIC["direction"],
         score_dirs=lambda w, input: [str(Path(p).parent) for p in input.scores],
+        proxy_dirs=lambda w, input: [str(Path(p).parent) for p in input.proxy],
     shell:
         "python -m replaykit official --task {wildcards.task} --run {wildcards.run}"
         " --record {input.record} --direction {params.direction} --markers {input.markers}"
-        " --scores {params.score_dirs} --out {output} > {log} 2>&1"
+        " --scores {params.score_dirs} --proxy-scores {params.proxy_dirs}"
+        " --decision-rule '{input.decision_rule}' --out {output} > {log} 2>&1"
 
 
 rule proxy:
-    """Proxy scores of every retained checkpoint of a run, in one file (exploration only)."""
+    """Proxy scores of every retained checkpoint of a run, in one file (shown beside an
+    exploration's proxy receipts)."""
     input:
         get_proxy_scores,
     output:

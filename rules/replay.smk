@@ -27,6 +27,8 @@ checkpoint replay:
         manifest="results/{task}/assets/manifest.json",
         public="results/{task}/assets/public",
         fixed_start=get_fixed_start,
+        # order only (ancient): a candidate's decision rule is written before its first replay
+        decision_rule=get_decision_rule,
     output:
         record="results/{task}/{run}/replay/record.json",
     log:

@@ -14,6 +14,7 @@ import pytest
 
 from replaykit.harness.errors import InputError
 from replaykit.harness.receipts import write_summary
+from replaykit.harness.select import proxy_selected
 from replaykit.harness.stats import (
     ci_verdict,
     detectable_difference,
@@ -161,10 +162,14 @@ def fake_run(
     direction: str = "maximize",
     extra: list[dict] | None = None,
     scale: float = 1.0,
+    proxy: dict[int, float] | None = None,
+    started_unix: float | None = None,
 ) -> Path:
     """A run's ``official.json`` and scored checkpoints with the given per-row scores (rows
     also carry ``extra[i]``, e.g. rm's weight and stratum; the value is then ``scale × sum_i
-    w_i score_i``, else the mean); the official checkpoint is the best value (rule official)."""
+    w_i score_i``, else the mean); the official checkpoint is the best value (rule official).
+    ``proxy``: each checkpoint's proxy value (then ``proxy_selected`` is filled);
+    ``started_unix``: a replay record whose first attempt started then."""
     entries = []
     for progress, scores in sorted(checkpoints.items()):
         out = root / run / "final-scores" / f"checkpoint-{progress}"
@@ -205,6 +210,8 @@ def fake_run(
         )
     sign = 1 if direction == "maximize" else -1
     best = max(entries, key=lambda e: sign * e["value"])
+    for e in entries:
+        e["proxy_value"] = (proxy or {}).get(e["progress"])
     doc = {
         "task": "toy",
         "run": run,
@@ -212,7 +219,13 @@ def fake_run(
         "direction": direction,
         "checkpoints": entries,
         "official": best,
+        "proxy_selected": proxy_selected(entries, direction) if proxy else None,
     }
+    if started_unix is not None:
+        record = root / run / "replay" / "record.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"attempts": [{"started_unix": started_unix}]}))
+        doc["record"] = str(record)
     path = root / run / "official.json"
     path.write_text(json.dumps(doc))
     return path
@@ -267,7 +280,7 @@ def test_verdict_flips_as_the_difference_grows(tmp_path, delta, verdict):
     )
     assert s["verdict"] == verdict
     assert (tmp_path / "out" / ".complete").exists() and verdict in (tmp_path / "out" / "report.md").read_text()
-    assert s["sentence"].endswith(f": {verdict}.")
+    assert f": {verdict} (no decision rule file)." in s["sentence"]
     # per-seed differences are the official.json values' differences
     for p, cp, sp in zip(s["comparisons"]["official"]["per_seed"], cand, ship):
         c, sh = json.loads(cp.read_text())["official"], json.loads(sp.read_text())["official"]

@@ -173,12 +173,22 @@ def cmd_official(a) -> None:
         scores=a.scores,
         direction=a.direction,
         out=a.out,
+        proxy_scores=a.proxy_scores,
+        decision_rule=a.decision_rule or None,
     )
-    best = doc["official"]
+    best, chosen = doc["official"], doc["proxy_selected"]
     print(
         f"[official] {a.run}: "
         + (f"checkpoint-{best['progress']} = {best['value']}" if best else "no valid checkpoint")
+        + (f"; proxy-selected checkpoint-{chosen['progress']} = {chosen['final_value']}" if chosen else "")
     )
+
+
+def cmd_decision_rule(a) -> None:
+    from .harness.decision import write_rule
+
+    doc = write_rule(_json_arg(a.rule, "--rule"), a.out)
+    print(f"[decision-rule] {doc['rule']['task']}/{doc['rule']['candidate']}: {doc['sha256']} -> {a.out}")
 
 
 def cmd_proxy_table(a) -> None:
@@ -204,9 +214,10 @@ def cmd_final(a) -> None:
         scale=float(plugin.METRIC["scale"]),
         proxy_table=a.proxy_table or None,
     )
+    normalised = "undefined" if s["normalised_undefined"] else s["normalised_score"]
     print(
         f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
-        f"(normalised {s['normalised_score']})"
+        f"(normalised {normalised})"
     )
 
 
@@ -224,6 +235,7 @@ def cmd_ablation(a) -> None:
         n_boot=a.n_boot,
         scale=float(plugin.METRIC["scale"]),
         row_cluster=a.row_cluster or None,
+        decision_rule=a.decision_rule or None,
         out_dir=a.out_dir,
         figure=differences,
     )
@@ -445,7 +457,14 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--markers", nargs="+", required=True, help="validation marker of each retained checkpoint")
     s.add_argument("--scores", nargs="+", required=True, help="final-scores summary.json of each, same order")
+    s.add_argument("--proxy-scores", nargs="*", default=None, help="proxy-score folder of each retained checkpoint")
+    s.add_argument("--decision-rule", default="", help="the candidate's decision rule (none for a shipped run)")
     s.set_defaults(func=cmd_official)
+
+    s = sub.add_parser("decision-rule", help="write a candidate's ablation decision rule (before its replays)")
+    s.add_argument("--rule", required=True, help="JSON: the rule (replaykit.harness.decision.FIELDS)")
+    s.add_argument("--out", required=True, help=ARG_HELP["--out"])
+    s.set_defaults(func=cmd_decision_rule)
 
     s = sub.add_parser("proxy-table", help="proxy scores of a run's checkpoints in one file")
     s.add_argument("--scores", nargs="+", required=True, help="proxy summary.json of each checkpoint")
@@ -470,6 +489,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--fixed-start-scores", default="", help="omit for a task without a fixed-start reference")
     s.add_argument("--row-cluster", default="", help="row field naming a row's cluster (soup)")
     s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
+    s.add_argument("--decision-rule", default="", help="the candidate's decision rule (decision-rules/<name>.json)")
     s.set_defaults(func=cmd_ablation)
 
     s = sub.add_parser("figures", help="a run's figures: training curve, checkpoint scores, budget use")

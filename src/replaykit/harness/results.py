@@ -10,13 +10,65 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .decision import first_attempt_started, rule_receipt
 from .errors import InputError
 from .fileio import atomic_write_json, read_json, read_jsonl
 from .hashing import sha256_file
 from .receipts import read_complete_summary, status
 from .sandbox import NO_ISOLATION_ADVISORY
-from .select import best_valid
-from .stats import exact_mcnemar, mean_sd, normalised_score, paired_bootstrap
+from .select import best_valid, proxy_selected
+from .stats import exact_mcnemar, mean_sd, normalisation_undefined, normalised_score, paired_bootstrap
+
+
+def _checkpoint_entry(progress: int, marker_path, score_dir, proxy_dir) -> dict:
+    """One retained checkpoint of ``official.json``: its validation verdict, its final value
+    (valid ones), and its proxy value when the proxy split was scored (``proxy_dir``)."""
+    marker = read_json(marker_path, required=("valid", "reason"))
+    if not isinstance(marker["valid"], bool):
+        raise InputError(marker_path, "valid", f"must be true or false, got {marker['valid']!r}")
+    summary_path = Path(score_dir) / "summary.json"
+    entry = {
+        "progress": progress,
+        "valid": marker["valid"],
+        "reason": marker["reason"],
+        "marker": str(marker_path),
+        "scores": str(score_dir),
+        "score_status": status(score_dir),
+        "value": None,
+        "se": None,
+        "checkpoint_sha256": marker.get("checkpoint_sha256"),
+        "marker_sha256": sha256_file(marker_path),
+        "summary_sha256": sha256_file(summary_path) if summary_path.is_file() else None,
+    }
+    if entry["valid"]:
+        summary = read_complete_summary(score_dir)
+        entry.update(
+            value=summary["value"],
+            se=summary["uncertainty"]["value"],
+            n=summary["n"],
+            metric=summary["metric"],
+            uncertainty_kind=summary["uncertainty"]["kind"],
+            diagnostics=summary["diagnostics"],
+            advisories=summary["advisories"],
+        )
+    if proxy_dir is not None:
+        proxy = read_complete_summary(proxy_dir)
+        entry.update(
+            proxy_scores=str(proxy_dir),
+            proxy_value=proxy["value"],
+            proxy_se=proxy["uncertainty"]["value"],
+            proxy_metric=proxy["metric"],
+            proxy_summary_sha256=sha256_file(Path(proxy_dir) / "summary.json"),
+        )
+    return entry
+
+
+def _decision_receipt(decision_rule, record: dict) -> dict | None:
+    """The candidate run's decision rule, as it stood against this replay's first attempt
+    (:func:`replaykit.harness.decision.rule_receipt`); None for a run without one (shipped)."""
+    if not decision_rule:
+        return None
+    return rule_receipt(decision_rule, first_attempt_started(record))
 
 
 def official_result(
@@ -28,48 +80,33 @@ def official_result(
     scores: dict[int, str | Path],
     direction: str,
     out: str | Path,
+    proxy_scores: dict[int, str | Path] | None = None,
+    decision_rule: str | Path | None = None,
 ) -> dict:
-    """Select the best valid final result among the retained checkpoints and write ``out``.
+    """Select the best valid final result among the retained checkpoints and, beside it, the
+    proxy-selected one (:func:`replaykit.harness.select.proxy_selected`); write ``out``.
 
     Args:
         markers: progress -> validation marker (JSON).
         scores: progress -> final-score directory (``summary.json`` + ``.complete``).
+        proxy_scores: progress -> proxy-score directory, for every retained checkpoint (None:
+            no proxy-selected result, as in ``official.json`` files written before it).
+        decision_rule: the candidate's ``decision-rules/<candidate>.json`` (None for a shipped
+            run): recorded with the version in force at the replay's first attempt.
+
+    Raises:
+        InputError: markers, final or proxy scores that do not cover the retained checkpoints,
+        a marker whose ``valid`` is not a bool, an incomplete score directory, a bad decision rule.
     """
     record = read_json(record_path, required=("retained", "seed"))
-    if sorted(markers) != sorted(record["retained"]) or sorted(scores) != sorted(record["retained"]):
-        raise InputError(record_path, "retained", "validation markers / scores do not cover the retained checkpoints")
-    checkpoints = []
-    for progress in sorted(record["retained"]):
-        marker = read_json(markers[progress], required=("valid", "reason"))
-        if not isinstance(marker["valid"], bool):
-            raise InputError(markers[progress], "valid", f"must be true or false, got {marker['valid']!r}")
-        summary_path = Path(scores[progress]) / "summary.json"
-        entry = {
-            "progress": progress,
-            "valid": marker["valid"],
-            "reason": marker["reason"],
-            "marker": str(markers[progress]),
-            "scores": str(scores[progress]),
-            "score_status": status(scores[progress]),
-            "value": None,
-            "se": None,
-            "checkpoint_sha256": marker.get("checkpoint_sha256"),
-            "marker_sha256": sha256_file(markers[progress]),
-            "summary_sha256": sha256_file(summary_path) if summary_path.is_file() else None,
-        }
-        if entry["valid"]:
-            summary = read_complete_summary(scores[progress])
-            entry.update(
-                value=summary["value"],
-                se=summary["uncertainty"]["value"],
-                n=summary["n"],
-                metric=summary["metric"],
-                uncertainty_kind=summary["uncertainty"]["kind"],
-                diagnostics=summary["diagnostics"],
-                advisories=summary["advisories"],
-            )
-        checkpoints.append(entry)
-    best = best_valid(checkpoints, direction)
+    retained = sorted(record["retained"])
+    for name, given in (("validation markers", markers), ("final scores", scores), ("proxy scores", proxy_scores)):
+        if given is not None and sorted(given) != retained:
+            raise InputError(record_path, "retained", f"{name} do not cover the retained checkpoints {retained}")
+    checkpoints = [
+        _checkpoint_entry(p, markers[p], scores[p], proxy_scores[p] if proxy_scores is not None else None)
+        for p in retained
+    ]
     doc = {
         "task": task,
         "run": run,
@@ -77,21 +114,29 @@ def official_result(
         "direction": direction,
         "record": str(record_path),
         "record_sha256": sha256_file(record_path),
-        "patch_sha256": record.get("patch_sha256"),
-        "asset_manifest": record.get("asset_manifest"),
-        "asset_manifest_sha256": record.get("asset_manifest_sha256"),
-        "workspace_record": record.get("workspace_record"),
-        "budget": record.get("budget"),
-        "stop_reason": record.get("stop_reason"),
-        "utilisation": record.get("utilisation"),
-        "publication_count": record.get("publication_count"),
+        **{key: record.get(key) for key in RECORD_KEYS},
         "isolation": record.get("isolation", "unknown"),
-        "exploration": record.get("exploration"),
         "checkpoints": checkpoints,
-        "official": best,
+        "official": best_valid(checkpoints, direction),
+        "proxy_selected": proxy_selected(checkpoints, direction) if proxy_scores is not None else None,
+        "decision_rule": _decision_receipt(decision_rule, record),
     }
     atomic_write_json(out, doc)
     return doc
+
+
+# copied from the replay record into official.json
+RECORD_KEYS = (
+    "patch_sha256",
+    "asset_manifest",
+    "asset_manifest_sha256",
+    "workspace_record",
+    "budget",
+    "stop_reason",
+    "utilisation",
+    "publication_count",
+    "exploration",
+)
 
 
 def official_from_paths(
@@ -103,18 +148,26 @@ def official_from_paths(
     scores: list[str | Path],
     direction: str,
     out: str | Path,
+    proxy_scores: list[str | Path] | None = None,
+    decision_rule: str | Path | None = None,
 ) -> dict:
-    """:func:`official_result` of validation markers (``.../checkpoint-N.json``) and final-score
-    directories (``.../checkpoint-N``) given as lists of paths, each keyed by the progress ``N``
-    its name ends with. Raises what :func:`official_result` raises."""
+    """:func:`official_result` of validation markers (``.../checkpoint-N.json``) and final- and
+    proxy-score directories (``.../checkpoint-N``) given as lists of paths, each keyed by the
+    progress ``N`` its name ends with. Raises what :func:`official_result` raises."""
+
+    def by_progress(paths, stem=False):
+        return {int((Path(p).stem if stem else Path(p).name).split("-")[-1]): p for p in paths}
+
     return official_result(
         task=task,
         run=run,
         record_path=record_path,
-        markers={int(Path(m).stem.split("-")[-1]): m for m in markers},
-        scores={int(Path(s).name.split("-")[-1]): s for s in scores},
+        markers=by_progress(markers, stem=True),
+        scores=by_progress(scores),
         direction=direction,
         out=out,
+        proxy_scores=None if proxy_scores is None else by_progress(proxy_scores),
+        decision_rule=decision_rule,
     )
 
 
@@ -220,14 +273,26 @@ def _per_seed(docs: list[dict], officials: list[str | Path]) -> list[dict]:
             "value": d["official"]["value"] if d["official"] else None,
             "progress": d["official"]["progress"] if d["official"] else None,
             "official": str(p),
+            "proxy_selected": _proxy_selected_of(d),
         }
         for d, p in zip(docs, officials)
     ]
 
 
-def _final_advisories(best: dict, isolation: list[str], fixed, shipped_best, normalised) -> list[str]:
+def _proxy_selected_of(doc: dict) -> dict | None:
+    """The run's proxy-selected result in INTERFACES.md's fields (``progress``, ``proxy_value``,
+    ``final_value``, ``oracle_gap``) plus its rule; None when ``official.json`` has none."""
+    chosen = doc.get("proxy_selected")
+    if not chosen:
+        return None
+    keys = ("progress", "proxy_value", "final_value", "oracle_gap", "rule")
+    return {"run": doc["run"], **{k: chosen[k] for k in keys}}
+
+
+def _final_advisories(best: dict, isolation: list[str], refs: tuple, normalisation: str | None, primary) -> list[str]:
     """The official checkpoint's advisories, the replays' isolation first when it was not the
-    sandbox, then what the references could not give."""
+    sandbox, then what the references could not give and a missing proxy-selected result."""
+    fixed, shipped_best = refs
     advisories = list(best.get("advisories", []))
     if isolation != ["bwrap"]:
         advisories = [a for a in advisories if a != NO_ISOLATION_ADVISORY]
@@ -241,8 +306,11 @@ def _final_advisories(best: dict, isolation: list[str], fixed, shipped_best, nor
         advisories.append("no fixed-start reference: the fixed start cannot be scored by itself (no normalised score)")
     if shipped_best is None:
         advisories.append("the shipped reference has no valid checkpoint: no paired comparison or normalised score")
-    elif normalised is None and fixed is not None:
-        advisories.append("normalised score undefined: fixed-start and shipped references are equal")
+    elif normalisation:
+        advisories.append(normalisation)
+    if primary.get("proxy_selected") is None:
+        why = "no valid checkpoint has a proxy score" if "proxy_selected" in primary else "official.json predates it"
+        advisories.append(f"no proxy-selected result for run {primary['run']}: {why}")
     return advisories
 
 
@@ -289,8 +357,14 @@ def final_summary(
         comparisons["vs_shipped"] = paired_comparison(
             best["scores"], shipped_best["scores"], n_boot, seed=0, scale=scale
         )
+    direction = primary["direction"]
+    normalisation = (
+        normalisation_undefined(fixed["value"], shipped_best["value"], direction) if shipped_best and fixed else None
+    )
     normalised = (
-        normalised_score(best["value"], fixed["value"], shipped_best["value"]) if shipped_best and fixed else None
+        normalised_score(best["value"], fixed["value"], shipped_best["value"], direction)
+        if shipped_best and fixed
+        else None
     )
     per_seed = _per_seed(docs, officials)
     isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
@@ -301,7 +375,7 @@ def final_summary(
         "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]},
         "n": best["n"],
         "diagnostics": best.get("diagnostics", {}),
-        "advisories": _final_advisories(best, isolation, fixed, shipped_best, normalised),
+        "advisories": _final_advisories(best, isolation, (fixed, shipped_best), normalisation, primary),
         "isolation": isolation[0] if len(isolation) == 1 else isolation,
         "final_split": _final_split(primary.get("asset_manifest")),
         "official": {
@@ -317,6 +391,9 @@ def final_summary(
         "references": _references(fixed, fixed_start_scores, shipped_best, shipped_official, published),
         "comparisons": comparisons,
         "normalised_score": normalised,
+        "normalised_undefined": normalisation,
+        # the checkpoint the proxy ranks best and official − proxy-selected (issue 30)
+        "proxy_selected": _proxy_selected_of(primary),
         "seeds": {**mean_sd([s["value"] for s in per_seed if s["value"] is not None]), "per_seed": per_seed},
         "exploration": exploration_section(primary, proxy_table),
         "lineage": _lineage(primary),

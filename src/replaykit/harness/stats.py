@@ -118,17 +118,52 @@ def exact_mcnemar(a: Sequence[bool], b: Sequence[bool]) -> dict:
     return {"a_only": a_only, "b_only": b_only, "p_value": p, "method": "exact McNemar (binomial on discordant pairs)"}
 
 
-def normalised_score(value: float, fixed_start: float, shipped: float) -> float | None:
+DIRECTIONS = ("maximize", "minimize")
+WORDS = {"maximize": "maximised", "minimize": "minimised"}
+
+
+def _sign(direction: str) -> float:
+    """+1 for a maximised metric, -1 for a minimised one (a gain is ``sign × difference > 0``).
+    Raises ValueError for another direction."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
+    return 1.0 if direction == "maximize" else -1.0
+
+
+def normalisation_undefined(fixed_start: float, shipped: float, direction: str) -> str | None:
+    """Why ``(value - fixed_start) / (shipped - fixed_start)`` is no score here, or None when
+    it is one: it needs the shipped reference to be *better* than the fixed start in the
+    metric's direction. When the shipped reference equals the fixed start the scale is
+    0 / 0; when it is worse the scale is reversed, and a candidate worse than both would read
+    above 1 (tiny soup: fixed start 0.45, shipped 0.40, a candidate at 0.35 would get 2.0).
+
+    Raises ValueError for an unknown direction.
+    """
+    gain = _sign(direction) * (shipped - fixed_start)
+    if gain > 0:
+        return None
+    relation = "equals" if gain == 0 else ("is below" if direction == "maximize" else "is above")
+    return (
+        f"normalised score undefined: the shipped reference ({shipped:.4f}) {relation} the fixed start "
+        f"({fixed_start:.4f}) of this {WORDS[direction]} metric, so fixed start = 0 and shipped = 1 is no scale "
+        "on which higher means better"
+    )
+
+
+def normalised_score(value: float, fixed_start: float, shipped: float, direction: str) -> float | None:
     """``(value - fixed_start) / (shipped - fixed_start)``: fixed start = 0, shipped = 1.
 
-    ``None`` when the two references are equal (the scale is undefined). The same formula
-    serves either metric direction: a minimised metric's shipped value is below its fixed
-    start, so the ratio is still 1 at the shipped value and positive for improvements.
+    Defined only when the shipped reference is better than the fixed start in the metric's
+    ``direction`` (:func:`normalisation_undefined` says why not; then None). Either direction
+    uses the same ratio: for a minimised metric both differences are negative for an
+    improvement, so the ratio is still 1 at the shipped value and above 1 beyond it.
+    Examples: maximise, fixed 0.397094, shipped 0.508475, value 0.45 -> 0.475; minimise,
+    fixed 80, shipped 70, value 65 -> 1.5; maximise, fixed 0.45, shipped 0.40 -> None.
+    Raises ValueError for an unknown direction.
     """
-    span = shipped - fixed_start
-    if span == 0:
+    if normalisation_undefined(fixed_start, shipped, direction):
         return None
-    return (value - fixed_start) / span
+    return (value - fixed_start) / (shipped - fixed_start)
 
 
 # --- Matched ablation: candidate vs shipped over K seeds and n shared rows (issue 16) ---
@@ -188,6 +223,7 @@ def hierarchical_bootstrap(
     strata=None,
     clusters=None,
     chunk: int = 256,
+    keep_replicates: bool = False,
 ) -> dict:
     """Two-stage percentile bootstrap CI of the mean over seeds of ``sum_i w_i (a_ki - b_ki)``.
 
@@ -226,6 +262,8 @@ def hierarchical_bootstrap(
         weights: per-row weight, equal within a stratum; strata, clusters: per-row labels
             (a cluster lies inside one stratum).
         chunk: replicates drawn at once (memory ``chunk × clusters``).
+        keep_replicates: also return the replicates (``replicates``, an array of n_boot), e.g.
+            for :func:`percentile_p_value`.
 
     Returns:
         ``{difference, per_seed, ci_low, ci_high, se, row_variance, seed_variance, confidence,
@@ -256,7 +294,8 @@ def hierarchical_bootstrap(
     kinds = "".join(text for text, on in ((", clustered", clusters), (", stratified", strata)) if on is not None)
     method = "two-stage percentile bootstrap: seeds, then rows shared by all seeds" + kinds
     out = {**_interval(stats, per_seed, confidence), "row_variance": float(row_only.var(ddof=1))}
-    return {**out, "k": k, "n": n, "clusters": int(n_clusters), "n_boot": n_boot, "seed": seed, "method": method}
+    out = {**out, "k": k, "n": n, "clusters": int(n_clusters), "n_boot": n_boot, "seed": seed, "method": method}
+    return {**out, "replicates": stats} if keep_replicates else out
 
 
 def _interval(stats: np.ndarray, per_seed: np.ndarray, confidence: float) -> dict:
@@ -303,21 +342,184 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict | None
     }
 
 
-def ci_verdict(ci_low: float, ci_high: float, direction: str) -> str:
-    """``established gain``, ``established loss`` or ``not established (CI spans 0)``.
+HYPOTHESES = ("superiority", "non-inferiority")
+ZERO_WIDTH = "not established (zero-width interval: no variation was observed, so nothing to judge it against)"
 
-    The CI is of candidate − shipped; a gain is a CI above 0 for a maximised metric and below
-    0 for a minimised one. A CI touching 0 spans it. Raises ValueError for another direction.
+
+def decision_threshold(direction: str, hypothesis: str = "superiority", margin: float = 0.0) -> float:
+    """The difference (candidate − shipped, metric units) the CI must clear: ``+margin`` in the
+    gain direction for superiority, ``-margin`` (a loss of at most the margin) for
+    non-inferiority. Example: minimise, non-inferiority, margin 0.5 -> +0.5 (an NLL at most
+    0.5 higher). Raises ValueError for an unknown direction or hypothesis, a negative margin,
+    or non-inferiority without a positive margin.
+
+    Source: the margin forms of ICH E9 / E10 (superiority and non-inferiority trials), e.g.
+    Piaggio et al. (2012), JAMA 308(24), "Reporting of noninferiority and equivalence trials".
     """
-    if direction not in ("maximize", "minimize"):
-        raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
-    sign = 1.0 if direction == "maximize" else -1.0
-    low, high = sorted((sign * ci_low, sign * ci_high))
-    if low > 0:
-        return "established gain"
+    sign = _sign(direction)
+    if hypothesis not in HYPOTHESES:
+        raise ValueError(f"hypothesis must be one of {', '.join(HYPOTHESES)}, got {hypothesis!r}")
+    if margin < 0 or (hypothesis == "non-inferiority" and margin <= 0):
+        raise ValueError(f"margin must be >= 0 (> 0 for non-inferiority), got {margin!r}")
+    return sign * (margin if hypothesis == "superiority" else -margin)
+
+
+def ci_verdict(
+    ci_low: float, ci_high: float, direction: str, *, hypothesis: str = "superiority", margin: float = 0.0
+) -> str:
+    """The verdict an interval of candidate − shipped supports, in words.
+
+    Superiority (margin m >= 0): ``established gain`` when the whole CI is beyond ``+m`` in the
+    gain direction (above for a maximised metric, below for a minimised one), ``established
+    loss`` when it is wholly on the loss side of 0, else ``not established (CI spans 0)`` (or
+    ``... reaches the margin``). Non-inferiority (margin m > 0): ``non-inferior (margin m)`` when
+    the CI excludes losses of m or more, else ``non-inferiority not established``. A CI touching
+    the threshold does not exclude it. A zero-width CI (every replicate equal: no variation
+    seen across seeds or rows) establishes nothing: :data:`ZERO_WIDTH`.
+    Raises ValueError as :func:`decision_threshold`.
+    """
+    sign, theta = _sign(direction), decision_threshold(direction, hypothesis, margin)
+    low, high = sorted((sign * ci_low, sign * ci_high))  # in gain units: larger is better
+    if ci_low == ci_high:
+        return ZERO_WIDTH
+    if hypothesis == "non-inferiority":
+        if low > sign * theta:
+            return f"non-inferior (margin {margin:g})"
+        return f"non-inferiority not established (CI reaches {theta:+g}, a loss of the margin {margin:g})"
+    if low > sign * theta:
+        return "established gain" if margin == 0 else f"established gain of more than {margin:g}"
     if high < 0:
         return "established loss"
-    return "not established (CI spans 0)"
+    return "not established (CI spans 0)" if margin == 0 else f"not established (CI reaches {theta:+g}, the margin)"
+
+
+def interval_reading(ci_low: float, ci_high: float, direction: str) -> str:
+    """Where a secondary interval (the t-interval over seeds) lies, in words that draw no verdict
+    of their own (the verdict is the decision interval's): ``above 0``, ``below 0``, ``spans 0``
+    or, for a zero-width interval, why it holds no uncertainty. The gain side is named
+    (``gain side`` / ``loss side``) from ``direction``. Raises ValueError for another direction."""
+    sign = _sign(direction)
+    if ci_low == ci_high:
+        return (
+            "zero width: every seed gave the same difference, and a t-interval holds no rows' "
+            "variance, so it says nothing either way"
+        )
+    if ci_low > 0 or ci_high < 0:
+        side = "gain" if sign * ci_low > 0 else "loss"
+        return f"{'above' if ci_low > 0 else 'below'} 0 (the {side} side); the verdict is the bootstrap interval's"
+    return "spans 0"
+
+
+def percentile_p_value(replicates: Sequence[float], threshold: float, side: str) -> float:
+    """The p-value that the percentile interval of ``replicates`` inverts: the least α at which
+    the two-sided level-(1 − α) interval (numpy's linear quantiles) lies wholly above
+    ``threshold`` (``side="above"``) or wholly below it (``"below"``), capped at 1.
+
+    Above: ``p = 2 · sup{q : Q(q) <= threshold}`` with ``Q`` the interpolated quantile
+    function, so ``Q(α/2) > threshold`` exactly when ``p < α``; below: ``p = 2 · (1 − inf{q :
+    Q(q) >= threshold})``. So a verdict read from the interval and one read from ``p < α``
+    agree, and :func:`holm` can adjust ``p`` for several comparisons.
+    Example: replicates 0, 1, 2, 3, 4 (Q(q) = 4q), threshold 0.5, above -> q = 0.125, p = 0.25.
+
+    Source: Efron & Tibshirani (1993), sec. 15.4 (achieved significance level from a bootstrap
+    confidence interval). Raises ValueError for another side or no replicates.
+    """
+    s = np.sort(np.asarray(replicates, dtype=float))
+    if s.size == 0 or side not in ("above", "below"):
+        raise ValueError(f"percentile_p_value needs replicates and side 'above' or 'below', got {side!r}")
+    last = s.size - 1
+    if side == "above":
+        if threshold < s[0]:
+            return 0.0
+        j = int(np.searchsorted(s, threshold, side="right")) - 1  # s[j] <= threshold < s[j + 1]
+        if j >= last:  # every replicate at or below the threshold
+            return 1.0
+        return min(1.0, 2.0 * (j + (threshold - s[j]) / (s[j + 1] - s[j])) / last)
+    if threshold > s[-1]:
+        return 0.0
+    k = int(np.searchsorted(s, threshold, side="left"))  # s[k - 1] < threshold <= s[k]
+    if k == 0:  # every replicate at or above the threshold
+        return 1.0
+    return min(1.0, 2.0 * (1.0 - (k - 1 + (threshold - s[k - 1]) / (s[k] - s[k - 1])) / last))
+
+
+def holm(p_values: Sequence[float | None], alpha: float) -> dict:
+    """Holm's step-down adjustment of ``m`` p-values for ``m`` comparisons.
+
+    Sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted values are ``p~_(i) = min(1,
+    max_{j <= i} (m − j + 1) p_(j))``; comparison i is rejected (its verdict stands) when
+    ``p~_i < alpha`` (strict, as a CI touching its threshold excludes nothing), which rejects
+    exactly ``H_(1) .. H_(k−1)`` with k the first i where ``p_(i) >= alpha / (m − i + 1)``. The
+    family-wise error rate is at most alpha whatever the dependence between comparisons (here
+    they share the shipped runs). A missing p-value (a comparison with no verdict) counts as 1.
+
+    Returns ``{m, alpha, adjusted, reject}`` in the input order. Example: 0.01, 0.04, 0.03 at
+    0.05 -> adjusted 0.03, 0.06, 0.06; only the first is rejected.
+    Source: Holm (1979), "A simple sequentially rejective multiple test procedure", Scand. J.
+    Statist. 6(2), 65-70.
+    """
+    p = np.array([1.0 if v is None else float(v) for v in p_values])
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return {
+        "m": int(m),
+        "alpha": alpha,
+        "adjusted": [float(v) for v in adjusted],
+        "reject": [bool(v < alpha) for v in adjusted],
+    }
+
+
+def probability_of_improvement(
+    candidate: Sequence[float],
+    shipped: Sequence[float],
+    direction: str,
+    n_boot: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict:
+    """P(candidate better than shipped) over runs, with a percentile bootstrap CI.
+
+    ``P = (1 / (K M)) sum_i sum_j S(x_i, y_j)`` over every pair of a candidate run ``x_i`` (K)
+    and a shipped run ``y_j`` (M), ``S = 1`` when ``x_i`` is better in ``direction``, ``1/2`` on
+    a tie, 0 otherwise: the Mann-Whitney U statistic over K M, the chance that a random
+    candidate replay beats a random shipped one. The pairs are every (i, j), not only the
+    same-seed ones: two replays with the same seed are independent draws (see
+    :func:`hierarchical_bootstrap`). The CI resamples the K candidate runs and the M shipped runs
+    independently, with replacement. Example: candidate 1, 2, 3 and shipped 2, 2, 0
+    (maximise): 1 + 2 + 3 = 6 of 9 pairs -> 0.6667. Runs that do not depend on the seed give
+    0, 1/2 or 1 with a zero-width CI.
+
+    Returns ``{value, ci_low, ci_high, pairs, n_boot, seed, confidence, method}``; raises
+    ValueError for an empty side or an unknown direction.
+    Source: Agarwal et al. (2021), "Deep reinforcement learning at the edge of the statistical
+    precipice", NeurIPS, sec. 4 (probability of improvement; rliable's stratified bootstrap).
+    """
+    sign = _sign(direction)
+    x, y = sign * np.asarray(candidate, dtype=float), sign * np.asarray(shipped, dtype=float)
+    if x.size == 0 or y.size == 0:
+        raise ValueError("probability_of_improvement needs at least one run on each side")
+    wins = (x[:, None] > y[None, :]) + 0.5 * (x[:, None] == y[None, :])  # K × M
+    rng = np.random.default_rng(seed)
+    cx = rng.multinomial(x.size, np.full(x.size, 1.0 / x.size), size=n_boot)
+    cy = rng.multinomial(y.size, np.full(y.size, 1.0 / y.size), size=n_boot)
+    stats = np.einsum("rk,km,rm->r", cx, wins, cy) / (x.size * y.size)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(stats, [tail, 1.0 - tail])
+    return {
+        "value": float(wins.mean()),
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "pairs": int(x.size * y.size),
+        "n_boot": n_boot,
+        "seed": seed,
+        "confidence": confidence,
+        "method": "Mann-Whitney P(X > Y) over all run pairs; percentile bootstrap of runs per side",
+    }
 
 
 def detectable_difference(

@@ -24,9 +24,9 @@ from .formats import fmt_number, fmt_percent, fmt_seconds, md_cell
 
 @functools.cache
 def templates(trim: bool = True) -> jinja2.Environment:
-    """The Jinja2 environment of ``report/templates/``: ``final.md.j2`` (``trim``: a block tag's
-    line leaves no blank line) and, written for Jinja's default whitespace, ``report.html.j2``,
-    ``checkpoints.html.j2``, ``ablation.html.j2`` and ``ablation.md.j2`` (``trim=False``).
+    """The Jinja2 environment of ``report/templates/``: ``final.md.j2`` and ``ablation.md.j2``
+    (``trim``: a block tag's line leaves no blank line) and, written for Jinja's default
+    whitespace, ``report.html.j2``, ``checkpoints.html.j2`` and ``ablation.html.j2`` (``trim=False``).
     Undefined names raise in the trimmed environment; ``*.html.j2`` is autoescaped. Filters:
     ``fmt``, ``pct``, ``sec``, ``cell`` (:mod:`.formats`)."""
     env = jinja2.Environment(

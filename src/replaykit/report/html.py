@@ -18,6 +18,7 @@ from pathlib import Path
 
 from markupsafe import Markup
 
+from ..harness.ablation import holm_verdicts
 from ..harness.fileio import atomic_write_text, read_json
 from ..harness.receipts import read_complete_summary
 from ..harness.results import paired_comparison
@@ -33,9 +34,9 @@ FIGURE_CAPTIONS = {
     "seeds": "Official score of each seed ± 1.96 SE, the mean across seeds and ± 1 SD.",
     "diagnostics": "The task's diagnostic (see the figure title).",
     "differences": "Matched ablation: per-seed paired differences candidate − shipped (official "
-    "result filled, last retained checkpoint hollow), their mean with the 95 % "
-    "two-stage bootstrap CI over seeds and rows (bar) and the t-interval over seeds "
-    "(thin bar); 0 dashed.",
+    "result filled circles, proxy-selected checkpoint triangles, last retained checkpoint hollow squares), "
+    "their mean with the two-stage bootstrap CI over seeds and rows at the decision rule's level (bar) "
+    "and the t-interval over seeds (thin bar); 0 dashed.",
 }
 
 
@@ -70,6 +71,9 @@ def checkpoint_rows(docs: list[dict], summary: dict, shipped: dict, n_boot: int,
                     "se": c.get("se"),
                     "n": c.get("n"),
                     "official": c["progress"] == best.get("progress") and doc["run"] == summary["official"]["run"],
+                    "proxy_selected": c["progress"] == (doc.get("proxy_selected") or {}).get("progress"),
+                    "proxy_value": c.get("proxy_value"),
+                    "proxy_se": c.get("proxy_se"),
                     "diff": diff,
                     "advisories": c.get("advisories") or [],
                     "manifest_sha": doc.get("asset_manifest_sha256") or "",
@@ -143,7 +147,9 @@ def _figures(figures: dict[str, str | Path], base: Path) -> list[dict]:
 
 
 def _ablation_section(ablations: list[str | Path], base: Path) -> str:
-    """The matched ablations' section (empty without one)."""
+    """The matched ablations' section (empty without one): each with its verdict adjusted for
+    the number of ablations shown, which share the shipped runs (Holm;
+    :func:`~replaykit.harness.ablation.holm_verdicts`)."""
     abl = [
         {
             **read_complete_summary(folder),
@@ -152,6 +158,8 @@ def _ablation_section(ablations: list[str | Path], base: Path) -> str:
         }
         for folder in ablations
     ]
+    for a, adjusted in zip(abl, holm_verdicts(abl)):
+        a["holm"] = adjusted
     return Markup(templates(trim=False).get_template("ablation.html.j2").render(ablations=abl)) if abl else ""
 
 
