@@ -48,6 +48,7 @@ rule final:
         shipped=get_shipped_official,
         fixed_start=get_fixed_start_reference,
         proxy=get_exploration_proxy,
+        audits=get_audits,
     output:
         directory("results/{task}/final"),
     log:
@@ -66,4 +67,4 @@ rule final:
         "python -m replaykit final --task {wildcards.task} --officials {input.officials}"
         " --shipped-official {input.shipped} --fixed-start-scores '{params.fixed_start_scores}'"
         " --published {params.published:q} --n-boot {params.n_boot} --proxy-table '{input.proxy}'"
-        " --out-dir {output} > {log} 2>&1"
+        " --audits {input.audits} --out-dir {output} > {log} 2>&1"
