@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .checks import check, key_line, read_json_or_none, where
+from .checks import check, key_line, line_of, read_json_or_none, where
 
 
 def _finite(x) -> bool:
@@ -117,12 +117,16 @@ def split_size_check(split_file: Path, manifest_path: str, data: dict, official:
         return check(name, "unknown", f"{split_file}: not here", [f"{split_file}: not here"])
     rows = sum(1 for line in split_file.read_text().splitlines() if line.strip())
     sizes = {f"{split_file} rows": (str(split_file), rows, 1)}
-    for key in ("n_final", "n_test"):
-        if isinstance(data.get(key), int) and not isinstance(data.get(key), bool):
-            sizes[f"config data.{key}"] = ("config", data[key], 0)
     manifest = read_json_or_none(manifest_path) or {}
-    if isinstance(manifest.get("n_final"), int):
-        sizes["manifest n_final"] = (manifest_path, manifest["n_final"], key_line(manifest_path, "n_final"))
+    declared = [("config", data), (f"{manifest_path} config", manifest.get("config") or {})]
+    for source, block in declared:
+        for key in ("n_final", "n_test"):
+            if isinstance(block.get(key), int) and not isinstance(block.get(key), bool):
+                line = key_line(manifest_path, key) if source != "config" else 0
+                sizes[f"{source} data.{key} (declared)"] = (source.split()[0], block[key], line)
+    built = (manifest.get("data") or {}).get("n_final")
+    if isinstance(built, int):
+        sizes["manifest data.n_final (built)"] = (manifest_path, built, line_of(manifest_path, '"n_final"'))
     best = (official or {}).get("official") or {}
     if isinstance(best.get("n"), int):
         summary = Path(best["scores"]) / "summary.json"

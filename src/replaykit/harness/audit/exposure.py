@@ -58,31 +58,31 @@ def sandbox_check(plans: list[tuple[str, int, dict]], final_paths: list[Path]) -
     return check("final_split_not_in_sandbox", "pass", f"{len(plans)} sandbox plans read", ok + more)
 
 
-def declared_inputs_check(metadata: dict[str, list[str] | None], final_paths: list[Path]) -> dict:
-    """``metadata``: output -> the inputs Snakemake recorded for the job that made it (None:
-    not recorded, e.g. a copied results folder)."""
-    known = {out: inputs for out, inputs in metadata.items() if inputs is not None}
+def declared_inputs_check(records: dict[str, tuple[Path, list[str] | None]], final_paths: list[Path]) -> dict:
+    """``records``: output -> (Snakemake's record of the job that made it, the inputs it lists;
+    None when not recorded, e.g. a copied results folder)."""
+    name = "final_split_not_declared_input"
+    known = {out: rec for out, rec in records.items() if rec[1] is not None}
     if not known:
-        why = "Snakemake's records (.snakemake/metadata) of the replay are not here"
-        return check("final_split_not_declared_input", "skipped", why)
+        return check(name, "skipped", "Snakemake's records (.snakemake/metadata) of the replay job are not here")
     bad = [
-        f"{where(out, 1)}: declared input {i}"
-        for out, inputs in known.items()
+        f"{where(meta, 1)}: {out} was made from {i}"
+        for out, (meta, inputs) in known.items()
         for i in inputs
         if any(_inside(_real(f), _real(i)) or _inside(_real(i), _real(f)) for f in final_paths)
     ]
     if bad:
-        return check("final_split_not_declared_input", "fail", "a replay job declared the final split", bad)
-    ev = [f"{where(out, 1)}: {len(inputs)} declared inputs, none of the final split" for out, inputs in known.items()]
-    return check("final_split_not_declared_input", "pass", "Snakemake's job records read", ev)
+        return check(name, "fail", "a replay job declared the final split as an input", bad)
+    ev = [f"{where(m, 1)}: {out}: {len(i)} declared inputs, none of the final split" for out, (m, i) in known.items()]
+    return check(name, "pass", "Snakemake's job records read", ev)
 
 
-def snakemake_inputs(workdir: str | Path, output: str) -> list[str] | None:
-    """The inputs Snakemake recorded for the job that made ``output`` (``.snakemake/metadata``,
-    file named by the output's urlsafe base64), or None when not recorded."""
-    name = base64.urlsafe_b64encode(output.encode()).decode()
-    doc = read_json_or_none(Path(workdir) / ".snakemake" / "metadata" / name)
-    return None if doc is None else list(doc.get("input") or [])
+def snakemake_inputs(workdir: str | Path, output: str) -> tuple[Path, list[str] | None]:
+    """Snakemake's record of the job that made ``output`` (``.snakemake/metadata/<urlsafe
+    base64 of the path>``) and the inputs it lists (None when not recorded)."""
+    path = Path(workdir) / ".snakemake" / "metadata" / base64.urlsafe_b64encode(output.encode()).decode()
+    doc = read_json_or_none(path)
+    return path, None if doc is None else list(doc.get("input") or [])
 
 
 def entropy(text: str) -> float:

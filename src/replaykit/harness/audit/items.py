@@ -14,7 +14,8 @@ normalisation; Broder, "On the resemblance and containment of documents", 1997):
   whitespace, line breaks, quoting and punctuation do not matter), cut into :data:`NGRAM`-word
   sequences; sequences that also occur in the public split's items are dropped (dpo's final
   and proxy prompts share instruction templates); an item is found when at least
-  :data:`CONTAINMENT` of its remaining sequences are in the haystack (a text shorter than
+  :data:`CONTAINMENT` of its remaining sequences, or :data:`MIN_SEQUENCES` of them (ten words
+  in a row), are in the haystack (a text shorter than
   :data:`NGRAM` words counts as one sequence when it has at least :data:`MIN_WORDS` words);
 * token: the whole token (delimited by whitespace, quotes, commas, colons, braces), at least
   :data:`MIN_TOKEN` characters, and not a token of the public split; a SHA-256 also by its
@@ -37,7 +38,8 @@ from pathlib import Path
 from ..hashing import sha256_file
 
 NGRAM = 8  # words per sequence: 8-word sequences of English prose rarely repeat by chance
-CONTAINMENT = 0.5  # share of an item's final-only sequences that must be present
+CONTAINMENT = 0.5  # share of an item's final-only sequences that must be present, or
+MIN_SEQUENCES = 3  # this many (10 consecutive words of the item that the public split lacks)
 MIN_WORDS = 4  # a shorter text is not identifying
 MIN_TOKEN = 6  # characters; shorter ids and SMILES ("CCO") occur in code by chance
 MIN_PAIRS = 3  # items whose (id, label) pair is present
@@ -215,7 +217,7 @@ def _text_hit(hay: Haystack, item: Item, public: Public) -> dict | None:
             continue
         index = hay.grams(len(next(iter(grams))))
         present = [g for g in grams if g in index]
-        if len(present) >= CONTAINMENT * len(grams):
+        if present and len(present) >= min(MIN_SEQUENCES, CONTAINMENT * len(grams)):
             line = min(index[g] for g in present)
             return {"how": "text", "line": line, "detail": f"{len(present)}/{len(grams)} word sequences"}
     return None

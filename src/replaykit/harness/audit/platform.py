@@ -59,11 +59,14 @@ def same_patch_check(record_path: str, record: dict) -> dict:
             [f"{where(record_path, line)}: {len(other)} attempts of another patch"],
         )
     ident = str(record.get("identity", ""))[:12]
+    patch = (
+        f"patch {str(record['patch_sha256'])[:12]}..." if record.get("patch_sha256") else "no patch (shipped recipe)"
+    )
     return check(
         name,
         "pass",
         f"{len(attempts)} attempts of one replay",
-        [f"{where(record_path, line)}: patch {str(record.get('patch_sha256'))[:12]}..., identity {ident}..."],
+        [f"{where(record_path, line)}: {patch}, replay identity {ident}..."],
     )
 
 
