@@ -48,7 +48,8 @@ def dpo_like(tmp_path: Path) -> tuple[list, object]:
         tmp_path / "public/proxy.jsonl", [{"id": f"public-{i:04d}", "prompt": p} for i, p in enumerate(PUBLIC)]
     )
     fields = ItemFields.of({"text": ("prompt",), "token": ("id",)})
-    return read_items(final, fields), read_public(proxy, fields)
+    items = read_items(final, fields)
+    return items, read_public(proxy, fields, items)
 
 
 def test_a_prompt_rewrapped_and_recased_is_found_and_a_public_template_is_not(tmp_path):

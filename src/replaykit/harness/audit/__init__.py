@@ -115,7 +115,7 @@ def find_exploration(record: dict) -> Exploration:
 def _exposure(inp: AuditInputs, record_path: Path, record: dict, ex: Exploration) -> list[dict]:
     fields = inp.item_fields
     items = read_items(inp.final_split, fields) if inp.final_split.is_file() else []
-    public = read_public(inp.proxy_split, fields)
+    public = read_public(inp.proxy_split, fields, items)
     ws = read_json_or_none(inp.run_dir / "workspace.json") or {}
     patch = Path(ws["patch"]) if ws.get("patch") else None
     outputs = [str(record_path)]

@@ -12,8 +12,8 @@ normalisation; Broder, "On the resemblance and containment of documents", 1997):
 
 * text: lower-cased, every run of non-alphanumeric characters read as one separator (so
   whitespace, line breaks, quoting and punctuation do not matter), cut into :data:`NGRAM`-word
-  sequences; sequences that also occur in the public split's items are dropped (dpo's final
-  and proxy prompts share instruction templates); an item is found when at least
+  sequences; sequences that also occur in the public split's items, or in more than one final
+  item, are dropped (dpo's prompts share instruction templates); an item is found when at least
   :data:`CONTAINMENT` of its remaining sequences, or :data:`MIN_SEQUENCES` of them (ten words
   in a row), are in the haystack (a text shorter than
   :data:`NGRAM` words counts as one sequence when it has at least :data:`MIN_WORDS` words);
@@ -140,15 +140,20 @@ class Public:
     tokens: set = field(default_factory=set)
 
 
-def read_public(split_file: str | Path | None, fields: ItemFields) -> Public:
-    """The word sequences and tokens of the public (proxy) split's items."""
+def read_public(split_file: str | Path | None, fields: ItemFields, final: list[Item] = ()) -> Public:
+    """The word sequences and tokens of the public (proxy) split's items, and the sequences
+    that several ``final`` items share (a template's wording identifies no one item)."""
     public = Public()
-    if split_file is None or not Path(split_file).is_file():
-        return public
-    for item in read_items(split_file, fields):
-        for text in item.texts:
-            public.grams |= ngrams(words(text))
-        public.tokens |= set(item.tokens)
+    if split_file is not None and Path(split_file).is_file():
+        for item in read_items(split_file, fields):
+            for text in item.texts:
+                public.grams |= ngrams(words(text))
+            public.tokens |= set(item.tokens)
+    seen: dict[tuple, int] = {}
+    for item in final:
+        for gram in {g for text in item.texts for g in ngrams(words(text))}:
+            seen[gram] = seen.get(gram, 0) + 1
+    public.grams |= {g for g, n in seen.items() if n > 1}
     return public
 
 
