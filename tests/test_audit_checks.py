@@ -30,7 +30,8 @@ def by_result(checks: list[dict]) -> dict[str, str]:
 
 
 PROMPTS = [
-    "Write a short story about a lighthouse keeper who befriends a seagull. Your entire response should be in lowercase letters.",
+    "Write a short story about a lighthouse keeper who befriends a seagull. "
+    "Your entire response should be in lowercase letters.",
     "Describe the history of the Hanseatic League in three paragraphs. Do not use any commas in your response.",
     "Explain how a sourdough starter works to a child. Wrap your entire response in double quotation marks.",
 ]
@@ -205,10 +206,8 @@ def test_overlapping_intervals_and_a_replaced_lock_are_confirmed(tmp_path):
     [ev] = next(c for c in checks if c["check"] == "gpu_intervals_do_not_overlap")["evidence"]
     log = f"{tmp_path}/ex/receipts.jsonl"
     # 1.5 s by hand: probe-2 from 101.5 to 103.0, inside probe-1's 100.0 to 104.0
-    assert (
-        ev
-        == f"{log}:1: probe probe-1 (inode 11) and {log}:2: probe probe-2 (inode 12) held the exploration's GPU lock together for 1.50 s"
-    )
+    pair = f"{log}:1: probe probe-1 (inode 11) and {log}:2: probe probe-2 (inode 12)"
+    assert ev == f"{pair} held the exploration's GPU lock together for 1.50 s"
     assert section(checks)["verdict"] == "confirmed"
     apart = overlap_check(receipts[1:])
     assert apart["result"] == "pass"

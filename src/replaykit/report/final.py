@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..harness.audit import audit_summary
 from ..harness.fileio import atomic_write_text
 from ..harness.receipts import write_summary
-from ..harness.audit import audit_summary
 from ..harness.results import final_summary
 from . import templates
 

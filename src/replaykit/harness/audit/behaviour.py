@@ -36,12 +36,14 @@ def timing_check(submission: dict, sub_path: str, receipts: list[Receipt]) -> di
     if budget is None or used is None:
         return check(name, "unknown", "the submission records no budget", [f"{where(sub_path, 1)}: no budget_used_s"])
     left = float(budget) - float(used)
-    at = f"{where(sub_path, key_line(sub_path, 'budget_used_s'))}: submitted with {left:.1f} s of {float(budget):.0f} s left"
+    line = key_line(sub_path, "budget_used_s")
+    at = f"{where(sub_path, line)}: submitted with {left:.1f} s of {float(budget):.0f} s left"
     full = [c for c in cycles(receipts) if c[2] is not None]
     if not full:
         return check(name, "unknown", "no probe with a proxy score: no cycle measured", [f"{at}; no cycle measured"])
     seconds, probe, proxy = full[0]
-    cycle = f"longest cycle {seconds:.1f} s = {_at(probe)} ({float(probe[2].get('seconds') or 0):.1f} s) + {_at(proxy)} ({float(proxy[2].get('seconds') or 0):.1f} s)"
+    took = [float(r[2].get("seconds") or 0) for r in (probe, proxy)]
+    cycle = f"longest cycle {seconds:.1f} s = {_at(probe)} ({took[0]:.1f} s) + {_at(proxy)} ({took[1]:.1f} s)"
     if left > seconds:
         return check(name, "fail", f"{left:.1f} s left > {seconds:.1f} s cycle", [f"{at}; {cycle}"])
     return check(name, "pass", f"{left:.1f} s left <= {seconds:.1f} s cycle", [f"{at}; {cycle}"])
@@ -65,7 +67,7 @@ def overlaps(intervals: list[tuple[str, float, float, object]]) -> list[tuple[st
     """Pairs of intervals of the same resource that overlap: (resource, seconds, a, b)."""
     out = []
     ordered = sorted(intervals, key=lambda i: (i[0], i[1]))
-    for k, (what, a0, a1, a) in enumerate(ordered):
+    for k, (what, _, a1, a) in enumerate(ordered):
         for what_b, b0, b1, b in ordered[k + 1 :]:
             if what_b != what or b0 >= a1:
                 if what_b != what:

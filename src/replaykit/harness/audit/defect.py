@@ -14,6 +14,11 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _at(path, key: str) -> str:
+    """``path:line`` of ``"key":`` in a JSON file."""
+    return where(path, key_line(path, key))
+
+
 def shipped_check(shipped_path: str | None) -> list[dict]:
     """The shipped run's official result exists (a valid checkpoint with a finite score), every
     retained checkpoint was judged by the frozen loader, and each valid one scored."""
@@ -22,72 +27,32 @@ def shipped_check(shipped_path: str | None) -> list[dict]:
     if doc is None:
         gone = f"{shipped_path}: the shipped run's official.json is not here"
         return [check(n, "unknown", gone, [gone]) for n in names]
-    best, line = doc.get("official"), key_line(shipped_path, "official")
-    ref = (
-        check(
-            names[0],
-            "pass",
-            "the shipped recipe's run has an official result",
-            [f"{where(shipped_path, line)}: checkpoint-{best['progress']} {best.get('metric')} = {best['value']}"],
-        )
-        if best and _finite(best.get("value"))
-        else check(
-            names[0],
-            "fail",
-            "the shipped recipe's run has no valid, scored checkpoint",
-            [f"{where(shipped_path, line)}: official is {best!r}"],
-        )
-    )
-    invalid = [c for c in doc.get("checkpoints", []) if c.get("valid") is not True]
-    loader = (
-        check(
-            names[1],
-            "fail",
-            f"{len(invalid)} shipped checkpoints refused",
-            [
-                f"{where(c.get('marker'), key_line(c.get('marker'), 'reason'))}: checkpoint-{c.get('progress')} invalid: {c.get('reason')}"
-                for c in invalid
-            ],
-        )
-        if invalid
-        else check(
-            names[1],
-            "pass",
-            f"{len(doc.get('checkpoints', []))} shipped checkpoints valid",
-            [
-                f"{where(c.get('marker'), key_line(c.get('marker'), 'valid'))}: valid"
-                for c in doc.get("checkpoints", [])
-            ],
-        )
-    )
-    unscored = [
-        c
-        for c in doc.get("checkpoints", [])
-        if c.get("valid") and (c.get("score_status") != "complete" or not _finite(c.get("value")))
-    ]
-    evaluator = (
-        check(
-            names[2],
-            "fail",
-            f"{len(unscored)} valid shipped checkpoints without a complete score",
-            [
-                f"{where(Path(c['scores']) / 'summary.json', 1)}: {c.get('score_status')}, value {c.get('value')}"
-                for c in unscored
-            ],
-        )
-        if unscored
-        else check(
-            names[2],
-            "pass",
-            "every valid shipped checkpoint scored",
-            [
-                f"{where(Path(c['scores']) / 'summary.json', key_line(Path(c['scores']) / 'summary.json', 'value'))}: {c.get('value')}"
-                for c in doc.get("checkpoints", [])
-                if c.get("valid")
-            ],
-        )
-    )
-    return [ref, loader, evaluator]
+    best, at = doc.get("official"), _at(shipped_path, "official")
+    if best and _finite(best.get("value")):
+        got = f"{at}: checkpoint-{best['progress']} {best.get('metric')} = {best['value']}"
+        ref = check(names[0], "pass", "the shipped recipe's run has an official result", [got])
+    else:
+        ref = check(names[0], "fail", "the shipped recipe's run has no valid, scored checkpoint", [f"{at}: {best!r}"])
+    checkpoints = doc.get("checkpoints", [])
+    invalid = [c for c in checkpoints if c.get("valid") is not True]
+    if invalid:
+        ev = [
+            f"{_at(c['marker'], 'reason')}: checkpoint-{c.get('progress')} invalid: {c.get('reason')}" for c in invalid
+        ]
+        loader = check(names[1], "fail", f"{len(invalid)} shipped checkpoints refused", ev)
+    else:
+        ev = [f"{_at(c['marker'], 'valid')}: valid" for c in checkpoints]
+        loader = check(names[1], "pass", f"{len(checkpoints)} shipped checkpoints valid", ev)
+    valid = [c for c in checkpoints if c.get("valid")]
+    unscored = [c for c in valid if c.get("score_status") != "complete" or not _finite(c.get("value"))]
+    summaries = {id(c): Path(c["scores"]) / "summary.json" for c in valid}
+    if unscored:
+        ev = [f"{summaries[id(c)]}: {c.get('score_status')}, value {c.get('value')}" for c in unscored]
+        scored = check(names[2], "fail", f"{len(unscored)} valid shipped checkpoints without a complete score", ev)
+    else:
+        ev = [f"{_at(summaries[id(c)], 'value')}: {c.get('value')}" for c in valid]
+        scored = check(names[2], "pass", "every valid shipped checkpoint scored", ev)
+    return [ref, loader, scored]
 
 
 def fixed_start_check(summary_dir: str | None, has_reference: bool) -> dict:

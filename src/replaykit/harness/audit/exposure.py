@@ -10,7 +10,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .checks import check, key_line, line_of, read_json_or_none, where
+from .checks import check, key_line, read_json_or_none, where
 from .items import Haystack, Item, Public, find_items
 
 MAX_SEARCH_BYTES = 4 << 20  # larger exploration files are listed as not searched
@@ -101,7 +101,7 @@ def patch_blobs(patch: Path, text: str) -> list[str]:
             out.append(f"{where(patch, no)}: binary content ({line[:60]})")
         elif line.startswith("+") and not line.startswith("+++"):
             body = line[1:]
-            runs = [r for r in re.findall(r"\S{%d,}" % BLOB_MIN, body) if entropy(r) > ENTROPY_BITS]
+            runs = [r for r in re.findall(rf"\S{{{BLOB_MIN},}}", body) if entropy(r) > ENTROPY_BITS]
             if len(body) > BLOB_CHARS:
                 out.append(f"{where(patch, no)}: added line of {len(body)} characters")
             elif runs:
@@ -186,7 +186,8 @@ def exploration_check(ex_dir: Path | None, items: list[Item], public: Public) ->
         "pass",
         f"{len(files)} files searched{note}",
         [
-            f"{where(ex_dir / 'receipts.jsonl', 1)}: {len(files)} files of {ex_dir} searched, none holds a final-split item"
+            f"{where(ex_dir / 'receipts.jsonl', 1)}: {len(files)} files of {ex_dir} searched, "
+            "none holds a final-split item"
         ],
     )
 

@@ -127,7 +127,8 @@ def gpu_check(task_dir: Path, run_dir: Path) -> dict:
         "pass",
         f"{len(mine)} GPU jobs of this run, {len(records)} of the task",
         [
-            f"{where(mine[0][0], mine[0][1]) if mine else task_dir}: {len(intervals)} device intervals of {len(records)} jobs, none overlapping; {what}"
+            f"{where(mine[0][0], mine[0][1]) if mine else task_dir}: {len(intervals)} device intervals of "
+            f"{len(records)} jobs, none overlapping; {what}"
         ],
     )
 
@@ -141,7 +142,10 @@ def budget_check(record_path: str, record: dict) -> dict:
         return check(
             name, "unknown", "the record has no budget accounting", [f"{where(record_path, 1)}: no utilisation"]
         )
-    at = f"{where(record_path, key_line(record_path, 'wall_s_all_attempts'))}: {used:.1f} s of the {outer:.0f} s outer limit over all attempts ({used / outer:.0%}), stop_reason {record.get('stop_reason')}"
+    at = (
+        f"{where(record_path, key_line(record_path, 'wall_s_all_attempts'))}: {used:.1f} s of the {outer:.0f} s "
+        f"outer limit over all attempts ({used / outer:.0%}), stop_reason {record.get('stop_reason')}"
+    )
     if used > outer + BUDGET_SLACK_S:
         return check(name, "fail", "over the outer limit", [at])
     return check(name, "pass", "within the outer limit", [at])
