@@ -283,7 +283,10 @@ def test_two_jobs_on_one_gpu_at_once_and_a_stale_status_are_confirmed(tmp_path):
     assert gpu_check(task, run)["result"] == "unknown"
     record = {"attempts": [{"started_unix": 1.0, "ended_unix": 2.0}]}
     assert stale_check(run, record, str(run / "replay/record.json"))["result"] == "pass"
-    atomic_write_json(run / "proxy.json", {"checkpoints": {}, "job": {"status": "running"}})
+    # the candidate's own values (train_metrics) are not a status
+    atomic_write_json(run / "replay/record.json", {**record, "train_metrics": {"status": "running"}})
+    assert stale_check(run, record, str(run / "replay/record.json"))["result"] == "pass"
+    atomic_write_json(run / "proxy.json", {"checkpoints": {}, "status": "running"})
     c = stale_check(run, record, str(run / "replay/record.json"))
     line = next(n for n, t in enumerate((run / "proxy.json").read_text().splitlines(), 1) if '"status": "running"' in t)
     assert c["result"] == "fail" and c["evidence"] == [f"{run}/proxy.json:{line}: status running after its job ended"]

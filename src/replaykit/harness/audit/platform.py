@@ -13,6 +13,7 @@ from .checks import check, key_line, line_of, read_json_or_none, where
 
 BUDGET_SLACK_S = 5.0  # the driver stops training at the outer limit; killing it takes a moment
 MAX_STATUS_BYTES = 1 << 20
+CANDIDATE_FILES = ("train_result.json", "request.json")  # written by (or for) candidate code: no status of ours
 
 
 def attempts_check(record_path: str, record: dict) -> dict:
@@ -158,7 +159,7 @@ def stale_check(run_dir: Path, record: dict, record_path: str) -> dict:
     bad = []
     for path in sorted(run_dir.rglob("*.json")):
         rel = path.relative_to(run_dir)
-        if any(p.startswith("checkpoint-") or p == "workspace" for p in rel.parts[:-1]):
+        if any(p.startswith("checkpoint-") or p == "workspace" for p in rel.parts[:-1]) or rel.name in CANDIDATE_FILES:
             continue
         if path.stat().st_size <= MAX_STATUS_BYTES and _says_running(read_json_or_none(path)):
             bad.append(f"{where(path, key_line(path, 'status', 'running'))}: status running after its job ended")
@@ -173,11 +174,12 @@ def stale_check(run_dir: Path, record: dict, record_path: str) -> dict:
 
 
 def _says_running(doc) -> bool:
-    if isinstance(doc, dict):
-        return doc.get("status") == "running" or any(_says_running(v) for v in doc.values())
-    if isinstance(doc, list):
-        return any(_says_running(v) for v in doc)
-    return False
+    """A harness record that says ``running``: its own ``status``, or an attempt's (values
+    nested deeper, e.g. the recipe's ``train_metrics``, are the candidate's, not a status)."""
+    if not isinstance(doc, dict):
+        return False
+    attempts = doc.get("attempts") if isinstance(doc.get("attempts"), list) else []
+    return doc.get("status") == "running" or any(isinstance(a, dict) and a.get("status") == "running" for a in attempts)
 
 
 def platform_checks(task_dir: Path, run_dir: Path, record_path: str, record: dict) -> list[dict]:
