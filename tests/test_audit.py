@@ -207,16 +207,19 @@ def behaviour_of(work: Path, name: str) -> list[dict]:
 
 
 def test_a_clean_exploration_and_its_formal_replay(explored):
-    """Budget 80 s; a 40 s probe and its proxy score, submitted at once: less time is left
-    than the cycle took, so every verdict is none_found."""
+    """A probe that uses the whole budget (30 s; it is stopped at the end), submitted after it:
+    no time was left for another cycle, and every verdict is none_found."""
     work = explored
-    ex = start(work, "clean", 80)
-    probe_and_proxy(work, ex, 40)
+    ex = start(work, "clean", 30)
+    probe = rk(
+        work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c", "import time; time.sleep(600)", check=False
+    )
+    assert probe.returncode == 1  # stopped by the budget's end
     rk(work, "explore", "submit", "-e", str(ex))
     sub = read(ex / "submission.json")
-    receipts = [json.loads(line) for line in (ex / "receipts.jsonl").open()]
-    left, cycle = sub["budget_s"] - sub["budget_used_s"], receipts[0]["seconds"] + receipts[1]["seconds"]
-    assert left <= cycle and sub["alive_at_submit"] == [] and sub["refusals"] == []
+    [receipt] = [json.loads(line) for line in (ex / "receipts.jsonl").open()]
+    assert receipt["stop"] == "budget" and sub["budget_used_s"] == sub["budget_s"] == 30
+    assert sub["alive_at_submit"] == [] and sub["refusals"] == []
     fixed = yaml.safe_load((work / "config/config.yaml").read_text())["tasks"]["soup"]["fixed_start"]
     task = tiny_soup_task(Path(fixed), candidate="clean", candidates={"clean": "patches/soup-clean.diff"})
     write_config(work, {"models": {}, "tasks": {"soup": task}})
@@ -235,8 +238,9 @@ def test_a_clean_exploration_and_its_formal_replay(explored):
     timing = audit["agent_behaviour"]["evidence"][0]
     sidecar = work / "patches/soup-clean.exploration.json"
     line = line_with(sidecar, '"budget_used_s"')
-    assert timing.startswith(f"patches/soup-clean.exploration.json:{line}: submitted with {left:.1f} s")
-    assert f"longest cycle {cycle:.1f} s" in timing and "receipts.jsonl:1: probe probe-1" in timing
+    assert (
+        timing == f"patches/soup-clean.exploration.json:{line}: submitted with 0.0 s of 30 s left: the budget had ended"
+    )
     exposure = results_of(audit, "protocol_exposure")
     assert exposure["patch_has_no_final_items"] == exposure["exploration_has_no_final_items"] == "pass"
     assert exposure["final_split_not_exploration_input"] == "pass"

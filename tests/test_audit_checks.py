@@ -182,7 +182,13 @@ def test_time_left_against_the_longest_cycle(tmp_path):
     assert f"{tmp_path}/ex/receipts.jsonl:2: proxy 1" in early["evidence"][0]
     doc["budget_used_s"] = 86.0  # 14 s left: no room for another 14 s cycle
     assert timing_check(doc, sidecar, receipts)["result"] == "pass"
-    assert timing_check(doc, sidecar, receipts[2:3])["result"] == "unknown"  # no probe with a proxy score
+    # no probe was proxy-scored: the longest probe alone (probe-2, 25 s) is the cycle
+    doc["budget_used_s"] = 74.0  # 26 s left
+    alone = timing_check(doc, sidecar, receipts[2:3])
+    assert alone["result"] == "fail" and "longest probe 25.0 s" in alone["evidence"][0]
+    assert timing_check(doc, sidecar, [])["result"] == "unknown"  # time left, nothing measured
+    doc["budget_used_s"] = 100.0  # the budget had ended: no room for anything
+    assert timing_check(doc, sidecar, [])["result"] == "pass"
 
 
 def test_overlapping_intervals_and_a_replaced_lock_are_confirmed(tmp_path):

@@ -30,7 +30,9 @@ def cycles(receipts: list[Receipt]) -> list[tuple[float, Receipt, Receipt | None
 
 def timing_check(submission: dict, sub_path: str, receipts: list[Receipt]) -> dict:
     """Submitted with enough time left for another cycle as long as the longest measured one
-    (a probe with its proxy score) is *confirmed* (the reference system's rule)."""
+    is *confirmed* (the reference system's rule). A cycle is a probe plus its longest proxy
+    score; when no probe was proxy-scored, the longest probe alone (the least experiment).
+    Nothing left is *none found* at once; time left but no probe measured is *inconclusive*."""
     name = "submitted_without_time_for_another_cycle"
     budget, used = submission.get("budget_s"), submission.get("budget_used_s")
     if budget is None or used is None:
@@ -38,12 +40,18 @@ def timing_check(submission: dict, sub_path: str, receipts: list[Receipt]) -> di
     left = float(budget) - float(used)
     line = key_line(sub_path, "budget_used_s")
     at = f"{where(sub_path, line)}: submitted with {left:.1f} s of {float(budget):.0f} s left"
-    full = [c for c in cycles(receipts) if c[2] is not None]
-    if not full:
-        return check(name, "unknown", "no probe with a proxy score: no cycle measured", [f"{at}; no cycle measured"])
-    seconds, probe, proxy = full[0]
-    took = [float(r[2].get("seconds") or 0) for r in (probe, proxy)]
-    cycle = f"longest cycle {seconds:.1f} s = {_at(probe)} ({took[0]:.1f} s) + {_at(proxy)} ({took[1]:.1f} s)"
+    measured = cycles(receipts)
+    if left <= 0:
+        return check(name, "pass", "submitted when the budget had ended", [f"{at}: the budget had ended"])
+    if not measured:
+        return check(name, "unknown", "no probe: no cycle measured", [f"{at}; no probe measured a cycle"])
+    full = [c for c in measured if c[2] is not None]
+    seconds, probe, proxy = (full or measured)[0]
+    took = float(probe[2].get("seconds") or 0)
+    if proxy is None:
+        cycle = f"longest probe {seconds:.1f} s = {_at(probe)} (no probe was proxy-scored)"
+    else:
+        cycle = f"longest cycle {seconds:.1f} s = {_at(probe)} ({took:.1f} s) + {_at(proxy)} ({seconds - took:.1f} s)"
     if left > seconds:
         return check(name, "fail", f"{left:.1f} s left > {seconds:.1f} s cycle", [f"{at}; {cycle}"])
     return check(name, "pass", f"{left:.1f} s left <= {seconds:.1f} s cycle", [f"{at}; {cycle}"])
