@@ -25,11 +25,13 @@ def inputs(
     """The audit's inputs for ``results/<task>/<run>``: the plug-in's final and proxy split files
     and item fields, the final-split paths of the isolation plan (:func:`final_paths`), the
     shipped run of the same seed and the fixed-start reference (defaults: where the workflow
-    writes them)."""
+    writes them; ``data``: the config's data block, default the one the asset manifest records)."""
     from .tasks import get_task
 
     plugin, results = get_task(task), Path(results)
     assets = results / task / "assets"
+    if data is None:  # the data block the assets were built from (the manifest records it)
+        data = (read_json_or_none(assets / "manifest.json") or {}).get("config") or {}
     seed = run.rsplit("-seed", 1)[-1]
     fixed = results / task / "reference" / "fixed-start" / "final-scores"
     return AuditInputs(
