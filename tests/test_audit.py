@@ -135,6 +135,13 @@ def test_a_patch_with_a_few_final_prompts_is_confirmed(dpo_run, tmp_path):
     [found, blobs] = patch_check(patch, items, public)
     assert found["result"] == "fail" and blobs["result"] == "pass"
     assert [e.split(": final item ")[1].split()[0] for e in found["evidence"]] == [r["id"] for r in chosen]
+    # every public proxy prompt, verbatim: none is a final item
+    public_only = tmp_path / "public.diff"
+    lines = [r["prompt"].replace("\n", " ") for r in proxy]
+    public_only.write_text(
+        f"--- /dev/null\n+++ b/p.txt\n@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{x}\n" for x in lines)
+    )
+    assert patch_check(public_only, items, public)[0]["result"] == "pass"
 
 
 def test_final_labels_in_another_form_are_confirmed(soup_run, tmp_path):
