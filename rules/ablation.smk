@@ -28,6 +28,12 @@ rule ablation:
     input:
         candidate=lambda w: get_ablation_officials(w, w.candidate),
         shipped=lambda w: get_ablation_officials(w, "shipped"),
+        # every formal run is audited (rule audit); the ablation's runs too
+        audits=lambda w: [
+            str(Path(p).parent / "audit.json")
+            for who in (w.candidate, "shipped")
+            for p in get_ablation_officials(w, who)
+        ],
         fixed_start=get_fixed_start_reference,
         decision_rule="results/{task}/decision-rules/{candidate}.json",
     output:

@@ -282,6 +282,21 @@ def get_shipped_official(w):
     )
 
 
+def get_audits(w):
+    """The audit of each seed's official run and of the shipped run (rule audit)."""
+    runs = [Path(p).parent for p in get_officials(w) + [get_shipped_official(w)]]
+    return [str(run / "audit.json") for run in dict.fromkeys(runs)]
+
+
+def get_exploration_sidecar(w):
+    """The sidecar of the run's candidate patch when it came from an exploration (its
+    submission: the audit reads its receipts), else nothing."""
+    from replaykit.harness.submission import sidecar
+
+    patch = task_cfg(w)["candidates"].get(parse_run(w.run)[0])
+    return str(sidecar(patch)) if patch and sidecar(patch).is_file() else []
+
+
 def get_fixed_start_reference(w):
     """The fixed-start reference's receipt, or nothing for a task without one (rm)."""
     if not get_task(w.task).FIXED_START_REFERENCE:

@@ -49,6 +49,7 @@ rule final:
         fixed_start=get_fixed_start_reference,
         proxy=get_exploration_proxy,
         self_test="results/sandbox-self-test/{task}.json",
+        audits=get_audits,
     output:
         directory("results/{task}/final"),
     log:
@@ -68,4 +69,4 @@ rule final:
         " --shipped-official {input.shipped} --fixed-start-scores '{params.fixed_start_scores}'"
         " --published {params.published:q} --n-boot {params.n_boot} --proxy-table '{input.proxy}'"
         " --self-test {input.self_test}"
-        " --out-dir {output} > {log} 2>&1"
+        " --audits {input.audits} --out-dir {output} > {log} 2>&1"

@@ -247,6 +247,7 @@ def cmd_final(a) -> None:
         scale=float(plugin.METRIC["scale"]),
         proxy_table=a.proxy_table or None,
         self_test=a.self_test or None,
+        audits=a.audits,
     )
     normalised = "undefined" if s["normalised_undefined"] else s["normalised_score"]
     print(
@@ -315,6 +316,23 @@ def cmd_report(a) -> None:
         out_diagnostics=a.out_diagnostics,
     )
     print(f"[report] {a.task}: {len(result['rows'])} checkpoints, {len(result['figures'])} figures -> {a.out_html}")
+
+
+def cmd_audit(a) -> int:
+    from .audit import inputs, show
+    from .harness.audit import one_line, write_audit
+
+    if a.out and not a.run:
+        raise InputError("command line", "run", "--out needs the run (audit <task> <run> --out ...)")
+    if a.out:  # the workflow's audit rule: a confirmed finding is a result, not a failure
+        given = {"shipped_official": a.shipped_official or None, "fixed_start_scores": a.fixed_start_scores or None}
+        data, sandbox = _json_arg(a.data, "--data"), _json_arg(a.sandbox, "--sandbox")
+        doc = write_audit(inputs(a.task, a.run, results=a.results, data=data, sandbox=sandbox, **given), a.out)
+        print(f"[audit] {a.task}/{a.run}: {one_line(doc)} -> {a.out}")
+        return 0
+    lines, confirmed = show(a.task, a.run, a.results)
+    print("\n".join(lines))
+    return 1 if confirmed else 0
 
 
 def cmd_status(a) -> int:
@@ -534,6 +552,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--self-test", default="", help="the task's sandbox self-test (results/sandbox-self-test/<task>.json)"
     )
+    s.add_argument("--audits", nargs="*", default=[], help="audit.json of the official run, then the others")
     s.set_defaults(func=cmd_final)
 
     s = sub.add_parser("ablation", help="matched ablation: candidate vs shipped, same seeds, rows")
@@ -566,6 +585,21 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--ablations", nargs="*", default=[], help="matched-ablation folders to show")
     s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser(
+        "audit",
+        help="a run's audit: four verdicts (task defect, protocol exposure, agent behaviour, platform) "
+        "with their first evidence line; exit 1 when any is confirmed",
+    )
+    s.add_argument("task", help="the task")
+    s.add_argument("run", nargs="?", help="<candidate>-seed<seed> (default: the official run first, then the others)")
+    s.add_argument("--results", default="results", help="the results folder")
+    s.add_argument("--out", default="", help="write this run's audit.json here (the workflow's audit rule)")
+    s.add_argument("--data", default="{}", help="JSON: the task's config data block (declared split sizes)")
+    s.add_argument("--sandbox", default="{}", help="JSON: the config's isolation keys (paths it hides)")
+    s.add_argument("--shipped-official", default="", help="the shipped run's official.json (default: same seed)")
+    s.add_argument("--fixed-start-scores", default="", help="the fixed-start reference's final-scores folder")
+    s.set_defaults(func=cmd_audit)
 
     s = sub.add_parser(
         "status",

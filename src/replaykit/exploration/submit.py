@@ -15,6 +15,7 @@ from ..harness.hashing import sha256_file, sha256_tree, tree_files
 from ..harness.provenance import utc_now
 from ..harness.submission import sidecar
 from ..harness.workspace import build_workspace, special_entries
+from .processes import alive_processes, record_refusal, refusals
 from .record import Exploration
 
 CODE_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt", ".md", ".rst", ".sh"})
@@ -87,6 +88,7 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
         raise InputError(recipe, "recipe_sha256", "the shipped recipe changed since the exploration started")
     ended = info["ends_unix"] if ex.left_s() <= 0 else None
     if bad := not_code(ex.workspace, after_unix=ended):
+        record_refusal(ex.dir, bad)  # the audit lists refused attempts (docs/audit.md)
         shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
         raise InputError(
             ex.workspace, "files", f"not code or config (checkpoints, caches and data are refused): {shown}"
@@ -126,6 +128,9 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
         "probe_waits": sum(r["kind"] == "probe" and r.get("waited_s", 0) > 0 for r in receipts),
         "proxy_waits": sum(r["kind"] == "proxy" and r.get("waited_s", 0) > 0 for r in receipts),
         "lock_replaced": [r["id"] for r in receipts if r.get("lock_replaced")],
+        # for the audit's agent behaviour (docs/audit.md): processes left running, refused files
+        "alive_at_submit": alive_processes(ex.dir),
+        "refusals": refusals(ex.dir),
         "receipts": receipts,
     }
     atomic_write_json(ex.dir / "submission.json", doc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..harness.audit import audit_summary
 from ..harness.fileio import atomic_write_text
 from ..harness.receipts import write_summary
 from ..harness.results import final_summary
@@ -21,12 +22,17 @@ def render_report(task: str, summary: dict, docs: list[dict], diagnostics: tuple
     return text.rstrip("\n") + "\n"  # each section ends with a blank line; the file with one newline
 
 
-def final_result(*, task: str, out_dir: str | Path, report_diagnostics: tuple[str, ...] = (), **kwargs) -> dict:
+def final_result(
+    *, task: str, out_dir: str | Path, report_diagnostics: tuple[str, ...] = (), audits: list = (), **kwargs
+) -> dict:
     """Write ``report.md``, ``summary.json`` and (last) ``.complete`` of the task's final result
     into ``out_dir``; ``kwargs`` are :func:`replaykit.harness.results.final_summary`'s (the
-    report's checkpoint columns: ``report_diagnostics``). Returns the summary; raises what
-    :func:`~replaykit.harness.results.final_summary` raises (nothing is written then)."""
+    report's checkpoint columns: ``report_diagnostics``; ``audits``: the official run's
+    ``audit.json`` first, then the other runs', :func:`~replaykit.harness.audit.audit_summary`).
+    Returns the summary; raises what :func:`~replaykit.harness.results.final_summary` raises
+    (nothing is written then)."""
     summary, docs = final_summary(**kwargs)
+    summary["audit"] = audit_summary(list(audits))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "report.md", render_report(task, summary, docs, report_diagnostics))

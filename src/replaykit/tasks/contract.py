@@ -101,6 +101,15 @@ class TaskPlugin:
         "QM9 CSVs): the replay sandbox does not show it"
     )
 
+    FINAL_ITEM_FIELDS: Mapping = _member(
+        "what identifies a final-split row, for the audit's search of patches and explorations "
+        "(:mod:`replaykit.harness.audit.items`): ``{'text': fields of natural-language text, "
+        "'token': fields of exact identifiers (ids, SMILES, seeds), 'file': fields naming a file "
+        "whose SHA-256 identifies the item, 'label': a field identifying the item beside its id}``. "
+        "Default: the ``id`` field as a token",
+        default=dict,
+    )
+
     # --- the config block -----------------------------------------------------------------
     CONFIG_SCHEMA: Mapping | None = _member(
         "the task's own keys of its config block ``tasks.<task>``, as JSON Schema (draft 2020-12) "
@@ -212,6 +221,12 @@ def _problem(name: str, kind: str, value) -> str | None:
         missing = [k for k in ("data", "evaluation") if k not in value]
         if missing:
             return f"lacks {', '.join(missing)}"
+    elif name == "FINAL_ITEM_FIELDS":
+        kinds = {"text": tuple, "token": tuple, "file": tuple, "label": str}
+        if not isinstance(value, Mapping) or any(
+            k not in kinds or not isinstance(v, kinds[k]) for k, v in value.items()
+        ):
+            return "not a mapping of text/token/file -> tuple of field names and label -> field name"
     elif name == "FIXED_START_BUILDERS":
         if not (isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())):
             return "not a mapping of builder name -> module"

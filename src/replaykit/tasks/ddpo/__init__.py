@@ -38,6 +38,8 @@ REPORT_DIAGNOSTICS = ("text_image_alignment", "mean_pairwise_image_distance")
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = False
+# The audit searches for these fields of the final stream (its prompts are public; its latent seeds are not).
+FINAL_ITEM_FIELDS = {"token": ("id", "latent_seed")}
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 FIXED_START_BUILDERS = {"ddpo-digits": ".pipeline"}  # models.<name>.builder -> module with build()

@@ -40,6 +40,8 @@ REPORT_DIAGNOSTICS = ("validity", "uniqueness", "novelty", "vun")
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ()
 FIXED_START_IS_DATA = True
+# The audit searches patches and explorations for the test molecules' SMILES and ids.
+FINAL_ITEM_FIELDS = {"token": ("id", "smiles")}
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 FIXED_START_BUILDERS = {"qm9pack": ".qm9"}  # models.<name>.builder -> module with build()

@@ -30,6 +30,8 @@ REPORT_DIAGNOSTICS = ("prompt_level_loose_acc", "inst_level_strict_acc", "trunca
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ("ifeval_prompts",)
 FIXED_START_IS_DATA = False
+# The audit searches patches and explorations for these fields of the final prompts.
+FINAL_ITEM_FIELDS = {"text": ("prompt",), "token": ("id",)}
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 # models.<name>.builder -> module with build(): a tiny causal LM for quick dpo and rm runs

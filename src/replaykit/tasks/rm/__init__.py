@@ -36,6 +36,8 @@ REPORT_DIAGNOSTICS = ("Chat", "Chat Hard", "Reasoning", "Safety")
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ("rewardbench",)
 FIXED_START_IS_DATA = False
+# The audit searches patches and explorations for these fields of the final rows.
+FINAL_ITEM_FIELDS = {"text": ("prompt", "chosen", "rejected"), "token": ("id",)}
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = ()
 FIXED_START_REFERENCE = False

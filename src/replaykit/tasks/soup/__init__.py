@@ -32,6 +32,8 @@ REPORT_DIAGNOSTICS = ()
 # and whether the fixed start is raw data whose complement is the test set (then not shown).
 FINAL_SOURCES: tuple[str, ...] = ("imagenetv2_dir",)
 FIXED_START_IS_DATA = False
+# The audit searches for the final images' ids, file hashes and (id, label) pairs.
+FINAL_ITEM_FIELDS = {"token": ("id",), "file": ("file",), "label": "label"}
 # Files of installed packages that hold final-split items (hidden from the replay too).
 FINAL_PACKAGE_DATA: tuple[tuple[str, str], ...] = (
     ("sklearn", "datasets/data/digits.csv.gz"),

@@ -1,0 +1,82 @@
+"""``python -m replaykit audit``: the audit of a task's formal runs (:mod:`replaykit.harness.audit`)
+with the task's plug-in and config resolved here (the harness knows no task)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .harness.audit import AuditInputs, audit_run, first_lines
+from .harness.audit.checks import SECTIONS, read_json_or_none
+from .harness.audit.items import ItemFields
+from .harness.errors import InputError
+from .isolation import Settings, final_paths
+
+
+def inputs(
+    task: str,
+    run: str,
+    *,
+    results: str | Path = "results",
+    data: dict | None = None,
+    sandbox: dict | None = None,
+    shipped_official: str | Path | None = None,
+    fixed_start_scores: str | Path | None = None,
+) -> AuditInputs:
+    """The audit's inputs for ``results/<task>/<run>``: the plug-in's final and proxy split files
+    and item fields, the final-split paths of the isolation plan (:func:`final_paths`), the
+    shipped run of the same seed and the fixed-start reference (defaults: where the workflow
+    writes them; ``data``: the config's data block, default the one the asset manifest records)."""
+    from .tasks import get_task
+
+    plugin, results = get_task(task), Path(results)
+    assets = results / task / "assets"
+    if data is None:  # the data block the assets were built from (the manifest records it)
+        data = (read_json_or_none(assets / "manifest.json") or {}).get("config") or {}
+    seed = run.rsplit("-seed", 1)[-1]
+    fixed = results / task / "reference" / "fixed-start" / "final-scores"
+    return AuditInputs(
+        task=task,
+        run=run,
+        results=results,
+        final_split=assets / plugin.split_file("final"),
+        proxy_split=assets / plugin.split_file("proxy"),
+        shipped_official=Path(shipped_official or results / task / f"shipped-seed{seed}" / "official.json"),
+        fixed_start_scores=Path(fixed_start_scores) if fixed_start_scores else (fixed if fixed.is_dir() else None),
+        has_fixed_reference=plugin.FIXED_START_REFERENCE,
+        final_paths=tuple(final_paths(task, data or {}, Settings.from_config(sandbox or {}))),
+        item_fields=ItemFields.of(plugin.FINAL_ITEM_FIELDS),
+        data=data or {},
+    )
+
+
+def runs_to_show(task: str, run: str | None, results: str | Path = "results") -> list[str]:
+    """The runs ``audit <task>`` prints: the one named, else the official run of
+    ``final/summary.json`` first, then every other run with an ``official.json``."""
+    if run:
+        return [run]
+    task_dir = Path(results) / task
+    summary = read_json_or_none(task_dir / "final" / "summary.json") or {}
+    first = (summary.get("official") or {}).get("run")
+    runs = sorted(p.parent.name for p in task_dir.glob("*/official.json"))
+    if not runs:
+        raise InputError(task_dir, "-", "no run with an official.json: build results/<task>/final first")
+    return [r for r in [first] if r in runs] + [r for r in runs if r != first]
+
+
+def show(task: str, run: str | None, results: str | Path = "results") -> tuple[list[str], bool]:
+    """Each run's four verdicts with their first evidence line (from its ``audit.json``, else
+    computed now from the receipts with the default inputs) and whether any is confirmed."""
+    lines, confirmed = [], False
+    for name in runs_to_show(task, run, results):
+        path = Path(results) / task / name / "audit.json"
+        doc = read_json_or_none(path)
+        source = str(path)
+        if doc is None:
+            if run is None and not (Path(results) / task / name / "replay" / "record.json").is_file():
+                continue
+            doc = audit_run(inputs(task, name, results=results))
+            source = f"{path} not written yet: computed now from the receipts"
+        lines.append(f"{task}/{name} ({source}):")
+        lines += [f"  {line}" for line in first_lines(doc)]
+        confirmed |= any(doc[s]["verdict"] == "confirmed" for s in SECTIONS)
+    return lines, confirmed
