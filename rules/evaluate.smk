@@ -20,6 +20,9 @@ rule validate:
         checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
         fixed_start=get_fixed_start,
         frozen="results/frozen-code.json",
+        stale=receipt_stamp(
+            "results/{task}/{run}/validation/checkpoint-{progress}.json"
+        ),
     output:
         marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
     log:
@@ -51,6 +54,9 @@ rule score:
         split=split_dir,  # final: results/{task}/assets/hidden; proxy: results/{task}/assets/public
         manifest="results/{task}/assets/manifest.json",
         frozen="results/frozen-code.json",
+        stale=receipt_stamp(
+            "results/{task}/{run}/{split}-scores/checkpoint-{progress}/summary.json"
+        ),
     output:
         summary="results/{task}/{run}/{split}-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/{split}-scores/checkpoint-{progress}/.complete",

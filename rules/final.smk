@@ -4,8 +4,9 @@ rule official:
         record="results/{task}/{run}/replay/record.json",
         markers=get_markers,
         scores=get_final_scores,
+        stale=receipt_stamp("results/{task}/{run}/official.json"),
     output:
-        "results/{task}/{run}/official.json",
+        update("results/{task}/{run}/official.json"),
     log:
         "logs/{task}/{run}/official.log",
     conda:
@@ -42,8 +43,11 @@ rule final:
         shipped=get_shipped_official,
         fixed_start=get_fixed_start_reference,
         proxy=get_exploration_proxy,
+        stale=receipt_stamp("results/{task}/final"),
     output:
-        directory("results/{task}/final"),
+        # update(): Snakemake keeps final/ (backed up) while the job builds the new one aside
+        # and swaps it in; a failed job leaves the previous one as it was
+        update(directory("results/{task}/final")),
     log:
         "logs/{task}/final.log",
     conda:

@@ -28,7 +28,7 @@ from conftest import (
     tiny_config,
     write_config,
 )
-from replaykit.harness.hashing import HashCache
+from replaykit.harness.hashing import HashCache, sha256_tree
 
 DPO = "results/dpo/final"
 DPO_RUN = Path("results/dpo/shipped-seed42")
@@ -222,9 +222,12 @@ def test_soup_changed_checkpoint_never_gives_a_stale_official(soup_finished, tmp
     out = build(work, SOUP, "-n")  # a dry run says what is stale and removes nothing
     assert "validation/checkpoint-3.json: stale: checkpoint changed after publication" in out.stderr
     assert (work / SOUP / ".complete").exists()
+    final_before = sha256_tree(work / SOUP)
     out = build(work, SOUP, check=False)
-    # the only checkpoint is now invalid: no official result, and no final/ left claiming one
-    assert out.returncode != 0 and not (work / SOUP).exists()
+    # the only checkpoint is now invalid: no official result; the last final/ is kept as it was
+    # (a failed run deletes nothing) and the receipts say it is stale
+    assert out.returncode != 0 and sha256_tree(work / SOUP) == final_before
+    assert "soup/final: stale" in status(work, "soup").stdout
     assert (work / "logs/soup/final.log").read_text().strip().splitlines()[-1] == (
         "error: results/soup/shipped-seed42/official.json: official: no valid checkpoint: there is"
         " no official result; a checkpoint changed after its publication: start a fresh formal"
@@ -471,7 +474,7 @@ def fake_run(root: Path) -> Path:
 
 
 def test_check_run_by_hand(tmp_path, monkeypatch):
-    from replaykit.harness.verify import check_final, check_run, invalidate, status_lines
+    from replaykit.harness.verify import check_final, check_run, mark_stale, stamp_of, status_lines
 
     run = fake_run(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -500,8 +503,14 @@ def test_check_run_by_hand(tmp_path, monkeypatch):
     ]
     lines, ok = status_lines("results", ["t"])
     assert not ok and lines[0] == "t/shipped-seed1: stale (1 of 2 receipts verified)"
-    assert invalidate(findings) == stale[0].invalidates
-    assert not (run / "official.json").exists() and (run / "replay/checkpoint-2").is_dir()
+    official_bytes = (run / "official.json").read_bytes()
+    assert mark_stale(findings, "now") == stale[0].invalidates
+    # nothing removed: a stamp per product, an input of its rule, says why it is rebuilt
+    assert (run / "official.json").read_bytes() == official_bytes and (run / "replay/checkpoint-2").is_dir()
+    stamp = json.loads(stamp_of(rel / "official.json").read_text())
+    assert stamp == {"stale_since": "now", "receipts": [stale[0].line()]}
+    assert stamp_of(rel / "official.json") == rel / ".receipts/official.json"
+    (run / "official.json").unlink()
     assert check_final("results/t/final", [str(rel / "official.json")]).state == "stale"
     # a deleted record: official.json (which names it) must be rebuilt
     run2 = fake_run(tmp_path / "b")

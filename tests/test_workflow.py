@@ -476,6 +476,15 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
     assert resumed_at and int(resumed_at.group(1)) >= max(kept)
     assert [h["progress"] for h in record["train_history"]] == list(range(1, 61))
     assert not (workdir / RUN / "replay/last-failure.json").exists()
+    # each attempt kept its own log and its cause; replay.log is the current attempt's
+    first, again = record["attempts"]
+    assert (first["cause"], first["exit"]) == ("platform", 128 + signal.SIGTERM), first
+    assert "SIGTERM" in first["cause_detail"] and first["ended_unix"] is not None
+    assert (again["cause"], again["exit"]) == ("completed", 0)
+    assert (first["log"], again["log"]) == tuple(f"logs/dpo/shipped-seed42/replay.attempt-{n}.log" for n in (1, 2))
+    first_log = (workdir / first["log"]).read_text()
+    assert "[publish] checkpoint-3" in first_log and "resuming from" not in first_log
+    assert (workdir / again["log"]).read_text() == log.read_text()
 
 
 def test_missing_fixed_start_is_one_clear_line(workdir, tmp_path):
