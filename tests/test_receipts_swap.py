@@ -58,6 +58,7 @@ def test_failure_lines_name_the_jobs_error_and_its_log(tmp_path):
         f"  (rule workspace failed; full log: {job_log})",
     ]
     assert failure_lines(tmp_path / "absent.log") == []
+    assert failure_lines([snakemake_log]) == failure_lines(snakemake_log)  # as onerror gets it: a list
 
 
 @pytest.mark.slow

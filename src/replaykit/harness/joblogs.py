@@ -18,12 +18,14 @@ _LOG = re.compile(r"^\s+log: (?P<logs>.+?) \(check log file\(s\) for error detai
 _TAIL = 64 * 1024  # an error line is among a log's last lines; a training log can be huge
 
 
-def failed_jobs(snakemake_log: str | Path) -> list[tuple[str, list[str]]]:
+def failed_jobs(snakemake_log: str | Path | list) -> list[tuple[str, list[str]]]:
     """``(rule, [job log, ...])`` of each failed job that Snakemake's log of one invocation
-    names, in order (a job without a ``log:`` is left out). Raises OSError when the log
-    cannot be read."""
+    names, in order (a job without a ``log:`` is left out). ``snakemake_log``: its file, or
+    the list of them that ``onerror`` receives. Raises OSError when a log cannot be read."""
+    paths = snakemake_log if isinstance(snakemake_log, list | tuple) else [snakemake_log]
+    text = "\n".join(Path(p).read_text(encoding="utf-8", errors="replace") for p in paths)
     jobs, rule = [], None
-    for line in Path(snakemake_log).read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         if m := _FAILED.match(line):
             rule = m["rule"]
         elif rule and (m := _LOG.match(line)):
@@ -46,7 +48,7 @@ def error_line(job_log: str | Path) -> str | None:
     return (errors or lines or [None])[-1]
 
 
-def failure_lines(snakemake_log: str | Path) -> list[str]:
+def failure_lines(snakemake_log: str | Path | list) -> list[str]:
     """Per failed job: its error line (:func:`error_line`) and ``  (rule <name> failed; full
     log: <path>)``. ``[]`` when Snakemake's log names no failed job or cannot be read."""
     try:
