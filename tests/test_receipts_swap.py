@@ -20,8 +20,10 @@ GPU = ("--cores", "1", "--resources", "gpu=1")
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` (relative path -> bytes), to compare byte for byte."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file under ``root`` (relative path -> bytes), to compare byte for byte; the receipt
+    check's hash cache (a speed-up, written on every invocation) aside."""
+    files = (p for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".hash-cache.json")
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
 
 
 def test_built_aside_swaps_in_whole_and_a_failure_keeps_the_previous(tmp_path):
@@ -76,9 +78,16 @@ def test_a_candidate_that_fails_keeps_final_and_says_why_on_the_terminal(soup_ru
     config_path.write_text(yaml.safe_dump(config))
     out = snakemake(work, SOUP, *GPU)
     assert out.returncode != 0
-    tail = out.stderr.strip().splitlines()[-2:]
-    assert tail[0].startswith(f"error: {patch}: ") and "does not apply" in tail[0], out.stderr[-3000:]
-    assert tail[1] == "  (rule workspace failed; full log: logs/soup/bad-seed42/workspace.log)"
+    lines = out.stderr.splitlines()
+    # after Snakemake's block for the failed job, the job's own line and its log (then only
+    # Snakemake's closing lines: where its own log is, the elapsed time, "WorkflowError")
+    [at] = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    assert lines[at].startswith(f"error: {patch}: ") and "does not apply to recipes/soup" in lines[at]
+    assert lines[at + 1] == "  (rule workspace failed; full log: logs/soup/bad-seed42/workspace.log)"
+    assert len(lines) - at <= 8, out.stderr[-3000:]
+    assert lines[at] == (work / "logs/soup/bad-seed42/workspace.log").read_text().strip().splitlines()[-1]
+    # final/ is stale for the new candidate, and kept until its rebuild succeeds
+    assert "receipts: results/soup/final: will be rebuilt; kept as it is until its rebuild succeeds" in lines
     assert "removed" not in out.stderr
     assert {p: _tree(work / p) for p in before} == before  # nothing lost, nothing half-overwritten
     assert sha256_tree(work / SOUP) == sha256_tree(soup_run / SOUP)

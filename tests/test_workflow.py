@@ -348,6 +348,14 @@ def test_nan_loss_stops_with_a_clear_error(workdir, tiny_llama):
     assert line.startswith("error: ") and "NaN loss at step 1" in line
     failure = read(workdir / "results/dpo/nan-seed42/replay/last-failure.json")
     assert "NaN loss" in failure["error"]
+    # the terminal ends with that line and the log; the attempt is the candidate's failure
+    assert out.stderr.strip().splitlines()[-2:] == [
+        line,
+        "  (rule replay failed; full log: logs/dpo/nan-seed42/replay.log)",
+    ]
+    [attempt] = read(workdir / "results/dpo/nan-seed42/replay-attempts.json")
+    assert (attempt["cause"], attempt["exit"]) == ("candidate", failure["returncode"]) and failure["returncode"] != 0
+    assert "NaN loss" in attempt["cause_detail"] and attempt["ended_unix"] >= attempt["started_unix"]
 
 
 def test_hash_mismatch_stops_replay_and_keeps_results(finished, tmp_path):
@@ -412,6 +420,11 @@ def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
     assert record["resumed"] is True and record["steps"] == 40
     assert len(record["attempts"]) == 2  # one budget across attempts
     assert record["utilisation"]["wall_s_all_attempts"] > record["wall_s"]
+    # the driver got SIGTERM when its job's owner died (parent-death signal): a platform cause
+    first, again = record["attempts"]
+    assert (first["cause"], first["exit"], again["cause"]) == ("platform", 128 + signal.SIGTERM, "completed")
+    assert "[publish] checkpoint-3" in (workdir / first["log"]).read_text()
+    assert (workdir / again["log"]).read_text() == (workdir / "logs/dpo/shipped-seed42/replay.log").read_text()
     # after the resume, each published adapter is the one the trainer saved at that step
     from replaykit.harness.hashing import sha256_file
 
