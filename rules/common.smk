@@ -20,7 +20,7 @@ from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
 from replaykit.harness.joblogs import failure_lines
-from replaykit.harness.verify import reverify, stamp_of
+from replaykit.harness.verify import restore_set_aside, reverify, stamp_of
 from replaykit.tasks import get_task
 
 SCHEMA_FILE = Path(workflow.basedir) / "config" / "schema.yaml"
@@ -391,7 +391,14 @@ if workflow.is_main_process:
     reverify(*receipt_scope(), say=lambda line: print(line, file=sys.stderr))
 
 
+onsuccess:
+    restore_set_aside(receipt_scope()[0], say=lambda line: print(line, file=sys.stderr))
+
+
 onerror:
+    restore_set_aside(
+        receipt_scope()[0], say=lambda line: print(line, file=sys.stderr)
+    )
     # each failed job's own error line and its log, last on the terminal (harness/joblogs.py)
     for _line in failure_lines(log):
         print(_line, file=sys.stderr)

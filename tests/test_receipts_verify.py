@@ -213,6 +213,10 @@ def test_soup_deleted_record_reruns_the_replay_without_recomputing(soup_finished
     assert record["retained"] == [3] and record["steps"] == 3 and record["publication_count"] == 1
     assert record["resumed"] is True
     assert (work / SOUP_RUN / "validation/checkpoint-3.json").stat().st_mtime_ns == marker_mtime  # not re-validated
+    # official.json was set aside, not deleted (Snakemake reruns nothing for a deleted checkpoint
+    # output otherwise), and the copy set aside is dropped once the rebuild succeeded
+    assert "official.json: set aside as results/soup/shipped-seed42/.receipts/official.json.previous" in out.stderr
+    assert not list((work / SOUP_RUN / ".receipts").glob("*.previous"))
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ Cost: the tree hash of each retained checkpoint, through :class:`~.hashing.HashC
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,6 +198,45 @@ def mark_stale(findings: list[Finding], now: str) -> list[str]:
     return products
 
 
+PREVIOUS = ".previous"  # a product set aside: <folder>/.receipts/<name>.previous
+
+
+def set_aside(findings: list[Finding], say=print) -> list[str]:
+    """Move aside (``<folder>/.receipts/<name>.previous``, never deleted) each product of a
+    *missing replay record*: Snakemake reruns no job for a deleted output of a ``checkpoint``
+    rule while its consumers exist, and skips the timestamp check of a job whose input waits
+    on a checkpoint, so a stamp cannot trigger it; a missing product can. The product comes
+    back when its rebuild does not happen (:func:`restore_set_aside`). Returns the products."""
+    moved = []
+    for f in findings:
+        if f.state != "missing" or not f.path.endswith("replay/record.json"):
+            continue
+        for product in [p for p in f.invalidates if Path(p).is_file()]:
+            kept = stamp_of(product).with_name(Path(product).name + PREVIOUS)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(product, kept)
+            moved.append(product)
+            say(f"receipts: {product}: set aside as {kept} until its rebuild succeeds; put back if it fails")
+    return moved
+
+
+def restore_set_aside(run_dirs, say=print) -> list[str]:
+    """Put back each product of ``run_dirs`` set aside by :func:`set_aside` that was not
+    rebuilt (the product is missing); drop the copy of one that was. Returns the products
+    put back."""
+    restored = []
+    for run_dir in map(Path, run_dirs):
+        for kept in sorted((run_dir / STAMPS).glob(f"*{PREVIOUS}")):
+            product = run_dir / kept.name[: -len(PREVIOUS)]
+            if product.exists():
+                kept.unlink()  # rebuilt: the copy set aside is the old product
+                continue
+            os.replace(kept, product)
+            restored.append(str(product))
+            say(f"receipts: {product}: not rebuilt; put back as it was")
+    return restored
+
+
 def reverify(runs, finals: dict, *, say=print) -> list[str]:
     """The re-verification step: check the receipts of each run folder in ``runs`` (with its
     hash cache) and of each ``final/`` folder in ``finals`` (``final/`` -> the ``official.json``
@@ -213,6 +253,7 @@ def reverify(runs, finals: dict, *, say=print) -> list[str]:
             cache.save()
         return checked[run_dir]
 
+    restore_set_aside(runs, say)  # what an earlier invocation set aside and did not rebuild
     for run_dir in runs:
         of_run(Path(run_dir))
     of_finals = []
@@ -226,8 +267,9 @@ def reverify(runs, finals: dict, *, say=print) -> list[str]:
     for f in bad:
         say(f"receipts: {f.line()}")
     products = mark_stale(bad, utc_now())
+    moved = set_aside(bad, say)
     for product in products:
-        if Path(product).exists():
+        if Path(product).exists() and product not in moved:
             say(f"receipts: {product}: will be rebuilt; kept as it is until its rebuild succeeds")
     return products
 
