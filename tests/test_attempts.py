@@ -66,3 +66,41 @@ def test_each_attempt_log_holds_the_whole_output_of_its_attempt(tmp_path):
     expected = "before the tee\nafter the tee\nto stderr\n42\n"
     assert job_log.read_text() == expected
     assert (tmp_path / "replay.attempt-1.log").read_text() == expected
+
+
+def test_report_lists_each_attempt_with_its_wall_time(tmp_path):
+    """report.html's attempts table rows (report/html.py ``_attempts``): a lost attempt's wall
+    time runs to when it was last seen; a record from before attempts had causes still shows."""
+    from replaykit.report.html import _attempts
+
+    record = tmp_path / "record.json"
+    record.write_text(
+        json.dumps(
+            {
+                "attempts": [
+                    {
+                        "attempt": 1,
+                        "started_unix": 10.0,
+                        "last_seen_unix": 70.0,
+                        "ended_unix": None,
+                        "cause": "platform",
+                    },
+                    {
+                        "attempt": 2,
+                        "started_unix": 100.0,
+                        "last_seen_unix": 130.0,
+                        "ended_unix": 130.5,
+                        "cause": "completed",
+                    },
+                ]
+            }
+        )
+    )
+    rows = _attempts([{"run": "shipped-seed1", "record": str(record)}])
+    assert [(r["run"], r["attempt"], r["cause"], r["wall_s"]) for r in rows] == [
+        ("shipped-seed1", 1, "platform", 60.0),
+        ("shipped-seed1", 2, "completed", 30.5),
+    ]
+    legacy = tmp_path / "old.json"
+    legacy.write_text(json.dumps({"attempts": [{"started_unix": 1.0, "last_seen_unix": 5.0}]}))
+    assert _attempts([{"run": "r-seed1", "record": str(legacy)}])[0]["wall_s"] == 4.0
