@@ -160,8 +160,9 @@ def _attempts(docs: list[dict]) -> list[dict]:
     its end, or to when it was last seen alive when no end was recorded)."""
     rows = []
     for doc in docs:
-        record = read_json(doc["record"])
-        for a in record.get("attempts") or []:
+        if not Path(doc["record"]).is_file():  # the record is named relative to the workflow's folder
+            continue
+        for a in read_json(doc["record"]).get("attempts") or []:
             end = a.get("ended_unix") or a.get("last_seen_unix") or a["started_unix"]
             rows.append({"run": doc["run"], "wall_s": end - a["started_unix"], **a})
     return rows
