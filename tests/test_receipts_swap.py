@@ -5,6 +5,7 @@ terminal with its log's path."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,37 @@ def test_a_candidate_that_fails_keeps_final_and_says_why_on_the_terminal(soup_ru
     assert "removed" not in out.stderr
     assert {p: _tree(work / p) for p in before} == before  # nothing lost, nothing half-overwritten
     assert sha256_tree(work / SOUP) == sha256_tree(soup_run / SOUP)
+
+
+@pytest.mark.slow
+def test_soup_kill_in_the_publication_gap_is_settled_by_the_next_attempt(soup_run, tmp_path):
+    """Killed after checkpoint-3 was renamed into place, before the ledger said published; its
+    bytes changed before the rerun. The next attempt discards it (no record vouches for those
+    bytes) and publishes it again; the record's checkpoint is the republished one."""
+    import json
+
+    from replaykit.harness.publish import read_ledger
+
+    work = copy_run(soup_run, tmp_path / "w")
+    run = work / "results/soup/shipped-seed42"
+    for name in ("replay", "replay-state", "validation", "final-scores", "replay-attempts.json"):
+        path = run / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    target = "results/soup/shipped-seed42/replay/record.json"
+    out = snakemake(work, target, *GPU, env={"REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH": "3:gap"})
+    assert out.returncode != 0
+    assert [e["state"] for e in read_ledger(run / "replay")] == ["pending"]
+    changed = run / "replay/checkpoint-3/model.pt"
+    data = bytearray(changed.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a change in the gap
+    changed.write_bytes(bytes(data))
+    snakemake(work, target, *GPU, check=True)
+    log = (work / "logs/soup/shipped-seed42/replay.log").read_text()
+    assert "[replay] checkpoint-3: discarded: its bytes differ from the pending entry" in log
+    record = json.loads((work / target).read_text())
+    assert record["retained"] == [3] and [e["state"] for e in record["publications"]] == ["published"]
+    assert record["checkpoints"]["3"]["sha256"] == sha256_tree(run / "replay/checkpoint-3")
+    assert record["publications"][0]["sha256"] == sha256_tree(run / "replay/checkpoint-3")
+    first, again = record["attempts"]
+    assert first["cause"] == "platform" and first["exit"] == 137
+    assert [(c["progress"], c["verdict"]) for c in again["publication_checks"]] == [(3, "discarded")]
