@@ -21,8 +21,9 @@ from replaykit.harness.budget import Budget
 from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
+from replaykit.harness.joblogs import failure_lines
 from replaykit.harness.slots import SETTINGS_ENV
-from replaykit.harness.verify import reverify
+from replaykit.harness.verify import restore_set_aside, reverify, stamp_of
 from replaykit.tasks import get_task
 
 SCHEMA_FILE = Path(workflow.basedir) / "config" / "schema.yaml"
@@ -427,115 +428,43 @@ def get_exploration_proxy(w):
 
 
 # Receipts are re-verified once per invocation, here, when the workflow starts and before
-# Snakemake builds the DAG: for the runs and final/ folders the targets need, a stale or
-# missing receipt and everything built from it, up to official.json and final/, are removed
-# (replaykit.harness.verify.reverify), so that Snakemake rebuilds them. Snakemake alone would
-# not: it never looks inside a checkpoint, does not notice a deleted output of a `checkpoint`
-# rule, and skips a missing intermediate file whose consumers are up to date. Snakemake has not
-# parsed its command line into settings yet when it reads the workflow, so the targets and the
-# kind of invocation are read from the command line itself (`command_line`). Dry runs and
-# commands that only build or read the DAG say what is stale and remove nothing; a job run
-# remotely (SLURM) does not check again.
-RECEIPT_SCOPES = (
-    (r"results/(?P<task>[^/]+)/final(/.*)?", "final"),
-    (r"results/(?P<task>[^/]+)/report(\.html|/.*)", "report"),
-    (rf"results/(?P<task>[^/]+)/(?P<run>{RUN_RE})/official\.json", "run"),
-    (rf"results/(?P<task>[^/]+)/(?P<run>{RUN_RE})/figures(/.*)?", "figures"),
-    (r"results/(?P<task>[^/]+)/ablation/(?P<candidate>[^/]+)(/.*)?", "ablation"),
-)
-# options after which Snakemake builds no job (or only reports): the check removes nothing then
-NO_REMOVAL = {
-    "-n",
-    "--dry-run",
-    "--dryrun",
-    "--summary",
-    "-S",
-    "--detailed-summary",
-    "-D",
-    "--dag",
-    "--rulegraph",
-    "--filegraph",
-    "--d3dag",
-    "--report",
-    "--lint",
-    "--unlock",
-    "--cleanup-metadata",
-    "--cm",
-    "--list-rules",
-    "--list",
-    "-l",
-    "--list-target-rules",
-    "--lt",
-    "--list-changes",
-    "--lc",
-    "--touch",
-    "-t",
-    "--containerize",
-    "--print-compilation",
-    "--help",
-    "-h",
-    "--version",
-    "-v",
-}
+# Snakemake builds the DAG, for every run and final/ folder of the configured tasks: a stale or
+# missing receipt marks itself and everything built from it, up to official.json and final/,
+# stale (replaykit.harness.verify.reverify) by rewriting a stamp that is an input of the rule
+# building each product (`receipt_stamp`), so that Snakemake rebuilds them. Snakemake alone
+# would not: it never looks inside a checkpoint, does not notice a deleted output of a
+# `checkpoint` rule, and skips a missing intermediate file whose consumers are up to date.
+# Nothing is deleted: each rule keeps its current product until the new one is complete, so a
+# run that fails keeps what the last one produced. A job run remotely (SLURM) does not check.
 
 
-def command_line(argv):
-    """``(targets, remove)`` of Snakemake's command line: the arguments that name a results path
-    (``["all"]``, the default target, when none does), and whether stale receipts may be
-    removed (not in a dry run, a report, a listing, ...)."""
-    named = [
-        a
-        for a in argv
-        if not a.startswith("-") and a.rstrip(os.sep).startswith("results/")
-    ]
-    named += [
-        a
-        for a in argv
-        if not a.startswith("-") and os.path.isabs(a) and "/results/" in a
-    ]
-    short = [a for a in argv if re.fullmatch(r"-[a-zA-Z]+", a)]
-    remove = not (NO_REMOVAL & set(argv)) and not any("n" in a for a in short)
-    return (named or ["all"]), remove
-
-
-def receipt_scope(targets):
-    """The run folders and final/ folders (-> the official.json files they are built from)
-    whose receipts ``targets`` rely on; none for a target that reads no official result.
-    """
-    runs, finals = set(), {}
-
-    def final(task):
-        officials = [
+def receipt_scope():
+    """The run folders on disk of the configured tasks, and each task's final/ folder -> the
+    official.json files it is built from."""
+    runs = sorted(
+        str(p)
+        for task in config["tasks"]
+        for p in Path("results", task).glob("*-seed*")
+        if p.is_dir() and re.fullmatch(RUN_RE, p.name)
+    )
+    finals = {
+        f"results/{task}/final": [
             f"results/{task}/{run}/official.json" for run in runs_of_final(task)
         ]
-        finals[f"results/{task}/final"] = officials
+        for task in config["tasks"]
+    }
+    return runs, finals
 
-    for target in targets:
-        if target == "all":  # the default target: every task's final/ and report.html
-            for task in config["tasks"]:
-                final(task)
-                runs.update(report_ablation_runs(task))
-            continue
-        path = Path(os.path.relpath(os.path.abspath(target))).as_posix()
-        if path == "results/campaign":  # every ablation of the campaign
-            for task in config["campaign"]["tasks"]:
-                for candidate in config["tasks"][task]["candidates"]:
-                    runs.update(ablation_runs(task, candidate))
-            continue
-        for pattern, kind in RECEIPT_SCOPES:
-            m = re.fullmatch(pattern, path)
-            if not m or m["task"] not in config["tasks"]:
-                continue
-            task = m["task"]
-            if kind in ("final", "report", "figures"):
-                final(task)
-            if kind in ("run", "figures"):
-                runs.add(f"results/{task}/{m['run']}")
-            if kind == "report":
-                runs.update(report_ablation_runs(task))
-            if kind == "ablation":
-                runs.update(ablation_runs(task, m["candidate"]))
-    return sorted(runs), finals
+
+def receipt_stamp(product):
+    """Input function: the stale-receipt stamp of ``product`` (a path pattern with wildcards)
+    when reverify has written one (replaykit.harness.verify.stamp_of), else nothing."""
+
+    def stamp(w):
+        path = stamp_of(product.format(**dict(w.items())))
+        return [str(path)] if path.is_file() else []
+
+    return stamp
 
 
 def runs_of_final(task):
@@ -544,24 +473,18 @@ def runs_of_final(task):
     return list(dict.fromkeys(runs + [run_name("shipped", cfg["seeds"][0])]))
 
 
-def ablation_runs(task, candidate):
-    seeds = config["tasks"][task]["seeds"]
-    return [
-        f"results/{task}/{run_name(c, s)}"
-        for c in (candidate, "shipped")
-        for s in seeds
-    ]
-
-
-def report_ablation_runs(task):
-    listed = config["tasks"][task].get("ablation", {}).get("report", [])
-    return [run for candidate in listed for run in ablation_runs(task, candidate)]
-
-
 if workflow.is_main_process:
-    _targets, _remove = command_line(sys.argv[1:])
-    reverify(
-        *receipt_scope(_targets),
-        remove=_remove,
-        say=lambda line: print(line, file=sys.stderr),
+    reverify(*receipt_scope(), say=lambda line: print(line, file=sys.stderr))
+
+
+onsuccess:
+    restore_set_aside(receipt_scope()[0], say=lambda line: print(line, file=sys.stderr))
+
+
+onerror:
+    restore_set_aside(
+        receipt_scope()[0], say=lambda line: print(line, file=sys.stderr)
     )
+    # each failed job's own error line and its log, last on the terminal (harness/joblogs.py)
+    for _line in failure_lines(log):
+        print(_line, file=sys.stderr)

@@ -20,6 +20,9 @@ rule validate:
         checkpoint="results/{task}/{run}/replay/checkpoint-{progress}",
         fixed_start=get_fixed_start,
         frozen="results/frozen-code.json",
+        stale=receipt_stamp(
+            "results/{task}/{run}/validation/checkpoint-{progress}.json"
+        ),
     output:
         marker="results/{task}/{run}/validation/checkpoint-{progress}.json",
     log:
@@ -52,6 +55,9 @@ rule score:
         manifest="results/{task}/assets/manifest.json",
         frozen="results/frozen-code.json",
         self_test=ancient("results/sandbox-self-test/{task}.json"),
+        stale=receipt_stamp(
+            "results/{task}/{run}/{split}-scores/checkpoint-{progress}/summary.json"
+        ),
     output:
         summary="results/{task}/{run}/{split}-scores/checkpoint-{progress}/summary.json",
         receipt="results/{task}/{run}/{split}-scores/checkpoint-{progress}/.complete",

@@ -7,8 +7,9 @@ rule official:
         scores=get_final_scores,
         proxy=get_proxy_scores,
         decision_rule=get_decision_rule,
+        stale=receipt_stamp("results/{task}/{run}/official.json"),
     output:
-        "results/{task}/{run}/official.json",
+        update("results/{task}/{run}/official.json"),
     log:
         "logs/{task}/{run}/official.log",
     conda:
@@ -50,8 +51,11 @@ rule final:
         proxy=get_exploration_proxy,
         self_test="results/sandbox-self-test/{task}.json",
         audits=get_audits,
+        stale=receipt_stamp("results/{task}/final"),
     output:
-        directory("results/{task}/final"),
+        # update(): Snakemake keeps final/ (backed up) while the job builds the new one aside
+        # and swaps it in; a failed job leaves the previous one as it was
+        update(directory("results/{task}/final")),
     log:
         "logs/{task}/final.log",
     conda:

@@ -7,21 +7,21 @@ rule figures:
         final="results/{task}/final",
     output:
         training=report(
-            "results/{task}/{run}/figures/training.png",
+            update("results/{task}/{run}/figures/training.png"),
             caption="../report/training.rst",
             category="{task}",
             subcategory="{run}",
             labels={"figure": "training curve"},
         ),
         checkpoints=report(
-            "results/{task}/{run}/figures/checkpoints.png",
+            update("results/{task}/{run}/figures/checkpoints.png"),
             caption="../report/checkpoints.rst",
             category="{task}",
             subcategory="{run}",
             labels={"figure": "final score per checkpoint"},
         ),
         budget=report(
-            "results/{task}/{run}/figures/budget.png",
+            update("results/{task}/{run}/figures/budget.png"),
             caption="../report/budget.rst",
             category="{task}",
             subcategory="{run}",
@@ -49,23 +49,23 @@ rule html_report:
         figures=get_report_figures,
         ablations=get_report_ablations,
     output:
-        html="results/{task}/report.html",
+        html=update("results/{task}/report.html"),
         table=report(
-            "results/{task}/report/checkpoints.html",
+            update("results/{task}/report/checkpoints.html"),
             caption="../report/table.rst",
             category="{task}",
             subcategory="all runs",
             labels={"figure": "checkpoint table"},
         ),
         seeds=report(
-            "results/{task}/report/seeds.png",
+            update("results/{task}/report/seeds.png"),
             caption="../report/seeds.rst",
             category="{task}",
             subcategory="all runs",
             labels={"figure": "official score per seed"},
         ),
         diagnostics=report(
-            "results/{task}/report/diagnostics.png",
+            update("results/{task}/report/diagnostics.png"),
             caption="../report/diagnostics.rst",
             category="{task}",
             subcategory="all runs",

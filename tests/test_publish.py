@@ -117,3 +117,62 @@ def test_wait_for_paths_sees_a_late_checkpoint_and_reports_a_missing_one(tmp_pat
     assert wait_for_paths([late, never], latency_s=0.3, poll_s=0.05) == [never]
     assert time.monotonic() - t0 >= 0.3
     assert wait_for_paths([late], latency_s=0) == []  # present: no wait at all
+
+
+def _publish_in_a_process(tmp_path, root, progresses, fault):
+    """Publish ``progresses`` from a separate process that dies where ``fault`` says
+    (:data:`replaykit.harness.publish.FAULT_ENV`); returns its exit status."""
+    import subprocess
+    import sys
+
+    for p in progresses:
+        _src(tmp_path, str(p))
+    code = (
+        "import sys; from pathlib import Path; from replaykit.harness.publish import publish_checkpoint\n"
+        f"for p in {list(progresses)!r}: publish_checkpoint(Path({str(tmp_path)!r}) / f'src-{{p}}', {str(root)!r}, p)"
+    )
+    env = dict(os.environ, REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH=fault)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).returncode
+
+
+def test_kill_in_the_publication_gap_is_recorded_on_reconcile(tmp_path):
+    from replaykit.harness.publish import reconcile
+
+    root = tmp_path / "replay"
+    assert _publish_in_a_process(tmp_path, root, [1, 2, 3, 4], "4:gap") == 137
+    # killed after checkpoint-4 was renamed into place, before its entry said published and
+    # before retention removed checkpoint-1
+    assert published(root) == [1, 2, 3, 4]
+    assert [e.get("state") for e in read_ledger(root)] == ["published"] * 3 + ["pending"]
+    verdicts = reconcile(root)
+    assert [(v["progress"], v["verdict"]) for v in verdicts] == [(4, "recorded")]
+    assert verdicts[0]["sha256"] == sha256_tree(root / "checkpoint-4")
+    assert published(root) == [2, 3, 4]  # the recorded publication's retention, applied
+    assert [(e["progress"], e["state"]) for e in read_ledger(root)][-1] == (4, "published")
+    assert reconcile(root) == []  # settled once
+
+
+def test_checkpoint_changed_in_the_gap_or_unrecorded_is_discarded(tmp_path):
+    from replaykit.harness.publish import reconcile
+
+    root = tmp_path / "replay"
+    assert _publish_in_a_process(tmp_path, root, [1, 2], "2:gap") == 137
+    (root / "checkpoint-2" / "weights.bin").write_text("changed before the resume")
+    (root / "checkpoint-9").mkdir()  # renamed in by an older driver, never recorded
+    (root / "checkpoint-9" / "weights.bin").write_text("9")
+    verdicts = reconcile(root)
+    assert sorted((v["progress"], v["verdict"]) for v in verdicts) == [(2, "discarded"), (9, "discarded")]
+    assert published(root) == [1]  # only what the ledger vouches for stays
+    assert [(e["progress"], e["state"]) for e in read_ledger(root)] == [(1, "published")]
+    assert sha256_tree(root / "checkpoint-1") == read_ledger(root)[0]["sha256"]
+
+
+def test_kill_before_the_rename_drops_the_pending_entry(tmp_path):
+    from replaykit.harness.publish import _write_ledger, reconcile
+
+    root = tmp_path / "replay"
+    publish_checkpoint(_src(tmp_path, "1"), root, 1)
+    # the state a kill between the pending entry and the rename leaves
+    _write_ledger(root, read_ledger(root) + [{"progress": 2, "sha256": "0" * 64, "state": "pending"}])
+    assert [(v["progress"], v["verdict"]) for v in reconcile(root)] == [(2, "dropped")]
+    assert [e["progress"] for e in read_ledger(root)] == [1] and published(root) == [1]

@@ -28,7 +28,7 @@ from conftest import (
     tiny_config,
     write_config,
 )
-from replaykit.harness.hashing import HashCache
+from replaykit.harness.hashing import HashCache, sha256_tree
 
 DPO = "results/dpo/final"
 DPO_RUN = Path("results/dpo/shipped-seed42")
@@ -78,9 +78,12 @@ def status(work, *tasks) -> subprocess.CompletedProcess:
     )
 
 
-def assert_receipts_agree(work: Path, task: str, run: Path, tampered: tuple[int, ...] = ()) -> dict:
+def assert_receipts_agree(
+    work: Path, task: str, run: Path, tampered: tuple[int, ...] = (), final_current: bool = True
+) -> dict:
     """The record, markers, scores, official.json and final/ agree with the files on disk;
-    a checkpoint in ``tampered`` differs from its record and is marked invalid."""
+    a checkpoint in ``tampered`` differs from its record and is marked invalid. With
+    ``final_current`` False, final/ is not checked (a failed run keeps the previous one)."""
     record = read(work / run / "replay/record.json")
     official = read(work / run / "official.json")
     assert official["record_sha256"] == file_sha(work / run / "replay/record.json")
@@ -103,7 +106,7 @@ def assert_receipts_agree(work: Path, task: str, run: Path, tampered: tuple[int,
         assert entry["summary_sha256"] == file_sha(scores / "summary.json")
         assert entry["valid"] == marker["valid"]
     final = work / f"results/{task}/final"
-    if final.exists():
+    if final.exists() and final_current:
         summary = read(final / "summary.json")
         assert (final / ".complete").exists()
         assert summary["lineage"]["record_sha256"] == file_sha(work / run / "replay/record.json")
@@ -213,6 +216,10 @@ def test_soup_deleted_record_reruns_the_replay_without_recomputing(soup_finished
     assert record["retained"] == [3] and record["steps"] == 3 and record["publication_count"] == 1
     assert record["resumed"] is True
     assert (work / SOUP_RUN / "validation/checkpoint-3.json").stat().st_mtime_ns == marker_mtime  # not re-validated
+    # official.json was set aside, not deleted (Snakemake reruns nothing for a deleted checkpoint
+    # output otherwise), and the copy set aside is dropped once the rebuild succeeded
+    assert "official.json: set aside as results/soup/shipped-seed42/.receipts/official.json.previous" in out.stderr
+    assert not list((work / SOUP_RUN / ".receipts").glob("*.previous"))
 
 
 @pytest.mark.slow
@@ -222,9 +229,12 @@ def test_soup_changed_checkpoint_never_gives_a_stale_official(soup_finished, tmp
     out = build(work, SOUP, "-n")  # a dry run says what is stale and removes nothing
     assert "validation/checkpoint-3.json: stale: checkpoint changed after publication" in out.stderr
     assert (work / SOUP / ".complete").exists()
+    final_before = sha256_tree(work / SOUP)
     out = build(work, SOUP, check=False)
-    # the only checkpoint is now invalid: no official result, and no final/ left claiming one
-    assert out.returncode != 0 and not (work / SOUP).exists()
+    # the only checkpoint is now invalid: no official result; the last final/ is kept as it was
+    # (a failed run deletes nothing) and the receipts say it is stale
+    assert out.returncode != 0 and sha256_tree(work / SOUP) == final_before
+    assert "soup/final: stale" in status(work, "soup").stdout
     assert (work / "logs/soup/final.log").read_text().strip().splitlines()[-1] == (
         "error: results/soup/shipped-seed42/official.json: official: no valid checkpoint: there is"
         " no official result; a checkpoint changed after its publication: start a fresh formal"
@@ -232,7 +242,7 @@ def test_soup_changed_checkpoint_never_gives_a_stale_official(soup_finished, tmp
         " results/soup/shipped-seed42/replay-state, then rerun"
     )
     assert read(work / SOUP_RUN / "official.json")["official"] is None
-    assert_receipts_agree(work, "soup", SOUP_RUN, tampered=(3,))
+    assert_receipts_agree(work, "soup", SOUP_RUN, tampered=(3,), final_current=False)
     report = status(work, "soup")
     assert report.returncode == 1 and "checkpoint-3: tampered" in report.stdout
     # the documented repair: a fresh formal replay of the run
@@ -471,7 +481,7 @@ def fake_run(root: Path) -> Path:
 
 
 def test_check_run_by_hand(tmp_path, monkeypatch):
-    from replaykit.harness.verify import check_final, check_run, invalidate, status_lines
+    from replaykit.harness.verify import check_final, check_run, mark_stale, stamp_of, status_lines
 
     run = fake_run(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -500,8 +510,14 @@ def test_check_run_by_hand(tmp_path, monkeypatch):
     ]
     lines, ok = status_lines("results", ["t"])
     assert not ok and lines[0] == "t/shipped-seed1: stale (1 of 2 receipts verified)"
-    assert invalidate(findings) == stale[0].invalidates
-    assert not (run / "official.json").exists() and (run / "replay/checkpoint-2").is_dir()
+    official_bytes = (run / "official.json").read_bytes()
+    assert mark_stale(findings, "now") == stale[0].invalidates
+    # nothing removed: a stamp per product, an input of its rule, says why it is rebuilt
+    assert (run / "official.json").read_bytes() == official_bytes and (run / "replay/checkpoint-2").is_dir()
+    stamp = json.loads(stamp_of(rel / "official.json").read_text())
+    assert stamp == {"stale_since": "now", "receipts": [stale[0].line()]}
+    assert stamp_of(rel / "official.json") == rel / ".receipts/official.json"
+    (run / "official.json").unlink()
     assert check_final("results/t/final", [str(rel / "official.json")]).state == "stale"
     # a deleted record: official.json (which names it) must be rebuilt
     run2 = fake_run(tmp_path / "b")

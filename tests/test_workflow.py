@@ -348,6 +348,13 @@ def test_nan_loss_stops_with_a_clear_error(workdir, tiny_llama):
     assert line.startswith("error: ") and "NaN loss at step 1" in line
     failure = read(workdir / "results/dpo/nan-seed42/replay/last-failure.json")
     assert "NaN loss" in failure["error"]
+    # the terminal shows that line and the log (before Snakemake's few closing lines)
+    terminal = out.stderr.splitlines()
+    assert terminal[terminal.index(line) + 1] == "  (rule replay failed; full log: logs/dpo/nan-seed42/replay.log)"
+    # the attempt is the candidate's failure
+    [attempt] = read(workdir / "results/dpo/nan-seed42/replay-attempts.json")
+    assert (attempt["cause"], attempt["exit"]) == ("candidate", failure["returncode"]) and failure["returncode"] != 0
+    assert "NaN loss" in attempt["cause_detail"] and attempt["ended_unix"] >= attempt["started_unix"]
 
 
 def test_hash_mismatch_stops_replay_and_keeps_results(finished, tmp_path):
@@ -412,6 +419,11 @@ def test_kill_snakemake_during_replay_then_recover(workdir, tiny_llama):
     assert record["resumed"] is True and record["steps"] == 40
     assert len(record["attempts"]) == 2  # one budget across attempts
     assert record["utilisation"]["wall_s_all_attempts"] > record["wall_s"]
+    # the driver got SIGTERM when its job's owner died (parent-death signal): a platform cause
+    first, again = record["attempts"]
+    assert (first["cause"], first["exit"], again["cause"]) == ("platform", 128 + signal.SIGTERM, "completed")
+    assert "[publish] checkpoint-3" in (workdir / first["log"]).read_text()
+    assert (workdir / again["log"]).read_text() == (workdir / "logs/dpo/shipped-seed42/replay.log").read_text()
     # after the resume, each published adapter is the one the trainer saved at that step
     from replaykit.harness.hashing import sha256_file
 
@@ -476,6 +488,15 @@ def test_sigterm_of_the_training_process_then_resume(workdir, tiny_llama):
     assert resumed_at and int(resumed_at.group(1)) >= max(kept)
     assert [h["progress"] for h in record["train_history"]] == list(range(1, 61))
     assert not (workdir / RUN / "replay/last-failure.json").exists()
+    # each attempt kept its own log and its cause; replay.log is the current attempt's
+    first, again = record["attempts"]
+    assert (first["cause"], first["exit"]) == ("platform", 128 + signal.SIGTERM), first
+    assert "SIGTERM" in first["cause_detail"] and first["ended_unix"] is not None
+    assert (again["cause"], again["exit"]) == ("completed", 0)
+    assert (first["log"], again["log"]) == tuple(f"logs/dpo/shipped-seed42/replay.attempt-{n}.log" for n in (1, 2))
+    first_log = (workdir / first["log"]).read_text()
+    assert "[publish] checkpoint-3" in first_log and "resuming from" not in first_log
+    assert (workdir / again["log"]).read_text() == log.read_text()
 
 
 def test_missing_fixed_start_is_one_clear_line(workdir, tmp_path):

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from .harness.errors import InputError
+from .harness.fileio import built_aside
 from .harness.protocol import options as replay_options
 from .harness.replay import ReplayError
 from .harness.sandbox import SandboxUnavailable
@@ -235,20 +236,21 @@ def cmd_final(a) -> None:
     from .tasks import get_task
 
     plugin = get_task(a.task)
-    s = final_result(
-        task=a.task,
-        officials=a.officials,
-        fixed_start_scores=a.fixed_start_scores or None,
-        shipped_official=a.shipped_official,
-        published=_json_arg(a.published, "--published"),
-        n_boot=a.n_boot,
-        out_dir=a.out_dir,
-        report_diagnostics=plugin.REPORT_DIAGNOSTICS,
-        scale=float(plugin.METRIC["scale"]),
-        proxy_table=a.proxy_table or None,
-        self_test=a.self_test or None,
-        audits=a.audits,
-    )
+    with built_aside(a.out_dir) as out_dir:  # the previous final/ stays whole until this one is
+        s = final_result(
+            task=a.task,
+            officials=a.officials,
+            fixed_start_scores=a.fixed_start_scores or None,
+            shipped_official=a.shipped_official,
+            published=_json_arg(a.published, "--published"),
+            n_boot=a.n_boot,
+            out_dir=out_dir,
+            report_diagnostics=plugin.REPORT_DIAGNOSTICS,
+            scale=float(plugin.METRIC["scale"]),
+            proxy_table=a.proxy_table or None,
+            self_test=a.self_test or None,
+            audits=a.audits,
+        )
     normalised = "undefined" if s["normalised_undefined"] else s["normalised_score"]
     print(
         f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "

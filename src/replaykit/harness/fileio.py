@@ -6,11 +6,15 @@ renamed into place, so a reader (or a crash) never sees half a file.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +120,51 @@ def wait_for_paths(paths: Iterable[str | Path], latency_s: float, poll_s: float 
             on_wait(pending)
             on_wait = None
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+
+_RENAME_EXCHANGE = 2  # renameat2(2) flag, <linux/fs.h>
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap the two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``, glibc >= 2.28).
+    Raises OSError (ENOSYS, EINVAL: not supported by the kernel or the filesystem)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        raise OSError(errno.ENOSYS, "renameat2 is not available", str(a))
+    if libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(a))
+
+
+@contextmanager
+def built_aside(target: str | Path):
+    """Build the directory ``target`` aside, then swap it in whole.
+
+    Yields an empty sibling folder (``.<name>.new-*``) to build in. When the block ends
+    normally, the new folder replaces ``target`` in one atomic exchange (``renameat2``;
+    where the filesystem lacks it, two renames) and the previous one is removed; when it
+    raises, the new folder is removed and ``target`` is left byte for byte as it was.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    try:
+        os.chmod(new, 0o777 & ~_UMASK)  # mkdtemp makes 0700; readers of results need more
+        yield new
+        if not target.exists():
+            os.rename(new, target)
+            return
+        try:
+            _exchange(new, target)  # new now holds the previous folder
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+                raise
+            old = target.with_name(f".{target.name}.old-{new.name.rsplit('-', 1)[-1]}")
+            os.rename(target, old)
+            os.rename(new, target)
+            new = old
+        shutil.rmtree(new, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise

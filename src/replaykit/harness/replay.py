@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .assets import verify_assets
+from .attempts import FILE as ATTEMPTS_FILE
+from .attempts import Attempts, signal_cause, tee_attempt_log
 from .errors import InputError
 from .fileio import atomic_write_json, read_json
 from .frozen import digest as frozen_digest
@@ -44,8 +46,8 @@ from .profile import check_overrides, save_every
 from .progress import Relay, terminal_from_env
 from .protocol import ReplayRequest, ReplaySpec, StopReason, TrainResult
 from .provenance import fingerprint, git_commit, library_versions, utc_now
-from .publish import published, read_ledger
-from .sandbox import NO_ISOLATION_ADVISORY
+from .publish import published, published_entries, reconcile
+from .sandbox import NO_ISOLATION_ADVISORY, SandboxUnavailable
 from .slots import take_slot
 from .submission import exploration_of
 from .workspace import special_entries
@@ -55,7 +57,13 @@ MAX_RECEIPT_BYTES = 16 << 20  # train_result.json / publications.jsonl written b
 
 
 class ReplayError(RuntimeError):
-    """The recipe failed (non-zero exit, NaN loss, nothing published, retention broken)."""
+    """The attempt failed: the recipe (non-zero exit, NaN loss, nothing published, retention
+    broken) or the platform (the sandbox did not start, a kill without an error of the
+    recipe's own). ``cause`` is the attempt's cause (:mod:`.attempts`)."""
+
+    def __init__(self, message: str, cause: str = "candidate"):
+        super().__init__(message)
+        self.cause = cause
 
 
 def _fresh_start(publish_dir: Path, state_dir: Path) -> None:
@@ -74,24 +82,6 @@ def asset_fingerprint(manifest: dict) -> str:
     return sha256_bytes(
         json.dumps({"fixed_start": manifest["fixed_start"]["files"], "public": public}, sort_keys=True).encode()
     )
-
-
-class Attempts:
-    """Wall time of earlier attempts of the same replay (a killed attempt counts up to its last
-    heartbeat), so that the budget is one budget across resumes."""
-
-    def __init__(self, path: Path, started_unix: float):
-        self.path = path
-        self.previous = read_json(path) if path.exists() else []
-        self.current = {"started_unix": started_unix, "last_seen_unix": started_unix}
-
-    @property
-    def previous_s(self) -> float:
-        return sum(a["last_seen_unix"] - a["started_unix"] for a in self.previous)
-
-    def heartbeat(self, now: float) -> None:
-        self.current["last_seen_unix"] = now
-        atomic_write_json(self.path, self.previous + [self.current])
 
 
 class Verified(NamedTuple):
@@ -113,6 +103,7 @@ class Start(NamedTuple):
     spent_s: float  # by earlier attempts of the same replay
     deadline_unix: float  # the internal deadline
     outer_unix: float  # the outer limit
+    publication_checks: list  # what publications cut short by an earlier attempt became (publish.reconcile)
 
 
 class Launched(NamedTuple):
@@ -177,9 +168,11 @@ def replay_identity(spec: ReplaySpec, verified: Verified) -> tuple[str, dict]:
 
 def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, started_at: str) -> Start:
     """Resume the same replay when ``state_dir`` holds its identity, else start a fresh formal
-    replay (publications and state of other replays removed); clear what an attempt cut short
-    left; start this attempt's clock, with the budget earlier attempts left. Raises nothing of
-    its own (I/O errors pass)."""
+    replay (publications, state and attempts of other replays removed); settle publications an
+    attempt cut short (:func:`~.publish.reconcile`) and clear what else it left; begin this
+    attempt (:class:`~.attempts.Attempts`: an earlier one without an end becomes ``platform``)
+    and its clock, with the budget earlier attempts left. Raises nothing of its own (I/O errors
+    pass)."""
     publish_dir, state_dir = spec.publish_dir, spec.state_dir
     identity, identity_doc = replay_identity(spec, verified)
     identity_file = state_dir / "identity.json"
@@ -192,14 +185,21 @@ def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, star
             f"[replay] {planted[0]}: not a regular file in the replay's directories: starting a fresh formal replay",
             flush=True,
         )
+    attempts_file = publish_dir.parent / ATTEMPTS_FILE
     if not resume:
         _fresh_start(publish_dir, state_dir)
+        attempts_file.unlink(missing_ok=True)
         atomic_write_json(identity_file, {"identity": identity, **identity_doc})
     (state_dir / "train_result.json").unlink(missing_ok=True)
     (publish_dir / "last-failure.json").unlink(missing_ok=True)
+    checks = reconcile(publish_dir) if resume else []  # before the leftovers go: it may trash
+    for check in checks:
+        print(f"[replay] checkpoint-{check['progress']}: {check['verdict']}: {check['reason']}", flush=True)
     for leftover in [*publish_dir.glob(".tmp-*"), *state_dir.glob(".export-*")]:  # cut short by a kill
         shutil.rmtree(leftover)
-    attempts = Attempts(state_dir / "attempts.json", started_unix)
+    earlier = Attempts.earlier(attempts_file, legacy=state_dir / "attempts.json") if resume else []
+    attempts = Attempts(attempts_file, started_unix, os.environ.get("REPLAYKIT_LOG"), earlier)
+    attempts.current["publication_checks"] = checks
     attempts.heartbeat(started_unix)
     spent_s = attempts.previous_s
     return Start(
@@ -211,6 +211,7 @@ def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, star
         spent_s=spent_s,
         deadline_unix=started_unix + spec.budget.internal_deadline_s - spent_s,
         outer_unix=started_unix + spec.budget.outer_limit_s - spent_s,
+        publication_checks=checks,
     )
 
 
@@ -285,7 +286,7 @@ def supervise(launched: Launched, start: Start) -> Exit:
         print(f"[replay] received signal {signum}: stopping the training process group", flush=True)
         stop_group(proc)
         launched.confinement.close()
-        attempts.heartbeat(time.time())
+        attempts.end(time.time(), 128 + signum, *signal_cause(128 + signum))
         raise SystemExit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -316,15 +317,28 @@ def supervise(launched: Launched, start: Start) -> Exit:
 
 
 def _fail(
-    publish_dir: Path, workspace: Path, why: str, returncode: int, retained: list, limits: dict | None = None
+    publish_dir: Path,
+    workspace: Path,
+    why: str,
+    returncode: int,
+    retained: list,
+    limits: dict | None = None,
+    cause: str = "candidate",
 ) -> ReplayError:
-    """Write ``last-failure.json`` saying why (and the job's ``limits``, a hit named); the
-    :class:`ReplayError` to raise."""
+    """Write ``last-failure.json`` saying why (with the job's ``limits``, a hit named, and the
+    attempt's ``cause``); the :class:`ReplayError` to raise."""
     atomic_write_json(
         publish_dir / "last-failure.json",
-        {"error": why, "returncode": returncode, "time": utc_now(), "retained": retained, "limits": limits},
+        {
+            "error": why,
+            "returncode": returncode,
+            "time": utc_now(),
+            "retained": retained,
+            "limits": limits,
+            "cause": cause,
+        },
     )
-    return ReplayError(f"{workspace}/train.py: {why}")
+    return ReplayError(f"{workspace}/train.py: {why}", cause)
 
 
 def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, ended: Exit) -> Outcome:
@@ -352,15 +366,18 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
         )
         raise _fail(publish_dir, workspace, why, returncode, [], ended.limits)
     result = TrainResult.read(state_dir / "train_result.json")
-    ledger = read_ledger(publish_dir)
+    ledger = published_entries(publish_dir)  # a pending one was cut short: it vouches for nothing
     retained = published(publish_dir)
-    failure = None
+    failure = killed = None
     if ended.outer_hit:
         result = replace(result, stop_reason=StopReason.OUTER_LIMIT.value)
     elif ended.limits.get("hit"):
         failure = failure_line(ended.limits["hit"], ended.limits)
     elif returncode != 0:
         failure = result.error or f"train.py exited with status {returncode} (see the log above)"
+        killed = None if result.error else signal_cause(returncode)  # a kill from outside the recipe
+        failure = f"{failure}: {killed[1]}" if killed else failure
+    killed_failure = failure if killed else None
     changed = first_difference(launched.frozen_before, spec.frozen.files())
     if changed is not None:
         failure = f"the frozen package changed during the replay: {changed[0]}: {changed[1]}"
@@ -381,15 +398,18 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
         failure = f"retention broken: {len(retained)} checkpoints retained (keep {spec.keep})"
     hashes = {p: sha256_tree(publish_dir / f"checkpoint-{p}") for p in retained}
     ledger_sha = {e["progress"]: e.get("sha256") for e in ledger}
-    moved = [p for p in retained if p in ledger_sha and ledger_sha[p] != hashes[p]]
-    if failure is None and moved:  # a resume must not adopt a checkpoint changed on disk
+    moved = [p for p in retained if ledger_sha.get(p) != hashes[p]]
+    if failure is None and moved and moved[0] not in ledger_sha:
+        failure = f"checkpoint-{moved[0]}: no publication in {publish_dir}/publications.jsonl vouches for it"
+    elif failure is None and moved:  # a resume must not adopt a checkpoint changed on disk
         failure = (
             f"checkpoint-{moved[0]} differs from its publication in "
             f"{publish_dir}/publications.jsonl (changed after publication); "
             f"start a fresh formal replay: rm -r {publish_dir} {state_dir}"
         )
     if failure is not None:
-        raise _fail(publish_dir, workspace, failure, returncode, retained, ended.limits)
+        cause = "platform" if failure == killed_failure else "candidate"  # a later check's failure is the recipe's
+        raise _fail(publish_dir, workspace, failure, returncode, retained, ended.limits, cause)
     return Outcome(result, ledger, retained, hashes)
 
 
@@ -486,14 +506,33 @@ def run_replay(spec: ReplaySpec) -> dict:
     started_unix, started_at = time.time(), utc_now()
     verified = verify_inputs(spec)
     start = decide_start(spec, verified, started_unix, started_at)
+    attempts = start.attempts
     if spec.slot is not None:  # the attempt's GPU slot: which device, when, how long it waited
-        start.attempts.current["gpu_slot"] = spec.slot.record()
-    launched = launch(spec, start)
+        attempts.current["gpu_slot"] = spec.slot.record()
+    tee_attempt_log(attempts.current["log"], os.environ.get("REPLAYKIT_LOG"))
+    try:
+        launched = launch(spec, start)
+    except SandboxUnavailable as exc:
+        attempts.end(time.time(), None, "platform", f"the sandbox did not start: {exc}")
+        raise
     ended = supervise(launched, start)
     if spec.slot is not None:  # training has ended: the device is let go before the record is judged
-        start.attempts.current["gpu_slot"] = spec.slot.release()
-        start.attempts.heartbeat(ended.ended_unix)
-    outcome = interpret_exit(spec, verified, launched, ended)
+        attempts.current["gpu_slot"] = spec.slot.release()
+        attempts.heartbeat(ended.ended_unix)
+    hit = ended.limits.get("hit")
+    try:
+        outcome = interpret_exit(spec, verified, launched, ended)
+    except ReplayError as exc:
+        attempts.end(ended.ended_unix, ended.returncode, exc.cause, str(exc), limit_hit=hit)
+        raise
+    stopped = outcome.result.stop_reason in (StopReason.DEADLINE, StopReason.OUTER_LIMIT)
+    attempts.end(
+        ended.ended_unix,
+        ended.returncode,
+        "deadline" if stopped else "completed",
+        f"stop_reason {outcome.result.stop_reason}",
+        limit_hit=hit,
+    )
     return write_record(spec, verified, start, launched, ended, outcome)
 
 

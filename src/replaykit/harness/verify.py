@@ -9,9 +9,12 @@ files on disk and return one :class:`Finding` per receipt: ``verified``, ``stale
 differs), ``missing`` or ``tampered`` (a checkpoint differs from its record, already marked
 invalid). A stale or missing receipt names the products that can no longer be trusted
 (``invalidates``): the receipt itself and everything built from it, up to ``final/``.
-Removing those makes Snakemake rebuild them: :func:`reverify`, the workflow's explicit
-re-verification step (``rules/common.smk`` runs it once when the workflow starts, before the
-DAG is built, for the runs and ``final/`` folders its targets need).
+:func:`reverify`, the workflow's explicit re-verification step (``rules/common.smk`` runs it
+once when the workflow starts, before the DAG is built, for every run and ``final/`` folder of
+the configured tasks), marks those products stale by rewriting a stamp that is an input of
+the rule building each one (:func:`stamp_of`): Snakemake rebuilds what is older than its
+input, and nothing is deleted up front -- each rule replaces its product only once the new
+one is complete.
 
 Cost: the tree hash of each retained checkpoint, through :class:`~.hashing.HashCache`
 (unchanged files are not re-read), and the SHA-256 of a few small JSON files.
@@ -20,11 +23,13 @@ Cost: the tree hash of each retained checkpoint, through :class:`~.hashing.HashC
 from __future__ import annotations
 
 import json
-import shutil
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .fileio import atomic_write_text
 from .hashing import HashCache
+from .provenance import utc_now
 from .receipts import RECEIPT, SUMMARY, status
 
 CACHE = ".hash-cache.json"  # per run: results/<task>/<run>/.hash-cache.json
@@ -38,7 +43,7 @@ class Finding:
         path: the receipt (file or directory).
         state: ``verified``, ``stale``, ``missing`` or ``tampered``.
         reason: why, in a few words (empty when verified).
-        invalidates: files and directories that must be rebuilt (removed by :func:`invalidate`).
+        invalidates: files and directories that must be rebuilt (marked by :func:`mark_stale`).
     """
 
     path: str
@@ -168,29 +173,77 @@ def check_final(final_dir: str | Path, officials: list[str | Path], cache: HashC
     return Finding(str(final_dir), "verified")
 
 
-def invalidate(findings: list[Finding]) -> list[str]:
-    """Remove every product a stale or missing receipt invalidates; return what was removed."""
-    removed = []
-    for path in dict.fromkeys(p for f in findings for p in f.invalidates):
-        target = Path(path)
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif target.exists() or target.is_symlink():
-            target.unlink()
-        else:
+STAMPS = ".receipts"  # beside each product: <folder>/.receipts/<name>, the product's stale-receipt stamp
+
+
+def stamp_of(product: str | Path) -> Path:
+    """The stale-receipt stamp of ``product`` (``<folder>/.receipts/<name>``): an input of the
+    rule that builds ``product`` (when it exists), rewritten -- so newer than ``product`` -- when
+    a receipt ``product`` is built from is found stale or missing."""
+    product = Path(product)
+    return product.parent / STAMPS / product.name
+
+
+def mark_stale(findings: list[Finding], now: str) -> list[str]:
+    """Write the stamp (:func:`stamp_of`) of every product a stale or missing receipt
+    invalidates, saying which receipts and why; return those products. Nothing is removed:
+    Snakemake sees an input newer than the product and rebuilds it, and the rule keeps the
+    current product until its rebuild succeeds."""
+    products = list(dict.fromkeys(p for f in findings for p in f.invalidates))
+    for product in products:
+        why = [f.line() for f in findings if product in f.invalidates]
+        stamp = stamp_of(product)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stamp, json.dumps({"stale_since": now, "receipts": why}, indent=1) + "\n")
+    return products
+
+
+PREVIOUS = ".previous"  # a product set aside: <folder>/.receipts/<name>.previous
+
+
+def set_aside(findings: list[Finding], say=print) -> list[str]:
+    """Move aside (``<folder>/.receipts/<name>.previous``, never deleted) each product of a
+    *missing replay record*: Snakemake reruns no job for a deleted output of a ``checkpoint``
+    rule while its consumers exist, and skips the timestamp check of a job whose input waits
+    on a checkpoint, so a stamp cannot trigger it; a missing product can. The product comes
+    back when its rebuild does not happen (:func:`restore_set_aside`). Returns the products."""
+    moved = []
+    for f in findings:
+        if f.state != "missing" or not f.path.endswith("replay/record.json"):
             continue
-        removed.append(path)
-    return removed
+        for product in [p for p in f.invalidates if Path(p).is_file()]:
+            kept = stamp_of(product).with_name(Path(product).name + PREVIOUS)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(product, kept)
+            moved.append(product)
+            say(f"receipts: {product}: set aside as {kept} until its rebuild succeeds; put back if it fails")
+    return moved
 
 
-def reverify(runs, finals: dict, *, remove: bool, say=print) -> list[Finding]:
+def restore_set_aside(run_dirs, say=print) -> list[str]:
+    """Put back each product of ``run_dirs`` set aside by :func:`set_aside` that was not
+    rebuilt (the product is missing); drop the copy of one that was. Returns the products
+    put back."""
+    restored = []
+    for run_dir in map(Path, run_dirs):
+        for kept in sorted((run_dir / STAMPS).glob(f"*{PREVIOUS}")):
+            product = run_dir / kept.name[: -len(PREVIOUS)]
+            if product.exists():
+                kept.unlink()  # rebuilt: the copy set aside is the old product
+                continue
+            os.replace(kept, product)
+            restored.append(str(product))
+            say(f"receipts: {product}: not rebuilt; put back as it was")
+    return restored
+
+
+def reverify(runs, finals: dict, *, say=print) -> list[str]:
     """The re-verification step: check the receipts of each run folder in ``runs`` (with its
     hash cache) and of each ``final/`` folder in ``finals`` (``final/`` -> the ``official.json``
     files it is built from; their runs are checked too, and ``final/`` is stale when one of
     them is being rebuilt); ``say`` one ``receipts: <file>: <state>: <why>`` line per receipt
-    that is not verified; then, when ``remove``, remove everything they invalidate (saying so),
-    else say what a real run would rebuild. Each run is checked once. Returns the findings
-    that are not verified."""
+    that is not verified, and one line per product to rebuild; mark those products stale
+    (:func:`mark_stale`). Each run is checked once. Returns the products to rebuild."""
     checked: dict[Path, list[Finding]] = {}
 
     def of_run(run_dir: Path) -> list[Finding]:
@@ -200,6 +253,7 @@ def reverify(runs, finals: dict, *, remove: bool, say=print) -> list[Finding]:
             cache.save()
         return checked[run_dir]
 
+    restore_set_aside(runs, say)  # what an earlier invocation set aside and did not rebuild
     for run_dir in runs:
         of_run(Path(run_dir))
     of_finals = []
@@ -212,14 +266,12 @@ def reverify(runs, finals: dict, *, remove: bool, say=print) -> list[Finding]:
     bad = [f for f in [*(f for fs in checked.values() for f in fs), *of_finals] if f.state != "verified"]
     for f in bad:
         say(f"receipts: {f.line()}")
-    if any(f.invalidates for f in bad):
-        if remove:
-            for path in invalidate(bad):
-                say(f"receipts: removed {path}; it will be rebuilt")
-        else:
-            paths = ", ".join(dict.fromkeys(p for f in bad for p in f.invalidates))
-            say(f"receipts: not removed (dry run); a real run rebuilds: {paths}")
-    return bad
+    products = mark_stale(bad, utc_now())
+    moved = set_aside(bad, say)
+    for product in products:
+        if Path(product).exists() and product not in moved:
+            say(f"receipts: {product}: will be rebuilt; kept as it is until its rebuild succeeds")
+    return products
 
 
 def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[list[str], bool]:

@@ -163,6 +163,19 @@ def _ablation_section(ablations: list[str | Path], base: Path) -> str:
     return Markup(templates(trim=False).get_template("ablation.html.j2").render(ablations=abl)) if abl else ""
 
 
+def _attempts(docs: list[dict]) -> list[dict]:
+    """Each run's replay attempts, oldest first (the record's ``attempts``; ``wall_s`` up to
+    its end, or to when it was last seen alive when no end was recorded)."""
+    rows = []
+    for doc in docs:
+        if not Path(doc["record"]).is_file():  # the record is named relative to the workflow's folder
+            continue
+        for a in read_json(doc["record"]).get("attempts") or []:
+            end = a.get("ended_unix") or a.get("last_seen_unix") or a["started_unix"]
+            rows.append({"run": doc["run"], "wall_s": end - a["started_unix"], **a})
+    return rows
+
+
 def write_report(
     *,
     task: str,
@@ -211,6 +224,7 @@ def write_report(
             final_file=final_file,
             ablation_section=ablation_section,
             final_href=_href(final_file, base),
+            attempts=_attempts(docs),
         )
     )
     atomic_write_text(out_html, html)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..harness.protocol import ReplayRequest, StopReason, TrainResult
-from ..harness.publish import publish_checkpoint, published, read_ledger
+from ..harness.publish import publish_checkpoint, published, published_entries
 from .knobs import load_config
 
 NAN_EXIT = 3  # exit status of a recipe stopped by a non-finite loss (the replay driver reports it)
@@ -132,9 +132,10 @@ class Session:
         return entry
 
     def last_published(self) -> int:
-        """The greatest progress any attempt published (ledger and folders on disk), 0 if none."""
+        """The greatest progress any attempt published (the ledger's published entries and the
+        folders on disk, which the driver reconciled before this attempt), 0 if none."""
         root = self.request.publish_dir
-        return max([e["progress"] for e in read_ledger(root)] + published(root), default=0)
+        return max([e["progress"] for e in published_entries(root)] + published(root), default=0)
 
     def checkpoint_if_missing(self, progress: int, write: Callable[[Path], Path | None]) -> bool:
         """:meth:`checkpoint` unless ``progress`` is 0 or no later than what any attempt
