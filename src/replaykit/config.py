@@ -153,7 +153,7 @@ def _check_blocks(schema: dict, added: dict[str, tuple[str, tuple[str, ...]]]) -
             raise InputError(
                 where, "CONFIG_SCHEMA", f"not a valid JSON schema (draft 2020-12) at {at}: {_one_line(exc.message)}"
             ) from None
-        raise InputError("schema", ".".join(map(str, path)) or "-", _one_line(exc.message)) from None
+        raise InputError("schema", ".".join(map(str, path)) or None, _one_line(exc.message)) from None
     for name, (where, keys) in added.items():
         own = blocks[name]["properties"]
         for key in keys:
@@ -256,8 +256,8 @@ def load_yaml_strict(path: str | Path, name: str | None = None):
     except InputError as exc:
         raise InputError(name, exc.field, exc.message) from None
     except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "-"
-        raise InputError(name, f"line {line}", str(exc.problem)) from None
+        line = f"line {exc.problem_mark.line + 1}" if exc.problem_mark else None
+        raise InputError(name, line, str(exc.problem)) from None
 
 
 def _lookup(mapping, path) -> bool:
@@ -339,7 +339,7 @@ def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], defaul
             " (from --config: write numbers and booleans unquoted, e.g. "
             '--config \'tasks={"digress": {"seeds": [42, 43]}}\')'
         )
-    field = ".".join(str(p) for p in path) or "-"
+    field = ".".join(str(p) for p in path) or None  # None: the config as a whole
     return InputError(source_of(path, layers, default), field, message)
 
 
@@ -382,6 +382,8 @@ def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None
     try:
         check_overrides(shipped, profile, overrides, coerce=True)
     except InputError as exc:
+        if exc.field is None:  # the shipped profile file as a whole (not YAML, not a mapping)
+            raise
         if not exc.message.startswith("not a key of"):
             raise InputError(source, f"tasks.{name}.{exc.field}", exc.message) from None
         raise InputError(
