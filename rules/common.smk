@@ -2,6 +2,7 @@ import copy
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -14,11 +15,13 @@ from replaykit.config import (
     config_schema,
     fill_defaults,
     load_yaml_strict,
+    rebase_paths,
 )
 from replaykit.harness.budget import Budget
 from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
+from replaykit.harness.hashing import sha256_file
 from replaykit.harness.verify import reverify
 from replaykit.tasks import get_task
 
@@ -59,6 +62,37 @@ except InputError as exc:
 # the schema's defaults, filled as snakemake.utils.validate fills them
 fill_defaults(config, _schema)
 
+
+def provenance_for_jobs(layers, tiny):
+    """What the replay record and the markers record of this invocation's config, passed to the
+    jobs in REPLAYKIT_WORKFLOW (no parameter of any rule, so a config file that changes nothing a job
+    reads re-runs nothing): each config file's path and SHA-256, the keys given with --config
+    (not their values: --config may carry final_salt), and the config's `tiny`."""
+    files = [
+        {"path": name, "sha256": sha256_file(name)} for name, _ in layers if name != CLI
+    ]
+    return {
+        "config_files": files,
+        "command_line_keys": sorted(layers[-1][1]) if layers[-1][0] == CLI else [],
+        "tiny": bool(tiny),
+    }
+
+
+# jobs read it from their environment (the shell prefix below; braces doubled for Snakemake's
+# formatting of shell commands)
+WORKFLOW_ENV = shlex.quote(
+    json.dumps(provenance_for_jobs(_layers, config["tiny"]), sort_keys=True)
+).translate({ord("{"): "{{", ord("}"): "}}"})
+# Tiny runs (config/test.yaml) are kept apart from real ones: the workflow works in `workdir`
+# (results/, logs/, benchmarks/, .snakemake/ there); relative paths of the config stay relative
+# to where snakemake started. `--directory` on the command line wins, as in Snakemake.
+LAUNCH_DIR = Path.cwd()
+if config["workdir"] != "." and workflow.overwrite_workdir is None:
+    rebase_paths(config, LAUNCH_DIR, Path(config["workdir"]))
+
+    workdir: config["workdir"]
+
+
 # Candidate code runs in the bubblewrap sandbox: refuse to start without one, in one line.
 if config["isolation"] == "bwrap":
     from replaykit.harness.sandbox import SandboxUnavailable, check_available
@@ -74,10 +108,12 @@ if config["isolation"] == "bwrap":
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
     shell.prefix(
         f"set -euo pipefail; export PYTHONPATH={Path(workflow.basedir) / 'src'}; "
+        f"export REPLAYKIT_WORKFLOW={WORKFLOW_ENV}; "
     )
 else:
     shell.prefix(
         f"set -euo pipefail; export PATH={Path(sys.executable).parent}:$PATH; "
+        f"export REPLAYKIT_WORKFLOW={WORKFLOW_ENV}; "
     )
 RUN_RE = r"[A-Za-z0-9_.]+-seed\d+"
 
@@ -125,10 +161,15 @@ def get_builder_salt(w):
     )
 
 
+def recipe_dir(w):
+    """The task's shipped recipe, relative to the working directory (``workdir``)."""
+    return os.path.relpath(Path(workflow.basedir) / "recipes" / w.task)
+
+
 def get_recipe_files(w):
     root = Path(workflow.basedir) / "recipes" / w.task
     return sorted(
-        str(p.relative_to(workflow.basedir))
+        os.path.relpath(p)
         for p in root.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )

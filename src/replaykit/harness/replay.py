@@ -42,7 +42,7 @@ from .launch import set_parent_death_signal, start_group, stop_group, training_e
 from .profile import check_overrides, save_every
 from .progress import Relay, terminal_from_env
 from .protocol import ReplayRequest, ReplaySpec, StopReason, TrainResult
-from .provenance import git_commit, library_versions, utc_now
+from .provenance import TINY_ADVISORY, git_commit, library_versions, utc_now, workflow_provenance
 from .publish import published, read_ledger
 from .sandbox import NO_ISOLATION_ADVISORY
 from .submission import exploration_of
@@ -382,7 +382,7 @@ def write_record(
     train_s = (t1 - t0) if t0 and t1 else None
     publish_s = result.publish_s
     accounted = sum(x for x in (setup_s, train_s) if x is not None)
-    attempts = start.attempts
+    attempts, config = start.attempts, workflow_provenance()
     record = {
         "task": spec.task,
         "run": spec.run,
@@ -424,7 +424,11 @@ def write_record(
         "project": git_commit(Path(__file__).resolve().parent),
         "isolation": spec.isolation.mode,
         "sandbox": spec.isolation.describe(),
-        "advisories": [NO_ISOLATION_ADVISORY] if spec.isolation.mode == "none" else [],
+        # which config files the workflow ran on (not a parameter of the replay rule) and tiny
+        "tiny": config["tiny"],
+        "config_files": config["config_files"],
+        "command_line_config_keys": config["command_line_keys"],
+        "advisories": [NO_ISOLATION_ADVISORY] * (spec.isolation.mode == "none") + [TINY_ADVISORY] * config["tiny"],
         "frozen_code_sha256": frozen_digest(launched.frozen_before),
         "libraries": library_versions(),
         "train_metrics": result.metrics,

@@ -13,6 +13,7 @@ from pathlib import Path
 from .errors import InputError
 from .fileio import atomic_write_json, read_json, read_jsonl
 from .hashing import sha256_file
+from .provenance import TINY_ADVISORY, workflow_provenance
 from .receipts import read_complete_summary, status
 from .sandbox import NO_ISOLATION_ADVISORY
 from .select import best_valid
@@ -86,6 +87,7 @@ def official_result(
         "utilisation": record.get("utilisation"),
         "publication_count": record.get("publication_count"),
         "isolation": record.get("isolation", "unknown"),
+        "tiny": bool(record.get("tiny", False)),
         "exploration": record.get("exploration"),
         "checkpoints": checkpoints,
         "official": best,
@@ -225,10 +227,10 @@ def _per_seed(docs: list[dict], officials: list[str | Path]) -> list[dict]:
     ]
 
 
-def _final_advisories(best: dict, isolation: list[str], fixed, shipped_best, normalised) -> list[str]:
+def _final_advisories(best: dict, isolation: list[str], fixed, shipped_best, normalised, tiny: bool) -> list[str]:
     """The official checkpoint's advisories, the replays' isolation first when it was not the
-    sandbox, then what the references could not give."""
-    advisories = list(best.get("advisories", []))
+    sandbox, then whether the runs are tiny, then what the references could not give."""
+    advisories = [a for a in best.get("advisories", []) if a != TINY_ADVISORY]
     if isolation != ["bwrap"]:
         advisories = [a for a in advisories if a != NO_ISOLATION_ADVISORY]
         advisories.insert(
@@ -237,6 +239,8 @@ def _final_advisories(best: dict, isolation: list[str], fixed, shipped_best, nor
             if "none" in isolation
             else f"isolation of the replays: {', '.join(isolation)} (records without it predate the sandbox)",
         )
+    if tiny:  # second only to the isolation's
+        advisories.insert(1 if advisories[:1] and advisories[0].startswith("isolation") else 0, TINY_ADVISORY)
     if fixed is None:
         advisories.append("no fixed-start reference: the fixed start cannot be scored by itself (no normalised score)")
     if shipped_best is None:
@@ -294,6 +298,7 @@ def final_summary(
     )
     per_seed = _per_seed(docs, officials)
     isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
+    tiny = any(d.get("tiny", False) for d in [*docs, shipped]) or workflow_provenance()["tiny"]
     summary = {
         "metric": best["metric"],
         "direction": primary["direction"],
@@ -301,8 +306,9 @@ def final_summary(
         "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]},
         "n": best["n"],
         "diagnostics": best.get("diagnostics", {}),
-        "advisories": _final_advisories(best, isolation, fixed, shipped_best, normalised),
+        "advisories": _final_advisories(best, isolation, fixed, shipped_best, normalised, tiny),
         "isolation": isolation[0] if len(isolation) == 1 else isolation,
+        "tiny": tiny,
         "final_split": _final_split(primary.get("asset_manifest")),
         "official": {
             "run": primary["run"],
