@@ -346,6 +346,49 @@ def refuse_unknown_task(w):
     )
 
 
+def target_forms():
+    """The output patterns of the rules under results/ (a wildcard shown as <name>, dot files
+    left out): those under results/<task>/ (the prefix dropped), then the others."""
+    forms = [
+        re.sub(r"\{(\w+)[^}]*\}", r"<\1>", str(o))
+        for r in workflow.rules
+        if r.name != "unknown_task"
+        for o in r.output
+        if str(o).startswith("results/") and not Path(str(o)).name.startswith(".")
+    ]
+    forms = list(dict.fromkeys(forms))
+    prefix = "results/<task>/"
+    return [f.removeprefix(prefix) for f in forms if f.startswith(prefix)], [
+        f for f in forms if not f.startswith(prefix)
+    ]
+
+
+def refuse_unknown_targets(targets):
+    """One error line, before Snakemake's MissingRuleException, for a target under results/ that
+    does not exist and that no rule makes (``results/soup/finall``), listing the target forms;
+    a path inside a folder that one rule makes as a whole names that folder."""
+    for target in targets:
+        path = Path(os.path.relpath(os.path.abspath(target))).as_posix().rstrip("/")
+        if not path.startswith("results/") or Path(path).exists():
+            continue
+        if any(r.is_producer(path) for r in workflow.rules):
+            continue
+        whole = [
+            p
+            for p in map(str, Path(path).parents)
+            if any(r.is_producer(p) for r in workflow.rules)
+        ]
+        inside = (
+            f"; it is inside {whole[0]}, which is built as a whole" if whole else ""
+        )
+        per_task, others = target_forms()
+        stop(
+            f"{target}: no rule makes this target{inside}; targets are "
+            f"results/<task>/ (task: {', '.join(sorted(config['tasks']))}) + one of "
+            f"{', '.join(per_task)}; or {', '.join(others)}"
+        )
+
+
 def get_ablation_officials(w, candidate):
     """The official.json of ``candidate`` for every seed of ``tasks.<task>.seeds``; the
     shipped ones are the same files for every candidate, so they are replayed once."""
