@@ -98,9 +98,11 @@ def run_probe(
     (path, SHA-256), budget used and left (s).
 
     Raises:
-        InputError: the budget has ended, or the lock is refused (``wait=False``).
+        InputError: the exploration was submitted, the budget has ended, or the lock is refused
+            (``wait=False``).
     """
     info, ex = exploration.info, exploration
+    ex.require_open("probes")
     ex.require_budget("probes")
     run_dir = ex.new_dir("runs", "probe-").resolve()
     lock = GpuLock(info["lock"], {"exploration": str(ex.dir), "id": run_dir.name, "pid": os.getpid()})
@@ -110,6 +112,7 @@ def run_probe(
         run_dir.rmdir()  # a refused probe leaves nothing
         raise
     try:
+        ex.require_open("probes")  # again: it may have been submitted while this one waited
         ex.require_budget("probes")
         request_path = _request(ex, run_dir)
         command = list(command or [sys.executable, "train.py", "--request", str(request_path)])

@@ -75,23 +75,26 @@ def _run_steps(ex: Exploration, checkpoint: Path, out: Path) -> dict:
     return sandbox.describe()
 
 
-def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool = True) -> dict:
-    """Score ``checkpoint`` (a directory inside the exploration) with the frozen loader and the
-    frozen proxy evaluator under the GPU lock, in the sandbox (:func:`proxy_plan`).
+def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, *, wait: bool = True) -> dict:
+    """Score ``checkpoint`` (a directory inside the exploration; default: the newest probe's last,
+    :meth:`Exploration.last_checkpoint`) with the frozen loader and the frozen proxy evaluator
+    under the GPU lock, in the sandbox (:func:`proxy_plan`).
 
     Receipt: id, checkpoint, checkpoint_sha256, valid, reason, metric, value, se (the
     evaluator's uncertainty), n, summary path, the sandbox's plan, waited_s, seconds, budget
     used and left (s).
 
     Raises:
-        InputError: the budget has ended, the checkpoint is not a directory of this
-            exploration, the lock is refused, or the evaluator failed (its last line).
+        InputError: the exploration was submitted, the budget has ended, the checkpoint is not a
+            directory of this exploration (or no probe published one), the lock is refused, or
+            the evaluator failed (its last line).
     """
     info, ex = exploration.info, exploration
+    ex.require_open("proxy scores")
     ex.require_budget("proxy scores")
-    resolved = Path(checkpoint).resolve()
+    resolved = Path(checkpoint).resolve() if checkpoint else ex.last_checkpoint().resolve()
     if not resolved.is_dir() or ex.dir.resolve() not in resolved.parents:
-        raise InputError(checkpoint, "-", f"not a checkpoint directory inside {ex.dir}")
+        raise InputError(checkpoint, None, f"not a checkpoint directory inside {ex.dir}")
     digest = sha256_tree(resolved)
     out = ex.new_dir("proxy", "").resolve()
     lock = GpuLock(info["lock"], {"exploration": str(ex.dir), "id": f"proxy-{out.name}", "pid": os.getpid()})
@@ -101,6 +104,7 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool 
         out.rmdir()
         raise
     try:
+        ex.require_open("proxy scores")
         ex.require_budget("proxy scores")
         sandbox = _run_steps(ex, resolved, out)
     finally:
