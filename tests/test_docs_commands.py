@@ -273,3 +273,20 @@ def test_exploration_walkthrough_runs_as_written(tmp_path):
         "error: results/soup/assets/manifest.json: assets not built for this config: run "
         "`snakemake results/soup/assets/manifest.json --cores 1` first\n"
     )
+    # an exploration named like a shipped patch (patches/soup-greedy.diff) is never written over
+    shipped = (work / "patches/soup-greedy.diff").read_bytes()
+    tiny = ["--configfile", "config/test.yaml"]
+    assert (
+        run_as_written(["python", "-m", "replaykit", "explore", "soup", "--name", "greedy", *tiny], work).returncode
+        == 0
+    )
+    knobs = work / "explore/soup/greedy/workspace/configs/embedded.yaml"
+    knobs.write_text(knobs.read_text().replace("method: uniform ", "method: greedy  "))
+    clash = run_as_written(["python", "-m", "replaykit", "explore", "submit", "-e", "explore/soup/greedy"], work)
+    assert clash.returncode == 2 and clash.stderr == (
+        "error: patches/soup-greedy.diff: --patches: a patch of this name exists already; submit to another "
+        "folder (--patches DIR, e.g. --patches explore/soup/greedy/patches) or move it away\n"
+    )
+    assert (work / "patches/soup-greedy.diff").read_bytes() == shipped
+    moved = ["python", "-m", "replaykit", "explore", "submit", "-e", "explore/soup/greedy", "--patches", "mine"]
+    assert run_as_written(moved, work).returncode == 0 and (work / "mine/soup-greedy.diff").is_file()

@@ -326,7 +326,7 @@ def explore_status_lines(doc: dict) -> list[str]:
     for r in doc["proxy_scores"]:
         value = f"{r['value']:.4g} ± {r['se']:.4g}" if r["valid"] else f"invalid: {r['reason']}"
         lines.append(f"  proxy {r['id']}: {r['checkpoint']}: {r['metric']} = {value} (n={r['n']})")
-    if not doc["probe_runs"] and not doc["proxy_scores"]:
+    if not doc["probe_runs"] and not doc["proxy_scores"] and not doc["submitted"]:
         lines.append(f"  no probe yet: python -m replaykit explore run -e {where}")
     lines.append(f"  submitted: {doc['patch']}" if doc["submitted"] else "  not submitted")
     return lines

@@ -4,6 +4,7 @@ patch, checked like every candidate patch, with its sidecar (the link the replay
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -110,7 +111,7 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
             patch,
             "--patches",
             f"a patch of this name exists already; submit to another folder (--patches DIR, e.g. "
-            f"--patches {ex.dir / 'patches'}) or move it away",
+            f"--patches {os.path.relpath(ex.dir / 'patches')}) or move it away",
         )
     with tempfile.TemporaryDirectory(prefix="replaykit-submit-") as tmp:
         staged = Path(tmp) / patch.name
