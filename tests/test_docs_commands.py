@@ -233,14 +233,20 @@ def test_exploration_walkthrough_runs_as_written(tmp_path):
     assert probe["returncode"] == 0 and proxy["checkpoint"] == max(probe["checkpoints"]) and proxy["tiny"] is True
     # status: one line for the budget, the probe and the proxy score, each as the receipts say
     status = out["explore status"].splitlines()
-    used = json.loads((ex / "submission.json").read_text())["budget_used_s"]  # the clock stopped there
-    assert status[0].startswith(f"[explore] explore/soup/trial (soup, tiny): budget 900 s, used {used:.0f} s, left ")
+    submitted_at = json.loads((ex / "submission.json").read_text())["budget_used_s"]
+    head = re.fullmatch(
+        r"\[explore\] explore/soup/trial \(soup, tiny\): budget 900 s, used (\d+) s, left (\d+) s \(ends [\d:]+ UTC\)",
+        status[0],
+    )
+    # status ran after the proxy score and before the submission
+    assert head and round(proxy["budget_used_s"]) <= int(head[1]) <= round(submitted_at)
+    assert int(head[1]) + int(head[2]) in (899, 900, 901)  # each rounded
     assert status[1] == f"  probe-1: exit 0 after {probe['seconds']:.1f} s; {proxy['checkpoint']}"
     assert status[2] == (
         f"  proxy 1: {proxy['checkpoint']}: {proxy['metric']} = "
         f"{proxy['value']:.4g} ± {proxy['se']:.4g} (n={proxy['n']})"
     )
-    assert status[3] == "  submitted: patches/soup-trial.diff"
+    assert status[3] == "  not submitted"
     # submit: the patch's hash, and the formal replay's command with the doc's --config
     submitted = out["explore submit"]
     assert f"submitted patches/soup-trial.diff sha256 {sha256_file(patch)};" in submitted
