@@ -3,6 +3,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -16,11 +17,13 @@ from replaykit.config import (
     config_schema,
     fill_defaults,
     load_yaml_strict,
+    rebase_paths,
 )
 from replaykit.harness.budget import Budget
 from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
 from replaykit.harness.fileio import wait_for_paths
+from replaykit.harness.hashing import sha256_file
 from replaykit.harness.joblogs import failure_lines
 from replaykit.harness.slots import SETTINGS_ENV
 from replaykit.harness.verify import restore_set_aside, reverify, stamp_of
@@ -89,6 +92,37 @@ try:
 except InputError as exc:
     sys.exit(f"error: {exc}")
 
+
+def provenance_for_jobs(layers, tiny):
+    """What the replay record and the markers record of this invocation's config, passed to the
+    jobs in REPLAYKIT_WORKFLOW (no parameter of any rule, so a config file that changes nothing a job
+    reads re-runs nothing): each config file's path and SHA-256, the keys given with --config
+    (not their values: --config may carry final_salt), and the config's `tiny`."""
+    files = [
+        {"path": name, "sha256": sha256_file(name)} for name, _ in layers if name != CLI
+    ]
+    return {
+        "config_files": files,
+        "command_line_keys": sorted(layers[-1][1]) if layers[-1][0] == CLI else [],
+        "tiny": bool(tiny),
+    }
+
+
+# jobs read it from their environment (the shell prefix below; braces doubled for Snakemake's
+# formatting of shell commands)
+WORKFLOW_ENV = shlex.quote(
+    json.dumps(provenance_for_jobs(_layers, config["tiny"]), sort_keys=True)
+).translate({ord("{"): "{{", ord("}"): "}}"})
+# Tiny runs (config/test.yaml) are kept apart from real ones: the workflow works in `workdir`
+# (results/, logs/, benchmarks/, .snakemake/ there); relative paths of the config stay relative
+# to where snakemake started. `--directory` on the command line wins, as in Snakemake.
+LAUNCH_DIR = Path.cwd()
+if config["workdir"] != "." and workflow.overwrite_workdir is None:
+    rebase_paths(config, LAUNCH_DIR, Path(config["workdir"]))
+
+    workdir: config["workdir"]
+
+
 # Candidate code runs in the bubblewrap sandbox: refuse to start without one, in one line.
 if config["isolation"] == "bwrap":
     from replaykit.harness.sandbox import SandboxUnavailable, check_available
@@ -110,10 +144,12 @@ SANDBOX_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
     shell.prefix(
         f"set -euo pipefail; export PYTHONPATH={Path(workflow.basedir) / 'src'}; "
+        f"export REPLAYKIT_WORKFLOW={WORKFLOW_ENV}; "
     )
 else:
     shell.prefix(
         f"set -euo pipefail; export PATH={Path(sys.executable).parent}:$PATH; "
+        f"export REPLAYKIT_WORKFLOW={WORKFLOW_ENV}; "
     )
 RUN_RE = r"[A-Za-z0-9_.]+-seed\d+"
 
@@ -161,10 +197,15 @@ def get_builder_salt(w):
     )
 
 
+def recipe_dir(w):
+    """The task's shipped recipe, relative to the working directory (``workdir``)."""
+    return os.path.relpath(Path(workflow.basedir) / "recipes" / w.task)
+
+
 def get_recipe_files(w):
     root = Path(workflow.basedir) / "recipes" / w.task
     return sorted(
-        str(p.relative_to(workflow.basedir))
+        os.path.relpath(p)
         for p in root.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )
@@ -354,6 +395,49 @@ def refuse_unknown_task(w):
         f"{SOURCE_NAME}: tasks: the target names an unknown task {w.other!r} "
         f"(tasks: {', '.join(KNOWN)}; configured: {configured})"
     )
+
+
+def target_forms():
+    """The output patterns of the rules under results/ (a wildcard shown as <name>, dot files
+    left out): those under results/<task>/ (the prefix dropped), then the others."""
+    forms = [
+        re.sub(r"\{(\w+)[^}]*\}", r"<\1>", str(o))
+        for r in workflow.rules
+        if r.name != "unknown_task"
+        for o in r.output
+        if str(o).startswith("results/") and not Path(str(o)).name.startswith(".")
+    ]
+    forms = list(dict.fromkeys(forms))
+    prefix = "results/<task>/"
+    return [f.removeprefix(prefix) for f in forms if f.startswith(prefix)], [
+        f for f in forms if not f.startswith(prefix)
+    ]
+
+
+def refuse_unknown_targets(targets):
+    """One error line, before Snakemake's MissingRuleException, for a target under results/ that
+    does not exist and that no rule makes (``results/soup/finall``), listing the target forms;
+    a path inside a folder that one rule makes as a whole names that folder."""
+    for target in targets:
+        path = Path(os.path.relpath(os.path.abspath(target))).as_posix().rstrip("/")
+        if not path.startswith("results/") or Path(path).exists():
+            continue
+        if any(r.is_producer(path) for r in workflow.rules):
+            continue
+        whole = [
+            p
+            for p in map(str, Path(path).parents)
+            if any(r.is_producer(p) for r in workflow.rules)
+        ]
+        inside = (
+            f"; it is inside {whole[0]}, which is built as a whole" if whole else ""
+        )
+        per_task, others = target_forms()
+        stop(
+            f"{target}: no rule makes this target{inside}; targets are "
+            f"results/<task>/ (task: {', '.join(sorted(config['tasks']))}) + one of "
+            f"{', '.join(per_task)}; or {', '.join(others)}"
+        )
 
 
 def get_ablation_officials(w, candidate):

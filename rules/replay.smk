@@ -10,8 +10,10 @@ rule workspace:
         "logs/{task}/{run}/workspace.log",
     conda:
         "../envs/replaykit.yaml"
+    params:
+        recipe=recipe_dir,
     shell:
-        "python -m replaykit workspace --recipe recipes/{wildcards.task} --patch '{input.patch}'"
+        "python -m replaykit workspace --recipe {params.recipe} --patch '{input.patch}'"
         " --out {output.workspace} --record {output.record} > {log} 2>&1"
 
 

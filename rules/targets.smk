@@ -10,3 +10,9 @@ rule unknown_task:
         + "|".join(map(re.escape, [*config["tasks"], "models"]))
         + ")/)[^/]+",
         target="final|report\\.html",
+
+
+# Checked once every rule is known: a target no rule makes gets one line listing the target
+# forms, instead of Snakemake's MissingRuleException.
+if workflow.is_main_process:
+    refuse_unknown_targets(command_line(sys.argv[1:])[0])

@@ -262,7 +262,7 @@ def test_the_budget_stops_probes_and_only_submit_works_after_it(work):
     assert "budget" in one_error_line(rk(work, "explore", "run", "-e", str(ex), check=False))
     fake = ex / "runs/probe-1"
     assert "budget" in one_error_line(rk(work, "explore", "proxy", str(fake), "-e", str(ex), check=False))
-    status = json.loads(rk(work, "explore", "status", "-e", str(ex)).stdout)
+    status = json.loads(rk(work, "explore", "status", "--json", "-e", str(ex)).stdout)
     assert status["left_s"] == 0 and status["used_s"] == 6 and status["probes"] == 1
     rk(work, "explore", "submit", "-e", str(ex))
     assert json.loads((ex / "submission.json").read_text())["budget_used_s"] == 6

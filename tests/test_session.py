@@ -49,7 +49,7 @@ def test_config_from_profile_and_overrides(tmp_path):
         (PROFILE, {"method": "c"}, "p.yaml: method: expected 'a' | 'b', got 'c'"),
         (PROFILE, {"lr": "1e-3"}, "p.yaml: lr: expected float, got '1e-3'"),
         (PROFILE, {"nope": 1}, "p.yaml: nope: unknown recipe key in overrides"),
-        ("- a\n", {}, "p.yaml: -: a recipe profile is a mapping of knobs"),
+        ("- a\n", {}, "p.yaml: a recipe profile is a mapping of knobs"),
         (PROFILE, {"steps": 0}, "p.yaml: steps: 0 is out of range (1 <= steps <= inf)"),
         (PROFILE, {"lr": 1.5}, "p.yaml: lr: 1.5 is out of range (0 <= lr <= 1)"),
         (PROFILE, {"lr": float("nan")}, "p.yaml: lr: expected a finite number, got nan"),

@@ -256,7 +256,7 @@ def test_local_imagenetv2_folder_checks(tmp_path):
     with pytest.raises(InputError, match="needs class folders 0..3: missing 3; unexpected none"):
         soup._local_images(good, 4)
     (good / "2" / "broken.jpeg").write_bytes(b"not a jpeg")
-    with pytest.raises(InputError, match="broken.jpeg: -: not a readable image"):
+    with pytest.raises(InputError, match="broken.jpeg: not a readable image"):
         soup._local_images(good, 3)
 
 

@@ -387,7 +387,7 @@ def test_empty_prompt_set_is_refused(workdir, tiny_llama):
     out = snakemake(workdir, TARGET, "--cores", "1", "--resources", "gpu=1")
     assert out.returncode != 0
     # local files are read when the workflow starts, before any rule runs or removes anything
-    assert out.stderr.strip().splitlines()[-1] == f"error: {empty}: -: no rows (empty set)"
+    assert out.stderr.strip().splitlines()[-1] == f"error: {empty}: no rows (empty set)"
     assert not (workdir / "results").exists()
 
 

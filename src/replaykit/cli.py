@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -337,17 +338,31 @@ def cmd_audit(a) -> int:
     return 1 if confirmed else 0
 
 
+def tiny_results() -> Path:
+    """Where the tiny runs' results go: ``config/test.yaml``'s ``workdir`` / results."""
+    import yaml
+
+    test = Path("config/test.yaml")
+    workdir = (yaml.safe_load(test.read_text()) or {}).get("workdir", ".") if test.is_file() else "."
+    return Path(workdir) / "results"
+
+
 def cmd_status(a) -> int:
     from .harness.verify import status_lines
     from .tasks import KNOWN, NAME_RE, REFUSED
 
-    if not Path(a.results).is_dir():
-        raise InputError(a.results, "--results", "not a folder (the workflow's results/)")
+    results, tiny = Path(a.results), tiny_results()
     for name in a.task:
-        if name in KNOWN or (NAME_RE.fullmatch(name) and (Path(a.results) / name).is_dir()):
+        if name in KNOWN or (NAME_RE.fullmatch(name) and (results / name).is_dir()):
             continue  # a task of this installation, or one whose runs are there (its plug-in gone)
         why = REFUSED.get(name) or f"unknown task (known: {', '.join(KNOWN)})"
         raise InputError("command line", "task", f"{name!r}: {why}")
+    if not results.exists() and results in (Path("results"), tiny):  # where runs go: none yet
+        also = f"; the tiny runs: status --results {tiny}" if results != tiny and tiny.is_dir() else ""
+        print(f"{results}: nothing has run yet{also}")
+        return 0
+    if not results.is_dir():
+        raise InputError(a.results, "--results", "not a folder (the workflow's results/)")
     lines, ok = status_lines(a.results, a.task or None)
     print("\n".join(lines) if lines else f"{a.results}: no runs" + (f" of {', '.join(a.task)}" if a.task else ""))
     return 0 if ok else 1
@@ -356,7 +371,7 @@ def cmd_status(a) -> int:
 def cmd_explore_start(a) -> None:
     from .exploration import start
 
-    info = start(a.task, a.name, configfile=a.configfile, root=a.root, lock=a.lock, budget_s=a.budget_s)
+    info = start(a.task, a.name, configfiles=a.configfile, root=a.root, lock=a.lock, budget_s=a.budget_s)
     print(
         f"[explore] {info['directory']}: workspace {info['directory']}/workspace, budget "
         f"{info['budget_s']:.0f} s (ends {time.strftime('%H:%M:%S', time.gmtime(info['ends_unix']))}"
@@ -381,29 +396,54 @@ def cmd_explore_run(a) -> None:
 def cmd_explore_proxy(a) -> None:
     from .exploration import find_exploration, score_proxy
 
-    checkpoint = Path(a.checkpoint).resolve()  # relative to where the user is
+    checkpoint = Path(a.checkpoint).resolve() if a.checkpoint else None  # relative to where the user is
     r = score_proxy(find_exploration(a.exploration), checkpoint, wait=not a.no_wait)
-    value = "invalid: " + r["reason"] if not r["valid"] else f"{r['value']} ± {r['se']}"
+    value = "invalid: " + r["reason"] if not r["valid"] else f"{r['value']:.4g} ± {r['se']:.4g}"
     print(
-        f"[explore] proxy {r['id']}: {r['checkpoint']} {r['metric']} = {value} (n={r['n']}); "
+        f"[explore] proxy {r['id']}: {r['checkpoint']}: {r['metric']} = {value} (n={r['n']}); "
         f"waited {r['waited_s']:.1f} s; budget left {r['budget_left_s']:.0f} s"
     )
+
+
+def explore_status_lines(doc: dict) -> list[str]:
+    """``explore status`` for a reader: budget, each probe, each proxy score, the submission
+    (paths relative to the working directory; values to 4 significant digits)."""
+    ends = time.strftime("%H:%M:%S", time.gmtime(doc["ends_unix"]))
+    where = os.path.relpath(doc["exploration"])
+    lines = [
+        f"[explore] {where} ({doc['task']}{', tiny' if doc['tiny'] else ''}): budget "
+        f"{doc['budget_s']:.0f} s, used {doc['used_s']:.0f} s, left {doc['left_s']:.0f} s (ends {ends} UTC)"
+    ]
+    for r in doc["probe_runs"]:
+        how = "killed at the budget's end" if r["stop"] == "budget" else f"exit {r['returncode']}"
+        shown = ", ".join(r["checkpoints"] or {}) or "no checkpoint"
+        lines.append(f"  {r['id']}: {how} after {r['seconds']:.1f} s; {shown}")
+    for r in doc["proxy_scores"]:
+        value = f"{r['value']:.4g} ± {r['se']:.4g}" if r["valid"] else f"invalid: {r['reason']}"
+        lines.append(f"  proxy {r['id']}: {r['checkpoint']}: {r['metric']} = {value} (n={r['n']})")
+    if not doc["probe_runs"] and not doc["proxy_scores"] and not doc["submitted"]:
+        lines.append(f"  no probe yet: python -m replaykit explore run -e {where}")
+    lines.append(f"  submitted: {doc['patch']}" if doc["submitted"] else "  not submitted")
+    return lines
 
 
 def cmd_explore_status(a) -> None:
     from .exploration import find_exploration
 
-    print(json.dumps(find_exploration(a.exploration).status(), indent=1))
+    doc = find_exploration(a.exploration).status()
+    print(json.dumps(doc, indent=1) if a.json else "\n".join(explore_status_lines(doc)))
 
 
 def cmd_explore_submit(a) -> None:
     from .exploration import find_exploration, submit
+    from .exploration.submit import formal_replay_command
 
     doc = submit(find_exploration(a.exploration), a.patches)
     print(
         f"[explore] submitted {doc['patch']} sha256 {doc['patch_sha256']}; budget used "
         f"{doc['budget_used_s']:.0f} of {doc['budget_s']:.0f} s; {doc['probes']} probes, "
-        f"{sum(r['kind'] == 'proxy' for r in doc['receipts'])} proxy receipts"
+        f"{sum(r['kind'] == 'proxy' for r in doc['receipts'])} proxy receipts; formal replay: "
+        f"{formal_replay_command(doc)}"
     )
 
 
@@ -625,7 +665,13 @@ def parser() -> argparse.ArgumentParser:
         else:
             e.set_defaults(task=name)
         e.add_argument("--name", default="1", help="exploration name (letters, digits, _ .)")
-        e.add_argument("--configfile", default="config/config.yaml", help="workflow config naming the task's assets")
+        e.add_argument(
+            "--configfile",
+            nargs="+",
+            default=[],
+            help="the --configfile files the workflow runs with, merged over config/config.yaml as "
+            "Snakemake merges them (e.g. config/test.yaml for the tiny runs)",
+        )
         e.add_argument("--root", default="explore", help="folder of all explorations")
         e.add_argument("--lock", default="explore/.gpu.lock", help="GPU lock file (keep it where the sandbox hides it)")
         e.add_argument(
@@ -653,8 +699,14 @@ def parser() -> argparse.ArgumentParser:
             )
         if name == "proxy":
             e.add_argument(
-                "checkpoint", help="a checkpoint folder the probe published (runs/probe-<k>/publish/checkpoint-N)"
+                "checkpoint",
+                nargs="?",
+                default="",
+                help="a checkpoint folder a probe published (runs/probe-<k>/publish/checkpoint-N); "
+                "default: the newest probe's last checkpoint",
             )
+        if name == "status":
+            e.add_argument("--json", action="store_true", help="the status as one JSON object")
         if name == "submit":
             e.add_argument("--patches", default="patches", help="folder to write <task>-<name>.diff to")
         e.set_defaults(func=func)

@@ -153,7 +153,7 @@ def _check_blocks(schema: dict, added: dict[str, tuple[str, tuple[str, ...]]]) -
             raise InputError(
                 where, "CONFIG_SCHEMA", f"not a valid JSON schema (draft 2020-12) at {at}: {_one_line(exc.message)}"
             ) from None
-        raise InputError("schema", ".".join(map(str, path)) or "-", _one_line(exc.message)) from None
+        raise InputError("schema", ".".join(map(str, path)) or None, _one_line(exc.message)) from None
     for name, (where, keys) in added.items():
         own = blocks[name]["properties"]
         for key in keys:
@@ -256,8 +256,8 @@ def load_yaml_strict(path: str | Path, name: str | None = None):
     except InputError as exc:
         raise InputError(name, exc.field, exc.message) from None
     except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "-"
-        raise InputError(name, f"line {line}", str(exc.problem)) from None
+        line = f"line {exc.problem_mark.line + 1}" if exc.problem_mark else None
+        raise InputError(name, line, str(exc.problem)) from None
 
 
 def _lookup(mapping, path) -> bool:
@@ -339,7 +339,7 @@ def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], defaul
             " (from --config: write numbers and booleans unquoted, e.g. "
             '--config \'tasks={"digress": {"seeds": [42, 43]}}\')'
         )
-    field = ".".join(str(p) for p in path) or "-"
+    field = ".".join(str(p) for p in path) or None  # None: the config as a whole
     return InputError(source_of(path, layers, default), field, message)
 
 
@@ -382,6 +382,8 @@ def check_recipe(name: str, task: dict, recipes_root: Path, source: str) -> None
     try:
         check_overrides(shipped, profile, overrides, coerce=True)
     except InputError as exc:
+        if exc.field is None:  # the shipped profile file as a whole (not YAML, not a mapping)
+            raise
         if not exc.message.startswith("not a key of"):
             raise InputError(source, f"tasks.{name}.{exc.field}", exc.message) from None
         raise InputError(
@@ -470,7 +472,7 @@ def check_config(
             try:
                 check_recipe(name, task, Path(recipes_root), source)
             except InputError as exc:
-                keys = exc.field.split(".")[2:] if exc.field.startswith("tasks.") else []
+                keys = exc.field.split(".")[2:] if (exc.field or "").startswith("tasks.") else []
                 raise InputError(src(*keys) if keys else exc.path, exc.field, exc.message) from None
     check_campaign(config, layers, source)
 
@@ -491,3 +493,51 @@ def check_campaign(config: dict, layers: list[Layer], source: str) -> None:
             raise InputError(where, "campaign.tasks", f"{name!r} has no candidates (tasks.{name}.candidates)")
     if len(set(listed)) != len(listed):
         raise InputError(where, "campaign.tasks", f"a task is listed twice: {listed}")
+
+
+def load_workflow_config(configfiles: list[str | Path], schema_file: str | Path, recipes_root: Path | None = None):
+    """The workflow config as Snakemake builds it: each file of ``configfiles`` (the Snakefile's
+    ``config/config.yaml`` first, then each ``--configfile``) merged over the ones before it
+    (mappings key by key, other values replaced: ``snakemake.utils.update_config``), checked
+    (:func:`check_config`, naming the file a bad value came from) and defaults filled.
+
+    Returns ``(config, layers)``. Raises :class:`InputError`: a missing file (naming it), a
+    duplicate key, or what :func:`check_config` refuses.
+    """
+    from snakemake.utils import update_config
+
+    config, layers = {}, []
+    for path in map(Path, configfiles):
+        if not path.is_file():
+            raise InputError(path, None, "config file not found")
+        mapping = load_yaml_strict(path) or {}
+        layers.append((str(path), copy.deepcopy(mapping)))
+        update_config(config, mapping)
+    source = " + ".join(name for name, _ in layers)
+    check_config(config, schema_file, source, layers=layers, recipes_root=recipes_root)
+    fill_defaults(config, config_schema(schema_file, config))
+    return config, layers
+
+
+def rebase_paths(config: dict, start: Path, workdir: Path) -> None:
+    """Rewrite (in place) the config's relative local paths, read from ``start`` (where snakemake
+    started), as paths relative to ``workdir`` (the ``workdir`` the workflow changes to, relative
+    to ``start``): each task's ``fixed_start`` (unless it names a built model), its ``data``
+    values that name an existing path, its ``candidates``, and ``sandbox_show`` /
+    ``sandbox_hide``. Absolute paths and other values are left as they are."""
+    import os
+
+    def moved(value: str) -> str:
+        if Path(value).is_absolute():
+            return value
+        return os.path.relpath(start / value, start / workdir)
+
+    for key in ("sandbox_show", "sandbox_hide"):
+        config[key] = [moved(v) for v in config.get(key, [])]
+    for task in config["tasks"].values():
+        if task["fixed_start"] not in config.get("models", {}):
+            task["fixed_start"] = moved(task["fixed_start"])
+        task["candidates"] = {name: moved(path) for name, path in task.get("candidates", {}).items()}
+        for key, value in task.get("data", {}).items():
+            if isinstance(value, str) and value and (start / value).exists():
+                task["data"][key] = moved(value)

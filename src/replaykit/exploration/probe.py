@@ -133,9 +133,11 @@ def run_probe(
     ``gpu_slot``, budget used and left (s).
 
     Raises:
-        InputError: the budget has ended, or the lock is refused (``wait=False``).
+        InputError: the exploration was submitted, the budget has ended, or the lock is refused
+            (``wait=False``).
     """
     info, ex = exploration.info, exploration
+    ex.require_open("probes")
     ex.require_budget("probes")
     run_dir = ex.new_dir("runs", "probe-").resolve()
     who = {"exploration": str(ex.dir), "id": run_dir.name}
@@ -146,6 +148,7 @@ def run_probe(
         run_dir.rmdir()  # a refused probe leaves nothing
         raise
     with lock, take_slot(who, info.get("gpus")) as slot:
+        ex.require_open("probes")  # again: it may have been submitted while this one waited
         ex.require_budget("probes")
         request_path = _request(ex, run_dir)
         command = list(command or [sys.executable, "train.py", "--request", str(request_path)])

@@ -80,23 +80,26 @@ def _run_steps(ex: Exploration, checkpoint: Path, out: Path, slot: GpuSlot) -> d
     return described
 
 
-def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool = True) -> dict:
-    """Score ``checkpoint`` (a directory inside the exploration) with the frozen loader and the
-    frozen proxy evaluator under the GPU lock, in the sandbox (:func:`proxy_plan`).
+def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, *, wait: bool = True) -> dict:
+    """Score ``checkpoint`` (a directory inside the exploration; default: the newest probe's last,
+    :meth:`Exploration.last_checkpoint`) with the frozen loader and the frozen proxy evaluator
+    under the GPU lock, in the sandbox (:func:`proxy_plan`).
 
     Receipt: id, checkpoint, checkpoint_sha256, valid, reason, metric, value, se (the
     evaluator's uncertainty), n, summary path, the sandbox's plan, the lock's fields
     (:func:`~.probe.lock_receipt`), ``gpu_slot``, budget used and left (s).
 
     Raises:
-        InputError: the budget has ended, the checkpoint is not a directory of this
-            exploration, the lock is refused, or the evaluator failed (its last line).
+        InputError: the exploration was submitted, the budget has ended, the checkpoint is not a
+            directory of this exploration (or no probe published one), the lock is refused, or
+            the evaluator failed (its last line).
     """
     info, ex = exploration.info, exploration
+    ex.require_open("proxy scores")
     ex.require_budget("proxy scores")
-    resolved = Path(checkpoint).resolve()
+    resolved = Path(checkpoint).resolve() if checkpoint else ex.last_checkpoint().resolve()
     if not resolved.is_dir() or ex.dir.resolve() not in resolved.parents:
-        raise InputError(checkpoint, "-", f"not a checkpoint directory inside {ex.dir}")
+        raise InputError(checkpoint, None, f"not a checkpoint directory inside {ex.dir}")
     digest = sha256_tree(resolved)
     out = ex.new_dir("proxy", "").resolve()
     who = {"exploration": str(ex.dir), "id": f"proxy-{out.name}"}
@@ -107,6 +110,7 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path, *, wait: bool 
         out.rmdir()
         raise
     with lock, take_slot(who, info.get("gpus")) as slot:
+        ex.require_open("proxy scores")
         ex.require_budget("proxy scores")
         sandbox = _run_steps(ex, resolved, out, slot)
     marker, summary = read_json(out / "marker.json"), read_json(out / "summary.json")

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..harness.assets import verify_assets
 from ..harness.errors import InputError
 from ..harness.fileio import atomic_write_json, read_json
-from ..harness.hashing import sha256_tree
+from ..harness.hashing import sha256_file, sha256_tree
 from ..harness.provenance import utc_now
 from ..harness.workspace import build_workspace
 from ..isolation import Settings
@@ -21,38 +21,36 @@ DEFAULT_LOCK = Path("explore/.gpu.lock")
 NAME_RE = re.compile(r"[A-Za-z0-9_.]+")  # the formal run is <candidate>-seed<seed>
 
 
+CONFIG = Path("config/config.yaml")  # the Snakefile's configfile; --configfile files are merged over it
+
+
 def config_paths(config: dict, task: str) -> dict:
-    """Where the workflow keeps a task's fixed start, public split, manifest and recipe
-    (relative to the working directory, as ``rules/common.smk`` names them)."""
-    fs = config["tasks"][task]["fixed_start"]
+    """Where the workflow keeps a task's fixed start, public split, manifest and recipe, relative
+    to where it starts (the config's ``workdir`` holds results/, as ``rules/common.smk`` names it)."""
+    fs, results = config["tasks"][task]["fixed_start"], Path(config.get("workdir", ".")) / "results"
     return {
-        "fixed_start": f"results/models/{fs}" if fs in config.get("models", {}) else fs,
-        "public_dir": f"results/{task}/assets/public",
-        "manifest": f"results/{task}/assets/manifest.json",
+        "fixed_start": str(results / "models" / fs) if fs in config.get("models", {}) else fs,
+        "public_dir": str(results / task / "assets/public"),
+        "manifest": str(results / task / "assets/manifest.json"),
         "recipe": f"recipes/{task}",
     }
 
 
-def load_config(configfile: str | Path, task: str) -> dict:
-    """The workflow config (checked against ``config/schema.yaml`` beside it, defaults filled).
+def load_config(configfiles: list[str | Path], task: str) -> tuple[dict, list[dict]]:
+    """The workflow config as Snakemake reads it with the same ``--configfile`` files
+    (:func:`replaykit.config.load_workflow_config`: ``config/config.yaml``, then each file merged
+    over it) and each file's path and SHA-256.
 
     Raises:
         InputError: a missing file, a config the schema refuses, or an unknown task.
     """
-    import yaml
+    from ..config import load_workflow_config
 
-    from ..config import check_config, config_schema, fill_defaults
-
-    configfile = Path(configfile)
-    if not configfile.is_file():
-        raise InputError(configfile, "-", "config file not found")
-    config = yaml.safe_load(configfile.read_text()) or {}
-    schema = configfile.parent / "schema.yaml"
-    check_config(config, schema, str(configfile))
-    fill_defaults(config, config_schema(schema, config))
+    files = [CONFIG, *(Path(f) for f in configfiles if Path(f) != CONFIG)]
+    config, _ = load_workflow_config(files, CONFIG.parent / "schema.yaml", recipes_root=Path("recipes"))
     if task not in config["tasks"]:
-        raise InputError(configfile, "tasks", f"no task named {task!r}")
-    return config
+        raise InputError(" + ".join(map(str, files)), "tasks", f"no task named {task!r}")
+    return config, [{"path": str(f), "sha256": sha256_file(f)} for f in files]
 
 
 def _budget_s(cfg: dict, budget_s: float | None) -> float:
@@ -63,12 +61,50 @@ def _budget_s(cfg: dict, budget_s: float | None) -> float:
     return float(budget_s)
 
 
+def _check_assets(paths: dict, configfiles: list[dict]) -> None:
+    """The task's assets are built, from the fixed start this config names, and unchanged.
+
+    Raises:
+        InputError: not built (naming the snakemake command that builds them, with the same
+            ``--configfile``), built from another fixed start, or changed since.
+    """
+    manifest = Path(paths["manifest"])
+    given = "".join(f" --configfile {f['path']}" for f in configfiles[1:])
+    build = f"`snakemake {paths['manifest']} --cores 1{given}`"
+    if not manifest.is_file():
+        raise InputError(manifest, None, f"assets not built for this config: run {build} first")
+    built_from = read_json(manifest, required=("fixed_start",))["fixed_start"].get("path")
+    workdir = manifest.parents[3]  # <workdir>/results/<task>/assets/manifest.json: its paths are from there
+    if built_from and (workdir / built_from).resolve() != Path(paths["fixed_start"]).resolve():
+        raise InputError(
+            manifest,
+            "fixed_start.path",
+            f"built from {built_from}, but the config ({' + '.join(f['path'] for f in configfiles)}) names "
+            f"{paths['fixed_start']}: explore with the --configfile the assets were built with, or run {build}",
+        )
+    verify_assets(manifest, paths["fixed_start"], split="public")
+
+
+def _lay_out(out: Path, recipe: str, lock: Path) -> None:
+    """Create the exploration's folder: frozen-code record, fresh workspace, runs/, proxy/,
+    an empty receipts file, and the lock file."""
+    from ..tasks import frozen_code
+
+    out.mkdir(parents=True)
+    atomic_write_json(out / "frozen-code.json", frozen_code().record())
+    build_workspace(recipe, out / "workspace", out / "workspace.json")
+    (out / "runs").mkdir()
+    (out / "proxy").mkdir()
+    (out / "receipts.jsonl").touch()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.touch()
+
+
 def start(
     task: str,
     name: str,
     *,
-    config: dict | None = None,
-    configfile: str | Path,
+    configfiles: list[str | Path] = (),
     root: str | Path = "explore",
     lock: str | Path = DEFAULT_LOCK,
     budget_s: float | None = None,
@@ -76,42 +112,28 @@ def start(
     """Create ``<root>/<task>/<name>/``: a fresh workspace, the budget's clock started.
 
     Args:
-        config: the workflow config (default: :func:`load_config` of ``configfile``).
+        configfiles: the ``--configfile`` files the workflow runs with (merged over
+            ``config/config.yaml``, as Snakemake does: :func:`load_config`).
         budget_s: wall-clock budget in seconds; default the task's outer limit × 1/3.
 
     Returns the exploration record (``exploration.json``).
 
     Raises:
         InputError: a config :func:`load_config` refuses, a bad name, an existing exploration,
-            a non-positive budget, or assets
-            that are missing or differ from their manifest (build them first with
-            ``snakemake results/<task>/assets/manifest.json``).
+            a non-positive budget, or assets that are missing, built from another config or
+            changed since (:func:`_check_assets`).
     """
-    from ..tasks import frozen_code
-
-    if config is None:
-        config = load_config(configfile, task)
+    config, files = load_config(list(configfiles), task)
     if not NAME_RE.fullmatch(name):
         raise InputError("--name", "name", f"{name!r}: use letters, digits, '_' and '.' only")
     cfg = config["tasks"][task]
     budget_s = _budget_s(cfg, budget_s)
     paths = config_paths(config, task)
-    manifest = Path(paths["manifest"])
-    if not manifest.is_file():
-        raise InputError(manifest, "-", f"assets not built: run `snakemake {manifest} --cores 1` first")
-    verify_assets(manifest, paths["fixed_start"], split="public")
-    out = Path(root) / task / name
+    _check_assets(paths, files)
+    out, lock = Path(root) / task / name, Path(lock)
     if out.exists():
-        raise InputError(out, "-", "exploration already exists (choose another --name)")
-    out.mkdir(parents=True)
-    atomic_write_json(out / "frozen-code.json", frozen_code().record())
-    build_workspace(paths["recipe"], out / "workspace", out / "workspace.json")
-    (out / "runs").mkdir()
-    (out / "proxy").mkdir()
-    (out / "receipts.jsonl").touch()
-    lock = Path(lock)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    lock.touch()
+        raise InputError(out, "--name", "an exploration of this name exists already (choose another --name)")
+    _lay_out(out, paths["recipe"], lock)
     started = time.time()
     info = {
         "task": task,
@@ -122,7 +144,8 @@ def start(
         "started_unix": started,
         "budget_s": budget_s,
         "ends_unix": started + budget_s,
-        "configfile": str(configfile),
+        "config_files": files,
+        "tiny": config["tiny"],
         "lock": str(lock.resolve()),
         "isolation": config["isolation"],
         "sandbox": Settings.from_config(config).as_dict(),
@@ -149,7 +172,7 @@ class Exploration:
         self.dir = Path(directory)
         self.record_path = self.dir / "exploration.json"
         if not self.record_path.is_file():
-            raise InputError(self.record_path, "-", "not an exploration (run `explore` first)")
+            raise InputError(self.record_path, None, "not an exploration (run `explore` first)")
         self.info = read_json(self.record_path, required=("task", "started_unix", "budget_s"))
         self.workspace = self.dir / "workspace"
 
@@ -174,11 +197,23 @@ class Exploration:
                 f"the exploration budget ({self.info['budget_s']:.0f} s) has ended: no more {what}; only submit works",
             )
 
+    def require_open(self, what: str) -> None:
+        """Raises InputError once the exploration was submitted: its patch is final."""
+        if (self.dir / "submission.json").is_file():
+            raise InputError(
+                self.dir / "submission.json",
+                None,
+                f"this exploration was submitted: no more {what} (its patch is the candidate); "
+                f"start another one with `python -m replaykit explore {self.info['task']} --name NAME`",
+            )
+
     def receipts(self) -> list[dict]:
         path = self.dir / "receipts.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def add_receipt(self, receipt: dict) -> dict:
+        """Append ``receipt`` (with the exploration's ``tiny``) to ``receipts.jsonl``; return it."""
+        receipt = {**receipt, "tiny": bool(self.info.get("tiny", False))}
         line = (json.dumps(receipt, sort_keys=True) + "\n").encode()
         fd = os.open(self.dir / "receipts.jsonl", os.O_WRONLY | os.O_APPEND)
         try:
@@ -203,20 +238,46 @@ class Exploration:
         return Settings.from_config(self.info.get("sandbox", {"isolation": self.info.get("isolation", "bwrap")}))
 
     def status(self) -> dict:
+        """Budget (s), probes (id, exit status, stop, checkpoints), proxy scores and the
+        submission, from the record and the receipts."""
         receipts = self.receipts()
+        submission = self.dir / "submission.json"
+        submitted = read_json(submission) if submission.is_file() else {}
+        now = submitted.get("submitted_unix") or time.time()  # the clock stops at the submission
         return {
             "exploration": str(self.dir),
+            "task": self.info["task"],
+            "tiny": self.info.get("tiny", False),
             "budget_s": self.info["budget_s"],
-            "used_s": self.used_s(),
-            "left_s": self.left_s(),
+            "used_s": self.used_s(now),
+            "left_s": self.left_s(now),
+            "ends_unix": self.info["ends_unix"],
             "probes": sum(r["kind"] == "probe" for r in receipts),
+            "probe_runs": [
+                {k: r.get(k) for k in ("id", "returncode", "stop", "seconds", "checkpoints")}
+                for r in receipts
+                if r["kind"] == "probe"
+            ],
             "proxy_scores": [
-                {k: r.get(k) for k in ("id", "checkpoint", "value", "se", "waited_s")}
+                {k: r.get(k) for k in ("id", "checkpoint", "valid", "reason", "metric", "value", "se", "n", "waited_s")}
                 for r in receipts
                 if r["kind"] == "proxy"
             ],
-            "submitted": (self.dir / "submission.json").is_file(),
+            "submitted": bool(submitted),
+            "patch": submitted.get("patch"),
         }
+
+    def last_checkpoint(self) -> Path:
+        """The newest probe's checkpoint of greatest progress (what ``proxy`` scores by default).
+
+        Raises:
+            InputError: no probe has published a checkpoint.
+        """
+        for receipt in reversed(self.receipts()):
+            found = receipt.get("checkpoints") if receipt["kind"] == "probe" else None
+            if found:
+                return self.dir / max(found, key=lambda rel: int(rel.rsplit("-", 1)[-1]))
+        raise InputError(self.dir / "receipts.jsonl", None, "no probe has published a checkpoint yet (explore run)")
 
 
 def find_exploration(directory: str | Path | None = None) -> Exploration:

@@ -3,6 +3,8 @@ patch, checked like every candidate patch, with its sidecar (the link the replay
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -63,8 +65,16 @@ def make_diff(recipe: Path, workspace: Path) -> str:
             text=True,
         )
     if result.returncode not in (0, 1):
-        raise InputError(workspace, "-", f"git diff failed: {result.stderr.strip()}")
+        raise InputError(workspace, None, f"git diff failed: {result.stderr.strip()}")
     return result.stdout
+
+
+def formal_replay_command(doc: dict) -> str:
+    """The command that replays a submission (``submit``'s record) formally: its task's
+    ``final/`` with the patch as the candidate, on the config files the exploration used."""
+    files = "".join(f" --configfile {f['path']}" for f in (doc.get("config_files") or [])[1:])
+    tasks = json.dumps({doc["task"]: {"candidate": doc["name"], "candidates": {doc["name"]: doc["patch"]}}})
+    return f"snakemake results/{doc['task']}/final --cores 1 --resources gpu=1{files} --config 'tasks={tasks}'"
 
 
 def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dict:
@@ -82,7 +92,7 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
     """
     info, ex = exploration.info, exploration
     if (ex.dir / "submission.json").exists():
-        raise InputError(ex.dir / "submission.json", "-", "already submitted")
+        raise InputError(ex.dir / "submission.json", None, "already submitted")
     recipe = Path(info["recipe"])
     if sha256_tree(recipe) != info["recipe_sha256"]:
         raise InputError(recipe, "recipe_sha256", "the shipped recipe changed since the exploration started")
@@ -95,17 +105,22 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
         )
     diff = make_diff(recipe, ex.workspace)
     if not diff:
-        raise InputError(ex.workspace, "-", "no change against the shipped recipe: nothing to submit")
+        raise InputError(ex.workspace, None, "no change against the shipped recipe: nothing to submit")
     patches_dir = Path(patches_dir)
     patch = patches_dir / f"{info['task']}-{info['name']}.diff"
     if patch.exists():
-        raise InputError(patch, "-", "patch file already exists")
+        raise InputError(
+            patch,
+            "--patches",
+            f"a patch of this name exists already; submit to another folder (--patches DIR, e.g. "
+            f"--patches {os.path.relpath(ex.dir / 'patches')}) or move it away",
+        )
     with tempfile.TemporaryDirectory(prefix="replaykit-submit-") as tmp:
         staged = Path(tmp) / patch.name
         staged.write_text(diff)
         check = build_workspace(recipe, Path(tmp) / "ws", Path(tmp) / "ws.json", staged)
         if tree_files(Path(tmp) / "ws") != tree_files(ex.workspace):
-            raise InputError(patch, "-", "the patch does not reproduce the workspace")
+            raise InputError(patch, None, "the patch does not reproduce the workspace")
         patches_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(staged, patch)
     now = time.time()
@@ -123,6 +138,7 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
         "submitted_at": utc_now(),
         "budget_s": info["budget_s"],
         "budget_used_s": ex.used_s(now),
+        "submitted_unix": now,  # the budget's clock stops here (status)
         "probes": sum(r["kind"] == "probe" for r in receipts),
         # receipts whose lock was held by another (waited_s is 0.0 when it was taken at once)
         "probe_waits": sum(r["kind"] == "probe" and r.get("waited_s", 0) > 0 for r in receipts),
@@ -131,6 +147,8 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
         # for the audit's agent behaviour (docs/audit.md): processes left running, refused files
         "alive_at_submit": alive_processes(ex.dir),
         "refusals": refusals(ex.dir),
+        "tiny": bool(info.get("tiny", False)),
+        "config_files": info.get("config_files"),
         "receipts": receipts,
     }
     atomic_write_json(ex.dir / "submission.json", doc)

@@ -88,7 +88,7 @@ def verify_assets(
     for rel, digest in expected.items():
         path = fixed_start / rel
         if not path.is_file():
-            raise InputError(path, "-", f"fixed-start file missing (listed in {manifest_path})")
+            raise InputError(path, None, f"fixed-start file missing (listed in {manifest_path})")
         if sha256_file(path) != digest:
             raise InputError(path, "sha256", f"does not match the asset manifest {manifest_path}")
     base = manifest_path.parent
@@ -97,7 +97,7 @@ def verify_assets(
             continue
         path = base / rel
         if not path.is_file():
-            raise InputError(path, "-", f"asset missing (listed in {manifest_path})")
+            raise InputError(path, None, f"asset missing (listed in {manifest_path})")
         if sha256_file(path) != entry["sha256"]:
             raise InputError(path, "sha256", f"does not match the asset manifest {manifest_path}")
     return manifest

@@ -6,16 +6,18 @@ from pathlib import Path
 
 
 class InputError(Exception):
-    """Bad input, reported as ``<file>: <field>: <message>`` and exit status 2.
+    """Bad input, reported as ``<file>: <field>: <message>`` (``<file>: <message>`` when the file
+    as a whole is bad) and exit status 2.
 
     Args:
         path: the file (or directory) that holds the bad value.
-        field: the key, column or JSON path inside it (``-`` when the file as a whole is bad).
+        field: the key, column, option or JSON path inside it; ``None`` when the file as a whole
+            is bad (missing, empty, not JSON), so that no placeholder takes a field's place.
         message: what is wrong, in a few words.
     """
 
-    def __init__(self, path: str | Path, field: str, message: str) -> None:
+    def __init__(self, path: str | Path, field: str | None, message: str) -> None:
         self.path = str(path)
-        self.field = field
+        self.field = field or None
         self.message = message
-        super().__init__(f"{self.path}: {field}: {message}")
+        super().__init__(f"{self.path}: {field}: {message}" if field else f"{self.path}: {message}")

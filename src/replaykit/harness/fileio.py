@@ -59,11 +59,11 @@ def read_json(path: str | Path, required: Iterable[str] = ()) -> Any:
     missing, unparsable, or lacks one of the ``required`` top-level keys."""
     path = Path(path)
     if not path.exists():
-        raise InputError(path, "-", "file not found")
+        raise InputError(path, None, "file not found")
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path, "-", f"not valid JSON ({exc})") from None
+        raise InputError(path, None, f"not valid JSON ({exc})") from None
     for key in required:
         if not isinstance(obj, dict) or key not in obj:
             raise InputError(path, key, "required field missing")
@@ -78,7 +78,7 @@ def read_jsonl(
     strings; ``line N.key``), or an empty file unless ``allow_empty``."""
     path = Path(path)
     if not path.exists():
-        raise InputError(path, "-", "file not found")
+        raise InputError(path, None, "file not found")
     required = list(required)
     rows, seen = [], set()
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -97,7 +97,7 @@ def read_jsonl(
             seen.add(str(row[unique]))
         rows.append(row)
     if not rows and not allow_empty:
-        raise InputError(path, "-", "no rows (empty set)")
+        raise InputError(path, None, "no rows (empty set)")
     return rows
 
 

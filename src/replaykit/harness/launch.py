@@ -43,9 +43,15 @@ def set_parent_death_signal(sig: int) -> None:
 def training_env(threads: int, **extra: str) -> dict[str, str]:
     """The environment of a training process before the sandbox filters it: this process's,
     :data:`MALLOC_ENV` unless the operator set those, unbuffered output, no bytecode files
-    written, ``OMP_NUM_THREADS`` = ``threads``, and ``extra``."""
+    written, ``OMP_NUM_THREADS`` = ``threads``, ``PYTHONHASHSEED`` = 0, and ``extra``.
+
+    ``PYTHONHASHSEED`` is fixed (whatever the operator set) so that a set iterates in the same
+    order in every run of the same seed: PEFT writes ``adapter_config.json``'s
+    ``target_modules`` as ``list(set)``, which otherwise differs from run to run (issue 28)."""
     env = {**MALLOC_ENV, **os.environ}
-    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), PYTHONDONTWRITEBYTECODE="1", **extra)
+    env.update(
+        PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", **extra
+    )
     return env
 
 

@@ -27,7 +27,7 @@ def load_recipe(configs_dir: str | Path, profile: str, overrides: dict) -> dict:
 
     path = Path(configs_dir) / f"{profile}.yaml"
     if not path.is_file():
-        raise SystemExit(f"{path}: -: recipe profile not found")
+        raise SystemExit(f"{path}: recipe profile not found")
     recipe = yaml.safe_load(path.read_text())
     for key, value in overrides.items():
         if key not in recipe:
@@ -101,15 +101,15 @@ def check_overrides(workspace: Path, profile: str, overrides: dict, coerce: bool
 
     path = workspace / "configs" / f"{profile}.yaml"
     if not path.is_file():
-        raise InputError(path, "-", f"recipe profile {profile!r} not found in the workspace")
+        raise InputError(path, None, f"recipe profile {profile!r} not found in the workspace")
     try:
         knobs = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise InputError(path, "-", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        raise InputError(path, None, f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(knobs, dict):
-        raise InputError(path, "-", "a recipe profile is a mapping of knobs")
+        raise InputError(path, None, "a recipe profile is a mapping of knobs")
 
     def check(defaults: dict, values: dict, prefix: str) -> None:
         for key, value in list(values.items()):

@@ -115,7 +115,7 @@ class TrainResult:
         """The result at ``path`` (all defaults when there is none)."""
         doc = read_json(path) if Path(path).exists() else {}
         if not isinstance(doc, dict):
-            raise InputError(path, "-", "not a JSON object")
+            raise InputError(path, None, "not a JSON object")
         return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
 
 

@@ -119,3 +119,32 @@ def _torch_cuda() -> str | None:
         return None
     found = re.search(r"^cuda\b[^=]*=\s*['\"]([^'\"]+)['\"]", version.read_text(), re.M)
     return found.group(1) if found else None
+
+
+WORKFLOW_ENV = "REPLAYKIT_WORKFLOW"  # set by rules/common.smk for every job (not a rule parameter)
+TINY_ADVISORY = (
+    "tiny run: the config sets `tiny: true` (config/test.yaml): the models are tiny or random and "
+    "trained for a few steps, so these scores mean nothing"
+)
+
+
+def workflow_provenance() -> dict:
+    """The invocation's config as rules/common.smk passes it to every job in
+    ``REPLAYKIT_WORKFLOW``: ``config_files`` (path as given, SHA-256 of each, lowest priority
+    first), ``command_line_keys`` (top-level keys given with ``--config``; values are not
+    recorded: they may hold ``final_salt``) and ``tiny`` (bool). Outside a workflow job
+    (``config_files: None``) nothing is known but ``tiny: False``."""
+    import json
+    import os
+
+    try:
+        doc = json.loads(os.environ.get(WORKFLOW_ENV) or "null")
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return {"config_files": None, "command_line_keys": None, "tiny": False}
+    return {
+        "config_files": doc.get("config_files"),
+        "command_line_keys": doc.get("command_line_keys"),
+        "tiny": bool(doc.get("tiny")),
+    }

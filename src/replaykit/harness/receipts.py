@@ -61,5 +61,5 @@ def read_complete_summary(out_dir: str | Path) -> dict:
     """Read a summary whose receipt exists; raise :class:`InputError` otherwise."""
     out_dir = Path(out_dir)
     if status(out_dir) != "complete":
-        raise InputError(out_dir / RECEIPT, "-", "no completion receipt (summary missing or incomplete)")
+        raise InputError(out_dir / RECEIPT, None, "no completion receipt (summary missing or incomplete)")
     return read_json(out_dir / SUMMARY)

@@ -45,7 +45,7 @@ from .limits import Confinement, failure_line
 from .profile import check_overrides, save_every
 from .progress import Relay, terminal_from_env
 from .protocol import ReplayRequest, ReplaySpec, StopReason, TrainResult
-from .provenance import fingerprint, git_commit, library_versions, utc_now
+from .provenance import TINY_ADVISORY, fingerprint, git_commit, library_versions, utc_now, workflow_provenance
 from .publish import published, published_entries, reconcile
 from .sandbox import NO_ISOLATION_ADVISORY, SandboxUnavailable
 from .slots import take_slot
@@ -427,7 +427,7 @@ def write_record(
     train_s = (t1 - t0) if t0 and t1 else None
     publish_s = result.publish_s
     accounted = sum(x for x in (setup_s, train_s) if x is not None)
-    attempts = start.attempts
+    attempts, config = start.attempts, workflow_provenance()
     record = {
         "task": spec.task,
         "run": spec.run,
@@ -469,7 +469,11 @@ def write_record(
         "project": git_commit(Path(__file__).resolve().parent),
         "isolation": spec.isolation.mode,
         "sandbox": {**spec.isolation.describe(), "limits": ended.limits},
-        "advisories": [NO_ISOLATION_ADVISORY] if spec.isolation.mode == "none" else [],
+        # which config files the workflow ran on (not a parameter of the replay rule) and tiny
+        "tiny": config["tiny"],
+        "config_files": config["config_files"],
+        "command_line_config_keys": config["command_line_keys"],
+        "advisories": [NO_ISOLATION_ADVISORY] * (spec.isolation.mode == "none") + [TINY_ADVISORY] * config["tiny"],
         "frozen_code_sha256": frozen_digest(launched.frozen_before),
         "libraries": library_versions(),
         "fingerprint": fingerprint(),

@@ -14,7 +14,7 @@ from .decision import first_attempt_started, rule_receipt
 from .errors import InputError
 from .fileio import atomic_write_json, read_json, read_jsonl
 from .hashing import sha256_file
-from .provenance import fingerprint
+from .provenance import TINY_ADVISORY, fingerprint, workflow_provenance
 from .receipts import read_complete_summary, status
 from .sandbox import NO_ISOLATION_ADVISORY
 from .select import best_valid, proxy_selected
@@ -118,6 +118,7 @@ def official_result(
         "record_sha256": sha256_file(record_path),
         **{key: record.get(key) for key in RECORD_KEYS},
         "isolation": record.get("isolation", "unknown"),
+        "tiny": bool(record.get("tiny", False)),
         "checkpoints": checkpoints,
         "official": best_valid(checkpoints, direction),
         "proxy_selected": proxy_selected(checkpoints, direction) if proxy_scores is not None else None,
@@ -305,11 +306,14 @@ def _decision_rule_of(doc: dict) -> dict | None:
     }
 
 
-def _final_advisories(best: dict, isolation: list[str], refs: tuple, normalisation: str | None, primary) -> list[str]:
+def _final_advisories(
+    best: dict, isolation: list[str], refs: tuple, normalisation: str | None, primary, tiny: bool
+) -> list[str]:
     """The official checkpoint's advisories, the replays' isolation first when it was not the
-    sandbox, then what the references could not give and a missing proxy-selected result."""
+    sandbox, then whether the runs are tiny, then what the references could not give and a missing
+    proxy-selected result."""
     fixed, shipped_best = refs
-    advisories = list(best.get("advisories", []))
+    advisories = [a for a in best.get("advisories", []) if a != TINY_ADVISORY]
     if isolation != ["bwrap"]:
         advisories = [a for a in advisories if a != NO_ISOLATION_ADVISORY]
         advisories.insert(
@@ -318,6 +322,8 @@ def _final_advisories(best: dict, isolation: list[str], refs: tuple, normalisati
             if "none" in isolation
             else f"isolation of the replays: {', '.join(isolation)} (records without it predate the sandbox)",
         )
+    if tiny:  # second only to the isolation's
+        advisories.insert(1 if advisories[:1] and advisories[0].startswith("isolation") else 0, TINY_ADVISORY)
     if fixed is None:
         advisories.append("no fixed-start reference: the fixed start cannot be scored by itself (no normalised score)")
     if shipped_best is None:
@@ -381,6 +387,7 @@ def final_summary(
     normalised, normalisation = _normalisation(best, fixed, shipped_best, primary["direction"])
     per_seed = _per_seed(docs, officials)
     isolation = sorted({d.get("isolation", "unknown") for d in [*docs, shipped]})
+    tiny = any(d.get("tiny", False) for d in [*docs, shipped]) or workflow_provenance()["tiny"]
     summary = {
         "metric": best["metric"],
         "direction": primary["direction"],
@@ -388,8 +395,9 @@ def final_summary(
         "uncertainty": {"value": best["se"], "kind": best["uncertainty_kind"]},
         "n": best["n"],
         "diagnostics": best.get("diagnostics", {}),
-        "advisories": _final_advisories(best, isolation, (fixed, shipped_best), normalisation, primary),
+        "advisories": _final_advisories(best, isolation, (fixed, shipped_best), normalisation, primary, tiny),
         "isolation": isolation[0] if len(isolation) == 1 else isolation,
+        "tiny": tiny,
         "final_split": _final_split(primary.get("asset_manifest")),
         "official": {
             "run": primary["run"],

@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import InputError
 from .fileio import atomic_write_json, atomic_write_jsonl, read_json
 from .hashing import listing_sha256, sha256_file, sha256_tree, tree_files
-from .provenance import fingerprint, utc_now
+from .provenance import TINY_ADVISORY, fingerprint, utc_now, workflow_provenance
 
 
 def assert_workspace_free(workspace: str | Path | None) -> None:
@@ -88,6 +88,7 @@ def validate_checkpoint(
     else:
         verdict = plugin.validate(checkpoint, fixed_start, cfg)
     verdict["isolation"] = record_doc.get("isolation", "unknown")
+    verdict["tiny"] = bool(record_doc.get("tiny", False)) or workflow_provenance()["tiny"]
     verdict["frozen_code_sha256"] = frozen_sha
     verdict.update(
         {
@@ -189,6 +190,9 @@ def score(
         from .sandbox import NO_ISOLATION_ADVISORY
 
         summary["advisories"] = [NO_ISOLATION_ADVISORY, *summary.get("advisories", [])]
+    summary["tiny"] = bool(marker_doc.get("tiny", False)) or workflow_provenance()["tiny"]
+    if summary["tiny"]:  # after the isolation's advisory
+        summary.setdefault("advisories", []).insert(int(marker_doc.get("isolation") == "none"), TINY_ADVISORY)
     summary["split"] = split
     summary["checkpoint"] = checkpoint or None
     # receipts: what this score was made from (checked again before an official uses it)

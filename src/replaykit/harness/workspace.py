@@ -50,7 +50,7 @@ def patch_paths(patch: str | Path) -> list[str]:
     patch = Path(patch)
     text = patch.read_text(encoding="utf-8", errors="replace")
     if not text.strip():
-        raise InputError(patch, "-", "candidate patch is empty")
+        raise InputError(patch, None, "candidate patch is empty")
     paths: list[tuple[int, str, str]] = []  # (line, raw, cleaned)
     for number, line in enumerate(text.splitlines(), start=1):
         if m := _GIT_RE.match(line):
@@ -62,7 +62,7 @@ def patch_paths(patch: str | Path) -> list[str]:
         elif (m := _MODE_RE.match(line)) and int(m.group(1), 8) & _S_IFMT == _S_IFLNK:
             raise InputError(patch, f"line {number}", "symlinks are not allowed in a candidate patch")
     if not paths:
-        raise InputError(patch, "-", "not a unified diff (no ---/+++ headers)")
+        raise InputError(patch, None, "not a unified diff (no ---/+++ headers)")
     out = []
     for number, raw, rel in paths:
         if raw == "/dev/null":
@@ -113,13 +113,13 @@ def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, pat
     """
     recipe, out, record = Path(recipe), Path(out), Path(record)
     if not recipe.is_dir():
-        raise InputError(recipe, "-", "shipped recipe directory not found")
+        raise InputError(recipe, None, "shipped recipe directory not found")
     touched: list[str] = []
     patch_sha = None
     if patch:
         patch = Path(patch)
         if not patch.is_file():
-            raise InputError(patch, "-", "candidate patch file not found")
+            raise InputError(patch, None, "candidate patch file not found")
         touched = patch_paths(patch)
         patch_sha = sha256_file(patch)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +139,7 @@ def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, pat
             result = _git_apply(tmp, patch, check=True)
             if result.returncode != 0:
                 first = (result.stderr.strip().splitlines() or ["does not apply"])[0]
-                raise InputError(patch, "-", f"does not apply to {recipe}: {first}")
+                raise InputError(patch, None, f"does not apply to {recipe}: {first}")
             _git_apply(tmp, patch, check=False).check_returncode()
         if special := special_entries(tmp):
             what = "a symlink" if (tmp / special[0]).is_symlink() else "not a regular file"

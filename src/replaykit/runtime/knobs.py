@@ -55,7 +55,7 @@ def load_config(cls: type, configs_dir: str | Path, profile: str, overrides: dic
     path = Path(configs_dir) / f"{profile}.yaml"
     values = load_recipe(configs_dir, profile, overrides)
     if not isinstance(values, dict):
-        raise SystemExit(f"{path}: -: a recipe profile is a mapping of knobs")
+        raise SystemExit(f"{path}: a recipe profile is a mapping of knobs")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     for key in values:

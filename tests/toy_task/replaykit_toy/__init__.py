@@ -122,7 +122,7 @@ def evaluate(checkpoint, fixed_start, items_file, metric: str, cfg: dict) -> tup
     w = read_w(checkpoint, fixed_start)
     items = read_points(items_file)
     if not items:
-        raise InputError(items_file, "-", "no rows")
+        raise InputError(items_file, None, "no rows")
     rows = [{"id": it["id"], "score": (w * it["x"] - it["y"]) ** 2} for it in items]
     n = len(rows)
     mean = sum(r["score"] for r in rows) / n

@@ -88,7 +88,7 @@ def _punkt_cache() -> Path:
     except OSError as exc:
         raise InputError(
             cache,
-            "-",
+            None,
             f"cannot write NLTK Punkt data here ({cache_error.strerror})"
             f" nor in the temporary folder ({exc.strerror}); set "
             "XDG_CACHE_HOME or TMPDIR to a writable folder",
@@ -416,9 +416,11 @@ def interpretations(item: dict) -> list[str]:
 
 
 def _refuse_outside(item_id, instruction_ids, all_kwargs) -> None:
+    """ValueError naming the item (``None``: an instruction on its own) whose kwargs are outside
+    an instruction's domain."""
     for iid, kwargs in zip(instruction_ids, all_kwargs, strict=True):
         if problem := kwargs_problem(iid, kwargs):
-            raise ValueError(f"IFEval item {item_id!r}: {problem}")
+            raise ValueError(f"IFEval item {item_id!r}: {problem}" if item_id is not None else problem)
 
 
 def describe(instruction_id: str, kwargs: dict) -> tuple[str, dict]:
@@ -426,7 +428,7 @@ def describe(instruction_id: str, kwargs: dict) -> tuple[str, dict]:
 
     Raises ValueError for kwargs outside the instruction's domain (:func:`kwargs_problem`).
     """
-    _refuse_outside("-", [instruction_id], [kwargs])
+    _refuse_outside(None, [instruction_id], [kwargs])
     checker = registry()[instruction_id](instruction_id)
     text = checker.build_description(**kwargs)
     args = checker.get_instruction_args() or {}

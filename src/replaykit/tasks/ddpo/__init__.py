@@ -83,7 +83,7 @@ def read_prompts(path: str | Path) -> list[str]:
     """Prompts of a text file, one per line (blank lines skipped); InputError when empty."""
     prompts = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
     if not prompts:
-        raise InputError(path, "-", "no prompts")
+        raise InputError(path, None, "no prompts")
     return prompts
 
 

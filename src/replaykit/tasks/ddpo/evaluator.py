@@ -47,7 +47,7 @@ def read_items(path: str | Path) -> list[dict]:
                 path, f"line {number}.latent_seed", f"must be an integer >= 0, got {item['latent_seed']!r}"
             )
     if not items:
-        raise InputError(path, "-", "no items")
+        raise InputError(path, None, "no items")
     return items
 
 
@@ -55,7 +55,7 @@ def read_scoring(items_file: str | Path) -> dict:
     """``scoring.json`` beside the items file (InputError when missing)."""
     path = Path(items_file).parent / SCORING
     if not path.is_file():
-        raise InputError(path, "-", "missing: the split's reward spec")
+        raise InputError(path, None, "missing: the split's reward spec")
     return json.loads(path.read_text())
 
 

@@ -125,7 +125,7 @@ def check_scheduler(folder: str | Path, inference_steps: int) -> dict:
 
     path = Path(folder) / "scheduler_config.json"
     if not path.is_file():
-        raise InputError(path, "-", "missing: the pipeline needs a DDIM scheduler config")
+        raise InputError(path, None, "missing: the pipeline needs a DDIM scheduler config")
     raw = json.loads(path.read_text())
     known = set(inspect.signature(DDIMScheduler.__init__).parameters) - {"self"}
     for key in raw:

@@ -45,7 +45,7 @@ def read_items(path: str | Path) -> tuple[list[dict], np.ndarray, np.ndarray]:
     items = read_jsonl(path, required=ITEM_FIELDS, unique="id")
     graphs = path.with_name(f"{path.stem}_graphs.npz")
     if not graphs.is_file():
-        raise InputError(graphs, "-", "graphs file missing")
+        raise InputError(graphs, None, "graphs file missing")
     try:
         atoms, bonds = load_npz(graphs)
     except ValueError as exc:

@@ -60,7 +60,7 @@ def read_items(path: str | Path) -> list[dict]:
         if row["chosen"] == row["rejected"]:
             raise InputError(path, f"line {number}.chosen", "chosen and rejected are identical")
     if not rows:
-        raise InputError(path, "-", "no rows")
+        raise InputError(path, None, "no rows")
     return rows
 
 

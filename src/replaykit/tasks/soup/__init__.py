@@ -110,7 +110,7 @@ def _local_images(root: Path, n_classes: int) -> dict[int, list[Path]]:
     if missing or extra:
         raise InputError(
             root,
-            "-",
+            None,
             f"needs class folders 0..{n_classes - 1}: missing {', '.join(missing[:5]) or 'none'}; "
             f"unexpected {', '.join(extra[:5]) or 'none'}",
         )
@@ -122,13 +122,13 @@ def _local_images(root: Path, n_classes: int) -> dict[int, list[Path]]:
             if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES
         )
         if not files:
-            raise InputError(folders[str(c)], "-", f"no images ({', '.join(IMAGE_SUFFIXES)})")
+            raise InputError(folders[str(c)], None, f"no images ({', '.join(IMAGE_SUFFIXES)})")
         for f in files:
             try:
                 with Image.open(f) as image:
                     image.verify()
             except Exception as exc:  # PIL raises several types for a bad file
-                raise InputError(f, "-", f"not a readable image ({type(exc).__name__})") from None
+                raise InputError(f, None, f"not a readable image ({type(exc).__name__})") from None
         by_class[c] = files
     return by_class
 

@@ -56,7 +56,7 @@ def read_items(path: str | Path, n_classes: int | None = None) -> list[dict]:
         if not isinstance(item["label"], int) or (n_classes is not None and not 0 <= item["label"] < n_classes):
             raise InputError(path, f"line {number}.label", f"must be a class index, got {item['label']!r}")
     if not items:
-        raise InputError(path, "-", "no items")
+        raise InputError(path, None, "no items")
     return items
 
 
