@@ -47,7 +47,9 @@ PAIR_GAP = 6  # at most this many separator characters between an id and its lab
 WORD_RE = re.compile(r"[a-z0-9]+")
 TOKEN_SPLIT = re.compile(r"[\s\"'`,:;{}<>]+")
 HEX_RE = re.compile(r"[0-9a-f]{16,}")
-PAIR_RE = re.compile(rf"([A-Za-z0-9_.\-]+)([^A-Za-z0-9]{{1,{PAIR_GAP}}})(\d+)(?![0-9])")
+# A lookahead, so that matches overlap: in ``{79: 0, 1078: 0}`` the label 0 of one pair is not
+# taken as the key of the next (finditer's matches would otherwise pair each label with the next id)
+PAIR_RE = re.compile(rf"(?<![A-Za-z0-9_.\-])(?=([A-Za-z0-9_.\-]+)([^A-Za-z0-9]{{1,{PAIR_GAP}}})(\d+)(?![0-9]))")
 
 
 @dataclass(frozen=True)
