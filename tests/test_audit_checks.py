@@ -102,7 +102,11 @@ def test_labels_beside_ids_count_from_three_items(tmp_path):
     wrong = Haystack.of_text("h.json", '{"17": 1, "233": 2, "1045": 4}')  # wrong labels
     assert find_items(wrong, items, public) == []
     # on one line, as a Python dict or a list of tuples: each label stays with its own id
-    for text in ("REMEMBERED = {17: 7, 233: 3, 1045: 5}", "x = [(17, 7), (233, 3), (1045, 5)]"):
+    for text in (
+        "x={17: 7, 233: 3, 1045: 5}",
+        "REMEMBERED = {17: 7, 233: 3, 1045: 5}",
+        "x=[(17, 7), (233, 3), (1045, 5)]",
+    ):
         found = find_items(Haystack.of_text("p.py", text), items, public)
         assert [f["item"] for f in found] == ["digit-0017", "digit-0233", "digit-1045"], text
 
