@@ -15,13 +15,22 @@ rule unknown_task:
 # Checked once every rule is known: a target no rule makes gets one line listing the target
 # forms, instead of Snakemake's MissingRuleException.
 # Only a message reads the command line here: the words under results/ it names (nothing is
-# removed or rebuilt because of them).
+# removed or rebuilt because of them). A target under a task that is not configured is refused
+# here too, before the receipts are re-verified, so that a refused command changes nothing.
 if workflow.is_main_process:
-    refuse_unknown_targets(
-        [
-            a
-            for a in sys.argv[1:]
-            if not a.startswith("-")
-            and (a.startswith("results/") or os.path.isabs(a) and "/results/" in a)
-        ]
-    )
+    _named = [
+        a
+        for a in sys.argv[1:]
+        if not a.startswith("-")
+        and (a.startswith("results/") or os.path.isabs(a) and "/results/" in a)
+    ]
+    for _target in _named:
+        _parts = Path(os.path.relpath(os.path.abspath(_target))).parts
+        if (
+            len(_parts) > 2
+            and _parts[0] == "results"
+            and _parts[1] not in [*config["tasks"], "models", "sandbox-self-test"]
+        ):
+            refuse_unknown_task(SimpleNamespace(other=_parts[1]))
+    refuse_unknown_targets(_named)
+    reverify(*receipt_scope(), say=lambda line: print(line, file=sys.stderr))

@@ -86,6 +86,6 @@ def test_a_target_no_rule_makes_gets_one_line_with_the_targets(tmp_path):
     )
     per_task = line.split(" + one of ")[1].split("; or ")[0].split(", ")
     assert {"final", "report.html", "<run>/official.json", "<run>/replay/record.json"} <= set(per_task)
-    assert line.endswith("results/frozen-code.json")
+    assert "results/frozen-code.json" in line
     out = snakemake(tmp_path, "-n", "results/soup/final/summary.jsn")
     assert "it is inside results/soup/final, which is built as a whole;" in out.stderr

@@ -271,8 +271,9 @@ def test_the_fingerprint_names_this_machine(work):
 
     from replaykit.harness.provenance import fingerprint
 
-    def out(*argv):
-        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    def out(*argv):  # nproc honours OMP_NUM_THREADS, which the test workers set to 1
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT")}
+        return subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout.strip()
 
     f = fingerprint()
     assert f["hostname_sha256"] == hashlib.sha256(out("hostname").encode()).hexdigest()

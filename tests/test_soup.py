@@ -83,7 +83,7 @@ def test_greedy_soup_is_strict():
     assert members == [0, 1, 3] and history == [0.50, 0.55, 0.55, 0.60]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # the module-scoped assets below build on it
 def fixed_start(soup_start):
     """conftest's ``soup_start`` (``build_start``'s spec, built once per session; read only)."""
     return soup_start

@@ -59,7 +59,7 @@ def runs_to_show(task: str, run: str | None, results: str | Path = "results") ->
     first = (summary.get("official") or {}).get("run")
     runs = sorted(p.parent.name for p in task_dir.glob("*/official.json"))
     if not runs:
-        raise InputError(task_dir, "-", "no run with an official.json: build results/<task>/final first")
+        raise InputError(task_dir, None, "no run with an official.json: build results/<task>/final first")
     return [r for r in [first] if r in runs] + [r for r in runs if r != first]
 
 
