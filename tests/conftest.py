@@ -206,10 +206,24 @@ def config_patch(workdir, name, key, value):
 
 
 def orphan_processes(marker: str) -> list[str]:
-    """Replay drivers and training processes whose full command line contains ``marker``."""
+    """Replay drivers and training processes whose full command line contains ``marker`` or,
+    when ``marker`` is a folder, whose working directory lies in it (a driver started with
+    relative paths names no folder of its own; another worker's run never matches)."""
     # -ww: full command lines (ps cuts them to the terminal width, COLUMNS, otherwise)
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [l for l in out.splitlines() if marker in l and ("train.py" in l or "replaykit replay" in l)]
+    folder = Path(marker) if os.path.isabs(marker) else None
+
+    def inside(pid: str) -> bool:
+        try:
+            return folder is not None and Path(os.readlink(f"/proc/{pid}/cwd")).is_relative_to(folder)
+        except OSError:  # gone meanwhile, or not ours to read
+            return False
+
+    return [
+        l
+        for l in out.splitlines()
+        if ("train.py" in l or "replaykit replay" in l) and (marker in l or inside(l.split()[0]))
+    ]
 
 
 # ---------------------------------------------------------------- tiny runs built once per session

@@ -16,6 +16,7 @@ from replaykit.harness.errors import InputError
 from replaykit.harness.receipts import write_summary
 from replaykit.harness.select import proxy_selected
 from replaykit.harness.stats import (
+    ZERO_WIDTH,
     ci_verdict,
     detectable_difference,
     hierarchical_bootstrap,
@@ -463,10 +464,12 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
         assert p["difference"] == cand["value"] - ship["value"]
     fixed = json.loads((work / "results/soup/reference/fixed-start/final-scores/summary.json").read_text())["value"]
     norm = s["comparisons"]["official"]["per_seed"][0]
-    if norm["shipped"]["value"] != fixed:
+    if norm["shipped"]["value"] > fixed:  # maximised: defined only when shipped beats the fixed start
         assert norm["normalised"] == pytest.approx(
             (norm["candidate"]["value"] - fixed) / (norm["shipped"]["value"] - fixed)
         )
+    else:  # seen on the tiny soup: the shipped uniform soup below its fixed start
+        assert norm["normalised"] is None and norm["normalised_undefined"]
     html = (work / "results/soup/report.html").read_text()
     assert 'id="ablation-greedy-differences"' in html and f'data-verdict="{s["verdict"]}"' in html
     assert "## official result" in (work / "results/soup/ablation/greedy/report.md").read_text()
@@ -542,7 +545,9 @@ def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
         )
     )
     write_config(work, rm_config(tiny_llama, seeds=[42, 43], candidates={"margin": str(patch)}))
-    snakemake(work, "results/rm/ablation/margin", "--cores", "2", "--resources", "gpu=1", check=True)
+    # 4 runs x 3 checkpoints x (validate, proxy, final): about 50 jobs, 590 s beside another
+    # worker (2026-12-02); the default 600 s would fail it for the machine's load, not a hang
+    snakemake(work, "results/rm/ablation/margin", "--cores", "2", "--resources", "gpu=1", check=True, timeout=1500)
     s = json.loads((work / "results/rm/ablation/margin/summary.json").read_text())
     off = s["comparisons"]["official"]
     assert off["hierarchical"]["method"].endswith("stratified") and s["fixed_start"]["value"] is None
@@ -552,7 +557,11 @@ def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
         assert p["difference"] == cand["value"] - ship["value"] and p["normalised"] is None
     last = s["comparisons"]["last"]
     assert last["available"] and all(p["candidate"]["progress"] == 4 for p in last["per_seed"])
-    assert s["verdict"] in ("established gain", "established loss", "not established (CI spans 0)")
+    decision = s["decision"]
+    if decision["ci_low"] == decision["ci_high"]:  # the tiny model scored the same at both seeds (seen: 0.0, 0.0)
+        assert s["verdict"] == ZERO_WIDTH and all(p["difference"] == 0 for p in off["per_seed"])
+    else:
+        assert s["verdict"] in ("established gain", "established loss", "not established (CI spans 0)")
 
 
 def test_one_seed_draws_no_verdict(tmp_path):

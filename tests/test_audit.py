@@ -101,6 +101,16 @@ def test_the_workflow_audits_each_run_and_the_final_summary_carries_it(dpo_run):
     assert [line.split(":")[0].strip() for line in shown.stdout.splitlines()[1:]] == list(SECTIONS)
 
 
+def test_audit_before_any_run_says_so_and_confirms_nothing(tmp_path):
+    """As ``status``: a task with no finished run is not an error (README runs both commands in
+    a fresh copy); the one line names the folder, and the exit is 0 (nothing confirmed)."""
+    shown = rk(tmp_path, "audit", "dpo", check=False)
+    assert (shown.returncode, shown.stdout) == (
+        0,
+        "results/dpo: nothing has run yet (no official.json): nothing to audit\n",
+    )
+
+
 def test_a_patch_with_a_few_final_prompts_is_confirmed(dpo_run, tmp_path):
     """A candidate patch adding a file with three final prompts (re-wrapped, quoted, upper case)
     and one public proxy prompt. The patch is not replayed: the copy's workspace record is

@@ -174,10 +174,10 @@ def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
     cases = [
         (
             SOUP_RUN / "validation/checkpoint-3.json",
-            {"validate", "score", "official", "final"},
+            {"validate", "score", "official", "audit", "final"},
         ),
-        (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score", "official", "final"}),
-        (SOUP_RUN / "official.json", {"official", "final"}),
+        (SOUP_RUN / "final-scores/checkpoint-3/summary.json", {"score", "official", "audit", "final"}),
+        (SOUP_RUN / "official.json", {"official", "audit", "final"}),
         (Path(SOUP) / ".complete", {"final"}),
     ]
     for path, rules in cases:
@@ -209,7 +209,7 @@ def test_soup_deleted_record_reruns_the_replay_without_recomputing(soup_finished
     lines = status(work, "soup")
     assert lines.returncode == 1 and "soup/shipped-seed42: missing" in lines.stdout
     out = build(work, SOUP)
-    assert set(jobs_run(out)) == {"replay", "official", "final"}
+    assert set(jobs_run(out)) == {"replay", "official", "audit", "final"}
     log = (work / "logs/soup/shipped-seed42/replay.log").read_text()
     assert "checkpoint-3 is already published; nothing to compute" in log
     record = assert_receipts_agree(work, "soup", SOUP_RUN)
@@ -301,8 +301,8 @@ def test_dpo_changed_checkpoint_is_revalidated_and_rescored(dpo_finished, tmp_pa
     flip_middle_byte(work / DPO_RUN / f"replay/checkpoint-{official}/adapter_model.safetensors")
     started = time.time()
     out = build(work, DPO)
-    assert set(jobs_run(out)) == {"validate", "score", "official", "final"}
-    assert jobs_run(out)["validate"] == 1 and jobs_run(out)["score"] == 1
+    assert set(jobs_run(out)) == {"validate", "score", "official", "audit", "final"}
+    assert jobs_run(out)["validate"] == 1 and jobs_run(out)["score"] == 2  # its final and proxy scores
     assert_receipts_agree(work, "dpo", DPO_RUN, tampered=(official,))
     assert read(work / DPO / "summary.json")["official"]["progress"] != official
     assert "invalid: checkpoint changed after publication" in (work / DPO / "report.md").read_text()
@@ -317,7 +317,7 @@ def test_dpo_deleted_record_marker_and_score_are_rebuilt(dpo_finished, tmp_path)
     mtimes = {p: p.stat().st_mtime_ns for p in (work / DPO_RUN).glob("validation/*.json")}
     (work / DPO_RUN / "replay/record.json").unlink()
     out = build(work, DPO)
-    assert set(jobs_run(out)) == {"replay", "official", "final"}
+    assert set(jobs_run(out)) == {"replay", "official", "audit", "final"}
     log = (work / "logs/dpo/shipped-seed42/replay.log").read_text()
     assert "[train] resumed at step 5 of 5: no training (max_steps)" in log and "step 6" not in log
     record = assert_receipts_agree(work, "dpo", DPO_RUN)
@@ -326,7 +326,8 @@ def test_dpo_deleted_record_marker_and_score_are_rebuilt(dpo_finished, tmp_path)
     (work / DPO_RUN / "validation/checkpoint-4.json").unlink()
     (work / DPO_RUN / "final-scores/checkpoint-5/.complete").unlink()
     out = build(work, DPO)
-    assert jobs_run(out) == {"validate": 1, "score": 2, "official": 1, "final": 1}
+    # checkpoint-4 re-validated, then scored on both splits; checkpoint-5's final score
+    assert jobs_run(out) == {"validate": 1, "score": 3, "official": 1, "audit": 1, "final": 1}
     assert_receipts_agree(work, "dpo", DPO_RUN)
     assert status(work, "dpo").returncode == 0
 

@@ -558,7 +558,7 @@ def test_a_runaway_candidate_hits_its_limit_fails_itself_and_the_record_says_whi
     failure = json.loads((tmp_path / "pub" / "last-failure.json").read_text())
     key = {"file_size": "file_bytes", "memory": "memory_bytes", "processes": "processes"}[kind]
     assert failure["limits"]["hit"] == kind and failure["limits"][key] == limits[key]
-    attempts = json.loads((tmp_path / "state" / "attempts.json").read_text())
+    attempts = json.loads((tmp_path / "replay-attempts.json").read_text())  # the run folder: the state folder's parent
     assert attempts[-1]["limit_hit"] == kind
     control = make_dir(tmp_path / "control")
     with pytest.raises(replay.ReplayError) as error:

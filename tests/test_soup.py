@@ -290,11 +290,11 @@ def test_soup_dag(fixed_start, tmp_path):
     assert "vs_fixed_start" in summary["comparisons"]
     # a candidate whose coefficients do not sum to 1: invalid, not scored, no official result
     train_py = (ROOT / "recipes/soup/train.py").read_text()
-    assert "publish([1.0 / n] * n, {})" in train_py
+    assert "([1.0 / n] * n, {}, [])" in train_py  # the uniform soup's coefficients
     import difflib
 
     patch = tmp_path / "badsum.diff"
-    patched = train_py.replace("publish([1.0 / n] * n, {})", "publish([0.5] * n, {})")
+    patched = train_py.replace("([1.0 / n] * n, {}, [])", "([0.5] * n, {}, [])")
     patch.write_text(
         "".join(difflib.unified_diff(train_py.splitlines(True), patched.splitlines(True), "a/train.py", "b/train.py"))
     )

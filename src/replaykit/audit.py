@@ -8,7 +8,6 @@ from pathlib import Path
 from .harness.audit import AuditInputs, audit_run, first_lines
 from .harness.audit.checks import SECTIONS, read_json_or_none
 from .harness.audit.items import ItemFields
-from .harness.errors import InputError
 from .isolation import Settings, final_paths
 
 
@@ -51,15 +50,14 @@ def inputs(
 
 def runs_to_show(task: str, run: str | None, results: str | Path = "results") -> list[str]:
     """The runs ``audit <task>`` prints: the one named, else the official run of
-    ``final/summary.json`` first, then every other run with an ``official.json``."""
+    ``final/summary.json`` first, then every other run with an ``official.json`` (none before
+    any run has finished)."""
     if run:
         return [run]
     task_dir = Path(results) / task
     summary = read_json_or_none(task_dir / "final" / "summary.json") or {}
     first = (summary.get("official") or {}).get("run")
     runs = sorted(p.parent.name for p in task_dir.glob("*/official.json"))
-    if not runs:
-        raise InputError(task_dir, None, "no run with an official.json: build results/<task>/final first")
     return [r for r in [first] if r in runs] + [r for r in runs if r != first]
 
 
@@ -67,7 +65,10 @@ def show(task: str, run: str | None, results: str | Path = "results") -> tuple[l
     """Each run's four verdicts with their first evidence line (from its ``audit.json``, else
     computed now from the receipts with the default inputs) and whether any is confirmed."""
     lines, confirmed = [], False
-    for name in runs_to_show(task, run, results):
+    names = runs_to_show(task, run, results)
+    if not names:  # as ``status``: not an error, and nothing confirmed
+        return [f"{Path(results) / task}: nothing has run yet (no official.json): nothing to audit"], False
+    for name in names:
         path = Path(results) / task / name / "audit.json"
         doc = read_json_or_none(path)
         source = str(path)
