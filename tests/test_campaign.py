@@ -122,9 +122,11 @@ def test_the_summary_page_gives_each_candidates_verdict_and_normalised_score(cam
                 assert c["verdict"] in ("established gain", "established loss", "not established (CI spans 0)")
             if task == "rm":  # no fixed-start reference: no normalised score
                 assert c["normalised_mean"] is None
-            elif all(shipped[s] != fixed for s in SEEDS):
+            elif all(shipped[s] > fixed for s in SEEDS):  # soup is maximised: defined when shipped beats it
                 norm = [(values[s] - fixed) / (shipped[s] - fixed) for s in SEEDS]
                 assert math.isclose(c["normalised_mean"], sum(norm) / 2, rel_tol=1e-9)
+            else:  # seen on the tiny soup: the shipped uniform soup (0.40) below its fixed start (0.45)
+                assert c["normalised_mean"] is None
     page = (out / "report.md").read_text()
     html = (out / "report.html").read_text()
     for task, t in summary["tasks"].items():
