@@ -261,6 +261,46 @@ def test_the_canary_without_a_sandbox_reaches_every_kind_and_the_line_names_the_
     assert not list(Path.cwd().rglob(".canary-was-here"))  # the canary removes what it created
 
 
+def test_a_connection_the_listener_closes_before_the_message_is_still_an_escape(tmp_path):
+    """CI saw the unsandboxed canary's Unix-socket attempt recorded as blocked: the host listener
+    accepts and closes at once, and a Unix socket refuses a send to a closed peer
+    (BrokenPipeError). Here the listener has closed before the canary sends, every time."""
+    import socket
+    import threading
+
+    from replaykit.harness.canary import Canary
+
+    path = str(tmp_path / "l.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(1)
+    closed = threading.Event()
+
+    def accept_and_close():
+        conn, _ = server.accept()
+        conn.close()
+        closed.set()
+
+    threading.Thread(target=accept_and_close, daemon=True).start()
+    real_sendall = socket.socket.sendall
+
+    def sendall_after_close(self, data, *args):
+        closed.wait(5)
+        return real_sendall(self, data, *args)
+
+    canary = Canary({"final_prints": []})
+    socket.socket.sendall = sendall_after_close
+    try:
+        canary.connect("host_unix_socket", (socket.AF_UNIX, socket.SOCK_STREAM), path, path)
+        canary.connect("host_unix_socket", (socket.AF_UNIX, socket.SOCK_STREAM), str(tmp_path / "none.sock"), "none")
+    finally:
+        socket.socket.sendall = real_sendall
+        server.close()
+    reached, refused = canary.attempts
+    assert not reached["blocked"] and "listener closed before the message (BrokenPipeError)" in reached["detail"]
+    assert refused["blocked"] and "FileNotFoundError" in refused["detail"]
+
+
 def test_the_fingerprint_names_this_machine(work):
     """Each field against an independent source: ``hostname``, ``nproc``, ``bwrap --version``,
     the imported torch, the interpreter."""

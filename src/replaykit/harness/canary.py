@@ -206,15 +206,27 @@ class Canary:
             self.note("network", f"dns:{name}", not outside, f"resolved to {sorted(addresses)}")
 
     def connect(self, escape: str, kind: tuple, address, target: str) -> None:
+        """A connection that was made is an escape, whether or not the message then went through:
+        a listener may accept and close first (a Unix socket then refuses the send at once,
+        BrokenPipeError), and that is the host answering."""
         try:
-            with socket.socket(*kind) as s:
-                s.settimeout(3)
-                s.connect(address)
-                s.sendall(b"canary\n")
+            s = socket.socket(*kind)
         except OSError as exc:
             self.note(escape, target, True, f"{type(exc).__name__}: {exc.strerror or exc}")
             return
-        self.note(escape, target, False, "connected and sent a message")
+        with s:
+            s.settimeout(3)
+            try:
+                s.connect(address)
+            except OSError as exc:
+                self.note(escape, target, True, f"{type(exc).__name__}: {exc.strerror or exc}")
+                return
+            try:
+                s.sendall(b"canary\n")
+                detail = "connected and sent a message"
+            except OSError as exc:
+                detail = f"connected; the listener closed before the message ({type(exc).__name__})"
+        self.note(escape, target, False, detail)
 
     def host_unix_socket(self) -> None:
         unix = (socket.AF_UNIX, socket.SOCK_STREAM)
