@@ -545,8 +545,8 @@ def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
         )
     )
     write_config(work, rm_config(tiny_llama, seeds=[42, 43], candidates={"margin": str(patch)}))
-    # 4 runs x 3 checkpoints x (validate, proxy, final): about 50 jobs, 590 s beside another
-    # worker (2026-12-02); the default 600 s would fail it for the machine's load, not a hang
+    # 4 runs x 3 checkpoints x (validate, proxy, final): about 50 jobs, 590-665 s beside another
+    # worker (2026-12-02), over half conftest's default timeout
     snakemake(work, "results/rm/ablation/margin", "--cores", "2", "--resources", "gpu=1", check=True, timeout=1500)
     s = json.loads((work / "results/rm/ablation/margin/summary.json").read_text())
     off = s["comparisons"]["official"]
