@@ -261,7 +261,7 @@ def test_the_canary_without_a_sandbox_reaches_every_kind_and_the_line_names_the_
     assert not list(Path.cwd().rglob(".canary-was-here"))  # the canary removes what it created
 
 
-def test_a_connection_the_listener_closes_before_the_message_is_still_an_escape(tmp_path):
+def test_a_connection_the_listener_closes_before_the_message_is_still_an_escape(tmp_path, monkeypatch):
     """CI saw the unsandboxed canary's Unix-socket attempt recorded as blocked: the host listener
     accepts and closes at once, and a Unix socket refuses a send to a closed peer
     (BrokenPipeError). Here the listener has closed before the canary sends, every time."""
@@ -289,13 +289,10 @@ def test_a_connection_the_listener_closes_before_the_message_is_still_an_escape(
         return real_sendall(self, data, *args)
 
     canary = Canary({"final_prints": []})
-    socket.socket.sendall = sendall_after_close
-    try:
+    monkeypatch.setattr(socket.socket, "sendall", sendall_after_close)
+    with server:
         canary.connect("host_unix_socket", (socket.AF_UNIX, socket.SOCK_STREAM), path, path)
         canary.connect("host_unix_socket", (socket.AF_UNIX, socket.SOCK_STREAM), str(tmp_path / "none.sock"), "none")
-    finally:
-        socket.socket.sendall = real_sendall
-        server.close()
     reached, refused = canary.attempts
     assert not reached["blocked"] and "listener closed before the message (BrokenPipeError)" in reached["detail"]
     assert refused["blocked"] and "FileNotFoundError" in refused["detail"]

@@ -210,22 +210,17 @@ class Canary:
         a listener may accept and close first (a Unix socket then refuses the send at once,
         BrokenPipeError), and that is the host answering."""
         try:
-            s = socket.socket(*kind)
+            with socket.socket(*kind) as s:
+                s.settimeout(3)
+                s.connect(address)
+                try:
+                    s.sendall(b"canary\n")
+                    detail = "connected and sent a message"
+                except OSError as exc:
+                    detail = f"connected; the listener closed before the message ({type(exc).__name__})"
         except OSError as exc:
             self.note(escape, target, True, f"{type(exc).__name__}: {exc.strerror or exc}")
             return
-        with s:
-            s.settimeout(3)
-            try:
-                s.connect(address)
-            except OSError as exc:
-                self.note(escape, target, True, f"{type(exc).__name__}: {exc.strerror or exc}")
-                return
-            try:
-                s.sendall(b"canary\n")
-                detail = "connected and sent a message"
-            except OSError as exc:
-                detail = f"connected; the listener closed before the message ({type(exc).__name__})"
         self.note(escape, target, False, detail)
 
     def host_unix_socket(self) -> None:
