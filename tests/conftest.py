@@ -450,6 +450,73 @@ def soup_run(soup_start, tmp_path_factory) -> Path:
     return build_once(tmp_path_factory, "soup-run", lambda work: _tiny_dag(work, config, "results/soup/final", cores=1))
 
 
+def knob_patch(work: Path, task: str, name: str, key: str, value) -> str:
+    """A candidate patch (``<work>/<task>-<name>.diff``) setting ``key: value`` in the task's
+    embedded recipe profile; returns its path."""
+    import difflib
+
+    path = work / f"recipes/{task}/configs/embedded.yaml"
+    old = path.read_text().splitlines(keepends=True)
+    new = [f"{key}: {value}\n" if line.startswith(f"{key}:") else line for line in old]
+    assert new != old, (task, key)
+    patch = work / f"{task}-{name}.diff"
+    patch.write_text("".join(difflib.unified_diff(old, new, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
+    return str(patch)
+
+
+CAMPAIGN_SEEDS = [42, 43]
+
+
+def campaign_config(work: Path, soup_start: Path, tiny_llama: Path) -> dict:
+    """The campaign of ``campaign_run`` (issue 32): soup and rm, two candidates each (soup:
+    ``greedy``, ``single``; rm: learning rates ``lr1``, ``lr4``), seeds 42 and 43, at most one
+    replay at a time. Kept cheap: soup publishes one checkpoint per run, rm's tiny recipe is cut
+    to 2 steps with one checkpoint. soup's report shows the ``greedy`` ablation. Patches are
+    written into ``work``."""
+    soup = soup_task(
+        soup_start,
+        seeds=CAMPAIGN_SEEDS,
+        candidates={
+            "greedy": knob_patch(work, "soup", "greedy", "method", "greedy"),
+            "single": knob_patch(work, "soup", "single", "method", "best_single"),
+        },
+        ablation={"report": ["greedy"]},
+    )
+    rm = rm_config(tiny_llama)["tasks"]["rm"]
+    rm["recipe"]["overrides"].update(max_steps=2, save_steps=2)  # one checkpoint per run
+    rm.update(
+        seeds=CAMPAIGN_SEEDS,
+        candidates={
+            "lr1": knob_patch(work, "rm", "lr1", "learning_rate", 1.0e-4),
+            "lr4": knob_patch(work, "rm", "lr4", "learning_rate", 4.0e-4),
+        },
+    )
+    return {"models": {}, "tasks": {"soup": soup, "rm": rm}, "campaign": {"tasks": ["soup", "rm"], "max_replays": 1}}
+
+
+@pytest.fixture(scope="session")
+def campaign_run(soup_start, tiny_llama, tmp_path_factory) -> Path:
+    """The campaign of ``campaign_config`` built by one ``snakemake results/campaign
+    results/soup/report.html --cores 2 --resources gpu=2`` (12 replays: each task's 2 candidates
+    and its shipped recipe, shared, over 2 seeds; every candidate's ablation; soup's report);
+    Snakemake's output in ``campaign.log`` beside the tree. Read by the campaign's, the rm
+    ablation's and the soup ablation's tests. Shared and read only: change a ``copy_run``."""
+
+    def build(work: Path) -> None:
+        work.mkdir()
+        copy_workflow(work)
+        write_config(work, campaign_config(work, soup_start, tiny_llama))
+        # about 10 minutes of CPU beside another worker; the timeout leaves room for a loaded machine
+        out = snakemake(
+            work, "results/campaign", "results/soup/report.html", "--cores", "2", "--resources", "gpu=2", timeout=2700
+        )
+        work.with_name("campaign.log").write_text(out.stdout + out.stderr)
+        if out.returncode != 0:
+            raise AssertionError(f"snakemake failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+
+    return build_once(tmp_path_factory, "campaign", build)
+
+
 # ---------------------------------------------------------------- the main job's install, with other workers
 
 
@@ -517,7 +584,7 @@ def _uses_module_fixture(item: pytest.Item) -> bool:
 # Started first, after the main job: the longest unit (docs/testing.md: the SLURM DAG's set-up
 # alone took 363 s of the serial suite). Only an ordering hint: a stale entry costs time, not results.
 LONG_POLES = ("test_slurm.py::",)
-SHARED_RUNS = ("dpo_run", "rm_run", "soup_run")  # the build_once runs that several modules read
+SHARED_RUNS = ("dpo_run", "rm_run", "soup_run", "campaign_run")  # the build_once runs that several modules read
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks

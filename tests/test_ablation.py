@@ -374,54 +374,20 @@ def job_counts(stdout: str) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
-    import difflib
+def test_soup_ablation_dag_shares_the_shipped_runs(campaign_run, tmp_path):
+    """soup's two candidates of conftest's campaign (``greedy``, ``single``) against the same
+    2 shipped seeds: planned (dry run in a fresh copy with the campaign's config) as 2 + 2 + 2
+    replays, not 2 x (2 + 2); then the built campaign's ``greedy`` ablation read back."""
+    import shutil
 
-    from conftest import ROOT, copy_workflow, snakemake, write_config
-    from replaykit.harness.fixed_start import private_path
-    from replaykit.tasks.soup import ingredients
+    from conftest import copy_workflow, snakemake
 
-    fixed_start = tmp_path / "ingredients"
-    built = ingredients.build(
-        {"seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4},
-        fixed_start,
-        log=lambda m: None,
-    )
-    # a fixed start given by path carries its held-out indices beside it, as the
-    # fixed_start_model rule writes them
-    private_path(fixed_start).write_text(json.dumps(built["private"]))
-    (tmp_path / "wf").mkdir()
-    work = copy_workflow(tmp_path / "wf")
-    profile = (ROOT / "recipes/soup/configs/embedded.yaml").read_text()
-    best = tmp_path / "best.diff"
-    best.write_text(
-        "".join(
-            difflib.unified_diff(
-                profile.splitlines(True),
-                profile.replace("method: uniform ", "method: best_single").splitlines(True),
-                "a/configs/embedded.yaml",
-                "b/configs/embedded.yaml",
-            )
-        )
-    )
-    task = {
-        "fixed_start": str(fixed_start),
-        "data": {"source": "embedded", "public_seed": 1, "proxy_per_class": 2},
-        "seeds": [42, 43],
-        "threads": 1,
-        "candidates": {"greedy": str(ROOT / "patches/soup-greedy.diff"), "best": str(best)},
-        "ablation": {"report": ["greedy"]},
-        "budget": {"outer_limit_s": 300, "internal_deadline_s": 200, "export_reserve_s": 60},
-        "validation": {"runtime": 5},
-        "evaluation": {"batch_size": 64, "runtime": 5},
-        "final": {"n_boot": 500},
-    }
-    write_config(work, {"models": {}, "tasks": {"soup": task}})
-    # two candidates against the same 2 shipped seeds: 2 + 2 + 2 replays, not 2 x (2 + 2)
+    fresh = copy_workflow(tmp_path)
+    shutil.copy(campaign_run / "config/config.yaml", fresh / "config/config.yaml")  # its patches: absolute paths
     dry = snakemake(
-        work,
+        fresh,
         "results/soup/ablation/greedy",
-        "results/soup/ablation/best",
+        "results/soup/ablation/single",
         "-n",
         "--cores",
         "2",
@@ -437,12 +403,12 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
         re.M,
     )
     assert sorted(run for rule, run in jobs if rule == "replay") == sorted(
-        f"{c}-seed{s}" for c in ("best", "greedy", "shipped") for s in (42, 43)
+        f"{c}-seed{s}" for c in ("single", "greedy", "shipped") for s in (42, 43)
     )
     assert jobs.count(("replay", "shipped-seed42")) == 1 and jobs.count(("official", "shipped-seed43")) == 1
     one = job_counts(
         snakemake(
-            work,
+            fresh,
             "results/soup/ablation/greedy",
             "-n",
             "--cores",
@@ -453,7 +419,7 @@ def test_soup_ablation_dag_shares_the_shipped_runs(tmp_path):
         ).stdout
     )
     assert one["replay"] == 4
-    snakemake(work, "results/soup/report.html", "--cores", "2", "--resources", "gpu=1", check=True)
+    work = campaign_run
     s = json.loads((work / "results/soup/ablation/greedy/summary.json").read_text())
     assert (work / "results/soup/ablation/greedy/.complete").exists()
     assert s["seeds"] == [42, 43] and s["resampling"].startswith("whole clusters by row field `label`")
@@ -524,39 +490,20 @@ def test_readme_example_as_written_plans_3_seeds_of_both(tmp_path):
 
 
 @pytest.mark.slow
-def test_rm_ablation_dag_weighted_rows(tiny_llama, tmp_path):
-    """rm on a tiny model, 2 seeds: rows drawn within RewardBench subsets, the weighted score
-    in percent recomputed; the per-seed differences are the runs' official values'."""
-    import difflib
-
-    from conftest import ROOT, copy_workflow, rm_config, snakemake, write_config
-
-    work = copy_workflow(tmp_path)
-    profile = (ROOT / "recipes/rm/configs/embedded.yaml").read_text()
-    patch = tmp_path / "margin.diff"
-    patch.write_text(
-        "".join(
-            difflib.unified_diff(
-                profile.splitlines(True),
-                profile.replace("margin: 0.0 ", "margin: 1.0 ").splitlines(True),
-                "a/configs/embedded.yaml",
-                "b/configs/embedded.yaml",
-            )
-        )
-    )
-    write_config(work, rm_config(tiny_llama, seeds=[42, 43], candidates={"margin": str(patch)}))
-    # 4 runs x 3 checkpoints x (validate, proxy, final): about 50 jobs, 590-665 s beside another
-    # worker (2026-12-02), over half conftest's default timeout
-    snakemake(work, "results/rm/ablation/margin", "--cores", "2", "--resources", "gpu=1", check=True, timeout=1500)
-    s = json.loads((work / "results/rm/ablation/margin/summary.json").read_text())
+def test_rm_ablation_dag_weighted_rows(campaign_run):
+    """rm on a tiny model, 2 seeds (conftest's campaign: candidate ``lr4``, one checkpoint per
+    run, at step 2): rows drawn within RewardBench subsets, the weighted score in percent
+    recomputed; the per-seed differences are the runs' official values'."""
+    work = campaign_run
+    s = json.loads((work / "results/rm/ablation/lr4/summary.json").read_text())
     off = s["comparisons"]["official"]
     assert off["hierarchical"]["method"].endswith("stratified") and s["fixed_start"]["value"] is None
     for p, seed in zip(off["per_seed"], (42, 43)):
-        cand = json.loads((work / f"results/rm/margin-seed{seed}/official.json").read_text())["official"]
+        cand = json.loads((work / f"results/rm/lr4-seed{seed}/official.json").read_text())["official"]
         ship = json.loads((work / f"results/rm/shipped-seed{seed}/official.json").read_text())["official"]
         assert p["difference"] == cand["value"] - ship["value"] and p["normalised"] is None
     last = s["comparisons"]["last"]
-    assert last["available"] and all(p["candidate"]["progress"] == 4 for p in last["per_seed"])
+    assert last["available"] and all(p["candidate"]["progress"] == 2 for p in last["per_seed"])
     decision = s["decision"]
     if decision["ci_low"] == decision["ci_high"]:  # the tiny model scored the same at both seeds (seen: 0.0, 0.0)
         assert s["verdict"] == ZERO_WIDTH and all(p["difference"] == 0 for p in off["per_seed"])

@@ -1,16 +1,16 @@
 """A campaign (issue 32): two tasks (soup, rm), two candidates each, two seeds, built by one
 ``snakemake results/campaign``, with at most one replay at a time (``campaign.max_replays``).
 
-Kept cheap: soup publishes one checkpoint per run and rm's tiny recipe is cut to 2 steps with
-one checkpoint, on conftest's shared fixed starts. The checks are computed independently of the
-campaign's code: which replays ran, from Snakemake's own job list; each candidate's mean
-difference and normalised score, from the runs' ``official.json`` and the fixed-start
-reference's summary; replays one at a time, from the GPU-slot intervals of their records.
+Built once per session (conftest's ``campaign_run``: soup publishes one checkpoint per run and
+rm's tiny recipe is cut to 2 steps with one checkpoint); the ablation tests read the same tree.
+The checks are computed independently of the campaign's code: which replays ran, from
+Snakemake's own job list; each candidate's mean difference and normalised score, from the
+runs' ``official.json`` and the fixed-start reference's summary; replays one at a time, from the GPU-slot
+intervals of their records.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
@@ -18,50 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_workflow, rm_config, snakemake, soup_task, write_config
+from conftest import CAMPAIGN_SEEDS
 from replaykit.config import check_campaign
 from replaykit.harness.errors import InputError
 from replaykit.harness.stats import ZERO_WIDTH
 
-SEEDS = [42, 43]
+SEEDS = CAMPAIGN_SEEDS
 
 
-def knob_patch(work: Path, task: str, name: str, key: str, value) -> str:
-    """A candidate patch setting ``key: value`` in the task's embedded recipe profile."""
-    path = work / f"recipes/{task}/configs/embedded.yaml"
-    old = path.read_text().splitlines(keepends=True)
-    new = [f"{key}: {value}\n" if line.startswith(f"{key}:") else line for line in old]
-    assert new != old, (task, key)
-    patch = work / f"{task}-{name}.diff"
-    patch.write_text("".join(difflib.unified_diff(old, new, "a/configs/embedded.yaml", "b/configs/embedded.yaml")))
-    return str(patch)
-
-
-@pytest.fixture(scope="module")
-def campaign(soup_start, tiny_llama, tmp_path_factory):
-    work = copy_workflow(tmp_path_factory.mktemp("campaign"))
-    soup = soup_task(
-        soup_start,
-        seeds=SEEDS,
-        candidates={
-            "greedy": knob_patch(work, "soup", "greedy", "method", "greedy"),
-            "single": knob_patch(work, "soup", "single", "method", "best_single"),
-        },
-    )
-    rm = rm_config(tiny_llama)["tasks"]["rm"]
-    rm["recipe"]["overrides"].update(max_steps=2, save_steps=2)  # one checkpoint per run
-    rm.update(
-        seeds=SEEDS,
-        candidates={
-            "lr1": knob_patch(work, "rm", "lr1", "learning_rate", 1.0e-4),
-            "lr4": knob_patch(work, "rm", "lr4", "learning_rate", 4.0e-4),
-        },
-    )
-    config = {"models": {}, "tasks": {"soup": soup, "rm": rm}, "campaign": {"tasks": ["soup", "rm"], "max_replays": 1}}
-    write_config(work, config)
-    # 12 replays and their scoring: about 7 minutes of CPU; the timeout leaves room for a loaded machine
-    out = snakemake(work, "results/campaign", "--cores", "2", "--resources", "gpu=2", timeout=2700, check=True)
-    return work, out.stdout + out.stderr
+@pytest.fixture
+def campaign(campaign_run):
+    """conftest's shared campaign tree and Snakemake's output of its build."""
+    return campaign_run, campaign_run.with_name("campaign.log").read_text()
 
 
 def official(work: Path, task: str, run: str) -> float:

@@ -55,7 +55,8 @@ def two_seeds(tiny_llama, tmp_path_factory):
     work = copy_workflow(tmp_path_factory.mktemp("report-run"))
     patch = config_patch(work, "beta05", "beta", "0.5")
     cfg = tiny_config(tiny_llama, candidate="beta05", candidates={"beta05": str(patch)}, seeds=[42, 43])
-    cfg["tasks"]["dpo"]["recipe"]["overrides"]["max_steps"] = 3
+    # 3 steps, checkpoints at 2 and 3 (the last step always publishes): 2 x 3 scoring jobs per run
+    cfg["tasks"]["dpo"]["recipe"]["overrides"].update(max_steps=3, save_steps=2)
     write_config(work, cfg)
     snakemake(work, REPORT, "--cores", "2", "--resources", "gpu=1", check=True)
     return work, patch
