@@ -217,3 +217,46 @@ def test_overrides_are_checked_against_the_shipped_profile_even_when_a_candidate
     soup["recipe"]["overrides"] = {"batch_size": "128"}  # a number as --config gives it: converted in place
     check_config(config, SCHEMA, "c.yaml", recipes_root=ROOT / "recipes")
     assert soup["recipe"]["overrides"] == {"batch_size": 128}
+
+
+@pytest.mark.parametrize("shown", ["/", ".", "..", "tiny"])
+def test_a_shown_path_that_holds_the_working_directory_is_refused_when_the_config_loads(shown, tmp_path, monkeypatch):
+    """The sandbox plan refuses to show the root or a folder holding the working directory; the
+    workflow refuses it when it reads the config, before any job runs, naming the file that set
+    it: the launch folder (``.``), its parent, or the config's ``workdir`` (``tiny``)."""
+    launch = tmp_path / "checkout"
+    (launch / "tiny").mkdir(parents=True)
+    monkeypatch.chdir(launch)
+    config = default_config()
+    config["workdir"] = "tiny"
+    extra = {"sandbox_show": [shown]}
+    config.update(extra)
+    layers = [("config/config.yaml", default_config()), ("shown.yaml", extra)]
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/config.yaml", layers=layers)
+    assert (exc.value.path, exc.value.field) == ("shown.yaml", "sandbox_show")
+    assert "holds the working directory" in exc.value.message
+    config["isolation"] = "none"  # nothing is shown by a sandbox: nothing to refuse
+    check_config(config, SCHEMA, "config/config.yaml", layers=layers)
+
+
+def test_a_task_data_path_that_holds_the_working_directory_is_refused_when_the_config_loads(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts.jsonl").write_text("")
+    config = default_config()
+    # train_prefs is shown to the replay (not a final source): here it names the launch folder's parent
+    config["tasks"]["dpo"]["data"].update(
+        source="local", train_prefs=str(tmp_path.parent), ifeval_prompts="prompts.jsonl"
+    )
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/config.yaml")
+    assert exc.value.field == "tasks.dpo.data" and f"{tmp_path.parent} holds the working directory" in exc.value.message
+    # a folder beside the working directory is shown as it is: whatever else the dpo plug-in
+    # says of it (a folder where a JSONL file belongs), not this refusal
+    beside = tmp_path / "prefs"
+    beside.mkdir()
+    config["tasks"]["dpo"]["data"]["train_prefs"] = str(beside)
+    try:
+        check_config(config, SCHEMA, "config/config.yaml")
+    except InputError as exc:
+        assert "holds the working directory" not in str(exc)

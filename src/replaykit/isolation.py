@@ -164,8 +164,8 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     cwd = Path.cwd().resolve()
     fixed = [run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else []
     named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
-    named += _declared(_real(data_paths(task, data)), f"tasks.{task}.data")
-    named += _declared(_real(map(Path, settings.show)), "sandbox_show")
+    named += declared(data_paths(task, data), f"tasks.{task}.data")
+    named += declared(_real(map(Path, settings.show)), "sandbox_show")
     # the frozen scorer verifies every registered plug-in's files; candidate code needs its own
     plugins = [r for roots in frozen_code().plugin_roots().values() for r in roots] if run.frozen_only else []
     environment = [*python_paths(), package_dir(), *_real([*code_roots(task), *plugins])]
@@ -186,17 +186,23 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     )
 
 
-def _declared(paths: list[Path], key: str) -> list[Path]:
-    """``paths`` (shown because the config names them) unless one is the root or holds the
-    working directory: showing it would show every other checkout, run and dataset beside it.
-    Raises :class:`InputError` naming ``key``."""
+def declared(paths: list[Path], key: str, source: str = "config", workdirs: tuple[Path, ...] = ()) -> list[Path]:
+    """``paths`` (real paths, shown because the config names them) unless one is the root or
+    holds the working directory (or one of ``workdirs``): showing it would show every other
+    checkout, run and dataset beside it. The workflow checks this when it loads the config
+    (``check_config``: ``source`` the file that set ``key``) and again when a job plans its sandbox.
+
+    Raises:
+        InputError: ``<source>: <key>: <path> holds the working directory ...``.
+    """
     for path in paths:
-        if path == Path("/") or holds_working_directory(path):
+        held = next((w for w in (Path.cwd(), *workdirs) if holds_working_directory(path, w)), None)
+        if path == Path("/") or held is not None:
             raise InputError(
-                "config",
+                source,
                 key,
-                f"{path} holds the working directory {Path.cwd()}: the sandbox would show everything "
-                "beside it (other checkouts, runs, datasets); name the folders it needs instead",
+                f"{path} holds the working directory {(held or Path.cwd()).resolve()}: the sandbox would show "
+                "everything beside it (other checkouts, runs, datasets); name the folders it needs instead",
             )
     return paths
 
