@@ -19,6 +19,7 @@ from replaykit.config import (
     fill_defaults,
     load_yaml_strict,
     rebase_paths,
+    source_of,
 )
 from replaykit.harness.budget import Budget
 from replaykit.harness.checked import remembering
@@ -28,6 +29,7 @@ from replaykit.harness.hashing import sha256_file
 from replaykit.harness.joblogs import failure_lines
 from replaykit.harness.slots import SETTINGS_ENV
 from replaykit.harness.verify import restore_set_aside, reverify, stamp_of
+from replaykit.isolation import check_shown_paths
 from replaykit.tasks import get_task
 
 SCHEMA_FILE = Path(workflow.basedir) / "config" / "schema.yaml"
@@ -62,6 +64,9 @@ try:
             layers=_layers,
             recipes_root=Path(workflow.basedir) / "recipes",
         )
+    # a shown path that holds the working directory: refused now, before any job (and by each
+    # job's sandbox plan again)
+    check_shown_paths(config, lambda keys: source_of(keys, _layers, SOURCE_NAME))
 except InputError as exc:
     sys.exit(f"error: {exc}")
 # the schema's defaults, filled as snakemake.utils.validate fills them

@@ -219,44 +219,67 @@ def test_overrides_are_checked_against_the_shipped_profile_even_when_a_candidate
     assert soup["recipe"]["overrides"] == {"batch_size": 128}
 
 
-@pytest.mark.parametrize("shown", ["/", ".", "..", "tiny"])
+@pytest.mark.parametrize("shown", ["/", ".", "..", "tiny", "tiny/", "./tiny/.."])
 def test_a_shown_path_that_holds_the_working_directory_is_refused_when_the_config_loads(shown, tmp_path, monkeypatch):
     """The sandbox plan refuses to show the root or a folder holding the working directory; the
     workflow refuses it when it reads the config, before any job runs, naming the file that set
     it: the launch folder (``.``), its parent, or the config's ``workdir`` (``tiny``)."""
+    from replaykit.config import source_of
+    from replaykit.isolation import check_shown_paths
+
     launch = tmp_path / "checkout"
     (launch / "tiny").mkdir(parents=True)
     monkeypatch.chdir(launch)
     config = default_config()
     config["workdir"] = "tiny"
-    extra = {"sandbox_show": [shown]}
+    extra = {"sandbox_show": ["/opt", shown]}
     config.update(extra)
     layers = [("config/config.yaml", default_config()), ("shown.yaml", extra)]
     with pytest.raises(InputError) as exc:
-        check_config(config, SCHEMA, "config/config.yaml", layers=layers)
+        check_shown_paths(config, lambda keys: source_of(keys, layers, "config"))
     assert (exc.value.path, exc.value.field) == ("shown.yaml", "sandbox_show")
     assert "holds the working directory" in exc.value.message
     config["isolation"] = "none"  # nothing is shown by a sandbox: nothing to refuse
-    check_config(config, SCHEMA, "config/config.yaml", layers=layers)
+    check_shown_paths(config, lambda keys: source_of(keys, layers, "config"))
+    config.update(isolation="bwrap", sandbox_show=["/opt", str(tmp_path / "beside")])  # beside: shown as named
+    (tmp_path / "beside").mkdir()
+    check_shown_paths(config, lambda keys: source_of(keys, layers, "config"))
 
 
 def test_a_task_data_path_that_holds_the_working_directory_is_refused_when_the_config_loads(tmp_path, monkeypatch):
+    from replaykit.isolation import check_shown_paths
+
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "prompts.jsonl").write_text("")
     config = default_config()
     # train_prefs is shown to the replay (not a final source): here it names the launch folder's parent
-    config["tasks"]["dpo"]["data"].update(
-        source="local", train_prefs=str(tmp_path.parent), ifeval_prompts="prompts.jsonl"
-    )
+    config["tasks"]["dpo"]["data"].update(source="local", train_prefs=str(tmp_path.parent))
     with pytest.raises(InputError) as exc:
-        check_config(config, SCHEMA, "config/config.yaml")
+        check_shown_paths(config, lambda keys: "config/config.yaml")
     assert exc.value.field == "tasks.dpo.data" and f"{tmp_path.parent} holds the working directory" in exc.value.message
-    # a folder beside the working directory is shown as it is: whatever else the dpo plug-in
-    # says of it (a folder where a JSONL file belongs), not this refusal
-    beside = tmp_path / "prefs"
-    beside.mkdir()
-    config["tasks"]["dpo"]["data"]["train_prefs"] = str(beside)
-    try:
-        check_config(config, SCHEMA, "config/config.yaml")
-    except InputError as exc:
-        assert "holds the working directory" not in str(exc)
+
+
+def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path):
+    """``snakemake -n`` with a ``--configfile`` naming ``sandbox_show: [/]``: one line naming
+    that file and the key, exit 1, no job planned."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import copy_workflow
+
+    work = copy_workflow(tmp_path)
+    (work / "shown.yaml").write_text("sandbox_show: [/]\n")
+    snakemake = Path(sys.executable).parent / "snakemake"
+    out = subprocess.run(
+        [str(snakemake), "--workflow-profile", "none", "--configfile", "shown.yaml", "-n", "--", "results/soup/final"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert out.returncode != 0 and errors == [
+        f"error: shown.yaml: sandbox_show: / holds the working directory {work.resolve()}: the sandbox would show "
+        "everything beside it (other checkouts, runs, datasets); name the folders it needs instead"
+    ], out.stdout[-2000:] + out.stderr[-2000:]
+    assert "Job stats" not in out.stdout

@@ -424,7 +424,6 @@ def check_config(
         raise _schema_error(error, layers, source)
     from .tasks import get_task
 
-    check_shown_paths(config, layers, source)
     for name, task in config["tasks"].items():
 
         def src(*keys, _name=name):
@@ -476,28 +475,6 @@ def check_config(
                 keys = exc.field.split(".")[2:] if (exc.field or "").startswith("tasks.") else []
                 raise InputError(src(*keys) if keys else exc.path, exc.field, exc.message) from None
     check_campaign(config, layers, source)
-
-
-def check_shown_paths(config: dict, layers: list[Layer], source: str) -> None:
-    """What a job's sandbox plan refuses, refused when the config loads, before any job runs:
-    a ``sandbox_show`` entry or a task's local ``data`` path that is the root or holds the
-    working directory (the launch folder, or the config's ``workdir`` under it). Nothing to
-    check with ``isolation: none``.
-
-    Raises:
-        InputError: naming the file that set the key and the key (``sandbox_show``,
-            ``tasks.<task>.data``).
-    """
-    if config.get("isolation") == "none":
-        return
-    from .isolation import _real, data_paths, declared
-
-    workdirs = (Path(config.get("workdir") or "."),)
-    shown = _real(map(Path, config.get("sandbox_show", [])))
-    declared(shown, "sandbox_show", source_of(["sandbox_show"], layers, source), workdirs)
-    for name, task in config["tasks"].items():
-        where = source_of(["tasks", name, "data"], layers, source)
-        declared(data_paths(name, task.get("data", {})), f"tasks.{name}.data", where, workdirs)
 
 
 def check_campaign(config: dict, layers: list[Layer], source: str) -> None:

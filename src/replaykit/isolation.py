@@ -32,6 +32,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,6 +206,26 @@ def declared(paths: list[Path], key: str, source: str = "config", workdirs: tupl
                 "everything beside it (other checkouts, runs, datasets); name the folders it needs instead",
             )
     return paths
+
+
+def check_shown_paths(config: dict, source_of: Callable[[list[str]], str]) -> None:
+    """What :func:`plan` refuses, refused when the workflow or an exploration command reads the
+    config, before any job runs: a ``sandbox_show`` entry or a task's local ``data`` path that
+    is the root or holds the working directory (the launch folder, or the config's ``workdir``
+    under it). Nothing to check with ``isolation: none``. ``source_of(keys)``: the config file
+    that set the key (``replaykit.config.source_of`` over the config's layers).
+
+    Raises:
+        InputError: ``<file>: sandbox_show: ...`` or ``<file>: tasks.<task>.data: ...``.
+    """
+    if config.get("isolation") == "none":
+        return
+    workdirs = (Path(config.get("workdir") or "."),)
+    shown = _real(map(Path, config.get("sandbox_show", [])))
+    declared(shown, "sandbox_show", source_of(["sandbox_show"]), workdirs)
+    for name, task in config["tasks"].items():
+        where = source_of(["tasks", name, "data"])
+        declared(data_paths(name, task.get("data", {})), f"tasks.{name}.data", where, workdirs)
 
 
 def _real(paths, existing: bool = True) -> list[Path]:

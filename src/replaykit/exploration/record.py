@@ -42,12 +42,16 @@ def load_config(configfiles: list[str | Path], task: str) -> tuple[dict, list[di
     over it) and each file's path and SHA-256.
 
     Raises:
-        InputError: a missing file, a config the schema refuses, or an unknown task.
+        InputError: a missing file, a config the schema refuses, a shown path that holds the
+            working directory (:func:`replaykit.isolation.check_shown_paths`), or an unknown task.
     """
-    from ..config import load_workflow_config
+    from ..config import load_workflow_config, source_of
+    from ..isolation import check_shown_paths
 
     files = [CONFIG, *(Path(f) for f in configfiles if Path(f) != CONFIG)]
-    config, _ = load_workflow_config(files, CONFIG.parent / "schema.yaml", recipes_root=Path("recipes"))
+    config, layers = load_workflow_config(files, CONFIG.parent / "schema.yaml", recipes_root=Path("recipes"))
+    source = " + ".join(map(str, files))
+    check_shown_paths(config, lambda keys: source_of(keys, layers, source))
     if task not in config["tasks"]:
         raise InputError(" + ".join(map(str, files)), "tasks", f"no task named {task!r}")
     return config, [{"path": str(f), "sha256": sha256_file(f)} for f in files]
