@@ -219,7 +219,7 @@ def test_overrides_are_checked_against_the_shipped_profile_even_when_a_candidate
     assert soup["recipe"]["overrides"] == {"batch_size": 128}
 
 
-@pytest.mark.parametrize("shown", ["/", ".", "..", "tiny", "tiny/", "./tiny/.."])
+@pytest.mark.parametrize("shown", ["/", ".", "..", "tiny", "tiny/", "./tiny/..", "tiny/sub/.."])
 def test_a_shown_path_that_holds_the_working_directory_is_refused_when_the_config_loads(shown, tmp_path, monkeypatch):
     """The sandbox plan refuses to show the root or a folder holding the working directory; the
     workflow refuses it when it reads the config, before any job runs, naming the file that set
@@ -228,7 +228,7 @@ def test_a_shown_path_that_holds_the_working_directory_is_refused_when_the_confi
     from replaykit.isolation import check_shown_paths
 
     launch = tmp_path / "checkout"
-    (launch / "tiny").mkdir(parents=True)
+    launch.mkdir()  # tiny/ not made yet: a first run on a fresh checkout
     monkeypatch.chdir(launch)
     config = default_config()
     config["workdir"] = "tiny"
@@ -247,15 +247,35 @@ def test_a_shown_path_that_holds_the_working_directory_is_refused_when_the_confi
 
 
 def test_a_task_data_path_that_holds_the_working_directory_is_refused_when_the_config_loads(tmp_path, monkeypatch):
+    from replaykit.config import source_of
     from replaykit.isolation import check_shown_paths
 
     monkeypatch.chdir(tmp_path)
     config = default_config()
     # train_prefs is shown to the replay (not a final source): here it names the launch folder's parent
     config["tasks"]["dpo"]["data"].update(source="local", train_prefs=str(tmp_path.parent))
+    layers = [
+        ("config/config.yaml", default_config()),
+        ("local.yaml", {"tasks": {"dpo": {"data": {"train_prefs": str(tmp_path.parent)}}}}),
+        ("more.yaml", {"tasks": {"dpo": {"data": {"n_proxy": 5}}}}),  # touches the data block last
+    ]
     with pytest.raises(InputError) as exc:
-        check_shown_paths(config, lambda keys: "config/config.yaml")
-    assert exc.value.field == "tasks.dpo.data" and f"{tmp_path.parent} holds the working directory" in exc.value.message
+        check_shown_paths(config, lambda keys: source_of(keys, layers, "config"))
+    # the file that set the key, not the last one that touched the data block
+    assert (exc.value.path, exc.value.field) == ("local.yaml", "tasks.dpo.data.train_prefs")
+    assert f"{tmp_path.parent} holds the working directory" in exc.value.message
+
+
+@pytest.mark.parametrize("value", ["/tmp/a\0b", "/tmp/" + "x" * 300])
+def test_a_shown_path_that_is_no_path_is_one_line_naming_the_key(value):
+    from replaykit.isolation import check_shown_paths
+
+    config = default_config()
+    config["sandbox_show"] = [value]
+    with pytest.raises(InputError) as exc:
+        check_shown_paths(config, lambda keys: "shown.yaml")
+    assert (exc.value.path, exc.value.field) == ("shown.yaml", "sandbox_show")
+    assert "is not a usable path" in exc.value.message and "\n" not in str(exc.value)
 
 
 def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path):

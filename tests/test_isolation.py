@@ -108,6 +108,30 @@ def test_the_replay_and_the_probe_see_the_same_but_their_own_paths(work, task):
         assert (TOY / "replaykit_toy").resolve() in replay.read_only
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_a_shown_results_folder_keeps_its_hidden_split_and_private_files_masked(work, task, monkeypatch):
+    """With ``workdir: tiny`` an exploration command plans from where snakemake starts, so its
+    results are ``tiny/results``; a job plans from ``tiny/`` (``results``). An operator's
+    ``sandbox_show`` naming that results folder shows the runs to both, but masks the task's
+    hidden split and what the model builders know of final splits (``models/*.private.json``,
+    e.g. soup's held-out digit indices)."""
+    from replaykit.isolation import Settings
+
+    results = work / "work" / "tiny" / "results"
+    for split in ("public", "hidden"):
+        (results / task / "assets" / split).mkdir(parents=True)
+    (results / "models").mkdir()
+    (results / "models" / "digits.private.json").write_text('{"heldout_indices": [1, 2]}\n')
+    secret = [(results / task / "assets" / "hidden").resolve(), (results / "models" / "digits.private.json").resolve()]
+    config = {**SETTINGS, "sandbox_show": ["tiny/results"], "workdir": "tiny"}  # as the exploration reads it
+    ex = exploration(task, work, Settings.from_config(config).as_dict())
+    probe = probe_plan(ex, ex.dir / "runs" / "probe-1")
+    assert results.resolve() in probe.read_only and all(f in probe.masked for f in secret)
+    monkeypatch.chdir(results.parent)  # the job: in the workdir, sandbox_show rebased, no workdir key
+    replay = replay_plan(task, work, {**SETTINGS, "sandbox_show": ["results"]})
+    assert results.resolve() in replay.read_only and all(f in replay.masked for f in secret)
+
+
 def cli_settings():
     from replaykit.isolation import Settings
 

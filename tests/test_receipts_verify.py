@@ -496,6 +496,14 @@ def test_check_run_by_hand(tmp_path, monkeypatch):
         ],
         True,
     )
+    # from another folder (README's `status --results tiny/results`): the official.json names
+    # the final summary records are read from the results folder's workflow folder
+    monkeypatch.chdir(tmp_path.parent)
+    assert status_lines(tmp_path / "results") == (
+        ["t/shipped-seed1: verified (5 of 5 receipts verified)", "t/final: verified (1 of 1 receipts verified)"],
+        True,
+    )
+    monkeypatch.chdir(tmp_path)
     # a changed checkpoint: its marker is stale, and so is everything built from it
     flip_middle_byte(run / "replay/checkpoint-2/w.bin")
     findings = check_run(rel)

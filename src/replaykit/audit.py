@@ -42,7 +42,9 @@ def inputs(
         shipped_official=Path(shipped_official or results / task / f"shipped-seed{seed}" / "official.json"),
         fixed_start_scores=Path(fixed_start_scores) if fixed_start_scores else (fixed if fixed.is_dir() else None),
         has_fixed_reference=plugin.FIXED_START_REFERENCE,
-        final_paths=tuple(final_paths(task, data or {}, Settings.from_config(sandbox or {}))),
+        final_paths=tuple(
+            final_paths(task, data or {}, Settings.from_config({**(sandbox or {}), "results_dir": results}))
+        ),
         item_fields=ItemFields.of(plugin.FINAL_ITEM_FIELDS),
         data=data or {},
     )

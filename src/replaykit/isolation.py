@@ -41,7 +41,6 @@ from .harness.frozen import package_dir
 from .harness.limits import LimitSettings
 from .harness.sandbox import (
     IsolationPlan,
-    holds_working_directory,
     inside,
     links_to,
     python_links,
@@ -60,20 +59,28 @@ class Settings:
         show: ``sandbox_show``: extra paths shown read-only.
         hide: ``sandbox_hide``: paths never shown (masked inside shown ones).
         limits: ``sandbox_limits``: memory, processes and file size of each job.
+        results: the workflow's ``results/`` folder from where the sandbox is planned: a job
+            runs in the config's ``workdir`` (``results``); an exploration command runs where
+            snakemake starts (``<workdir>/results``, e.g. ``tiny/results``). Its hidden splits
+            and built models' private files are masked (:func:`final_paths`).
     """
 
     mode: str = "bwrap"
     show: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
     limits: LimitSettings = LimitSettings()
+    results: str = "results"
 
     @classmethod
     def from_config(cls, config: dict) -> Settings:
+        """From a workflow config (``results``: ``<workdir>/results``) or an :meth:`as_dict`."""
+        results = config.get("results_dir") or str(Path(config.get("workdir") or ".") / "results")
         return cls(
             str(config.get("isolation", "bwrap")),
             tuple(config.get("sandbox_show", ())),
             tuple(config.get("sandbox_hide", ())),
             LimitSettings.from_config(config.get("sandbox_limits")),
+            str(results),
         )
 
     def as_dict(self) -> dict:
@@ -82,6 +89,7 @@ class Settings:
             "sandbox_show": list(self.show),
             "sandbox_hide": list(self.hide),
             "sandbox_limits": self.limits.as_dict(),
+            "results_dir": self.results,
         }
 
 
@@ -108,12 +116,16 @@ class RunPaths:
 def final_paths(task: str, data: dict, settings: Settings) -> list[Path]:
     """Every path holding final-split items of ``task`` (real paths, existing ones): the
     package data of ``FINAL_PACKAGE_DATA`` (every installed copy :func:`package_data_copies`
-    finds), the local ``FINAL_SOURCES`` of its ``data`` block, ``results/<task>/assets/hidden``,
-    and the ``sandbox_hide`` paths."""
+    finds), the local ``FINAL_SOURCES`` of its ``data`` block, ``<results>/<task>/assets/hidden``,
+    what the builders of ``<results>/models/`` know of final splits (``*.private.json``, e.g.
+    soup's held-out digit indices) and the ``sandbox_hide`` paths (``<results>``:
+    ``settings.results``)."""
     from .tasks import get_task
 
     plugin = get_task(task)
-    found = [Path(p) for p in settings.hide] + [Path("results") / task / "assets" / "hidden"]
+    results = Path(settings.results)
+    found = [Path(p) for p in settings.hide] + [results / task / "assets" / "hidden"]
+    found += sorted((results / "models").glob("*.private.json"))
     for package, rel in plugin.FINAL_PACKAGE_DATA:
         found += package_data_copies(package, rel, [Path(p) for p in settings.show])
     found += [Path(v) for k, v in data.items() if k in plugin.FINAL_SOURCES and isinstance(v, str) and v]
@@ -140,13 +152,35 @@ def package_data_copies(package: str, rel: str, extra: list[Path] = ()) -> list[
     return [p for p in dict.fromkeys(found) if p.exists()]
 
 
-def data_paths(task: str, data: dict) -> list[Path]:
-    """The task's other local data paths (``data`` values that name an existing path and are not
-    final-split sources: e.g. ddpo's reward models), shown read-only."""
+def data_path_items(task: str, data: dict) -> list[tuple[str, Path]]:
+    """``(key, real path)`` of the task's other local data paths (``data`` values that name an
+    existing path and are not final-split sources: e.g. ddpo's reward models), shown read-only.
+
+    Raises:
+        InputError: a value that is no usable path (a NUL byte, a name too long), naming
+            ``tasks.<task>.data.<key>``.
+    """
     from .tasks import get_task
 
     final = get_task(task).FINAL_SOURCES
-    return _real(Path(v) for k, v in data.items() if k not in final and isinstance(v, str) and v)
+    items = [(k, v) for k, v in data.items() if k not in final and isinstance(v, str) and v]
+    found = [(k, _usable(v, f"tasks.{task}.data.{k}")) for k, v in items]
+    return [(k, p) for k, p in found if p.exists()]
+
+
+def data_paths(task: str, data: dict) -> list[Path]:
+    """The paths of :func:`data_path_items`, without repeats."""
+    return list(dict.fromkeys(p for _, p in data_path_items(task, data)))
+
+
+def _usable(value: str, key: str, source: str = "config") -> Path:
+    """``value`` resolved, or :class:`InputError` naming ``key`` when it is no usable path."""
+    try:
+        path = Path(value).resolve()
+        path.exists()  # a name too long raises here
+    except (ValueError, OSError) as exc:
+        raise InputError(source, key, f"{value!r} is not a usable path ({exc})") from None
+    return path
 
 
 def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationPlan:
@@ -165,8 +199,9 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     cwd = Path.cwd().resolve()
     fixed = [run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else []
     named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
-    named += declared(data_paths(task, data), f"tasks.{task}.data")
-    named += declared(_real(map(Path, settings.show)), "sandbox_show")
+    workdirs = (Path(settings.results).parent,)  # an exploration plans from where snakemake starts
+    named += declared(data_paths(task, data), f"tasks.{task}.data", workdirs=workdirs)
+    named += declared(_real(map(Path, settings.show)), "sandbox_show", workdirs=workdirs)
     # the frozen scorer verifies every registered plug-in's files; candidate code needs its own
     plugins = [r for roots in frozen_code().plugin_roots().values() for r in roots] if run.frozen_only else []
     environment = [*python_paths(), package_dir(), *_real([*code_roots(task), *plugins])]
@@ -197,15 +232,22 @@ def declared(paths: list[Path], key: str, source: str = "config", workdirs: tupl
         InputError: ``<source>: <key>: <path> holds the working directory ...``.
     """
     for path in paths:
-        held = next((w for w in (Path.cwd(), *workdirs) if holds_working_directory(path, w)), None)
+        # compared as paths, not as folders on disk: a workdir the first run has not made yet counts
+        held = next((w.resolve() for w in (Path.cwd(), *workdirs) if _holds(path, w)), None)
         if path == Path("/") or held is not None:
             raise InputError(
                 source,
                 key,
-                f"{path} holds the working directory {(held or Path.cwd()).resolve()}: the sandbox would show "
+                f"{path} holds the working directory {held or Path.cwd().resolve()}: the sandbox would show "
                 "everything beside it (other checkouts, runs, datasets); name the folders it needs instead",
             )
     return paths
+
+
+def _holds(path: Path, folder: Path) -> bool:
+    """Whether real path ``path`` is ``folder`` or one of its parents (neither need exist)."""
+    folder = folder.resolve()
+    return path == folder or path in folder.parents
 
 
 def check_shown_paths(config: dict, source_of: Callable[[list[str]], str]) -> None:
@@ -216,16 +258,19 @@ def check_shown_paths(config: dict, source_of: Callable[[list[str]], str]) -> No
     that set the key (``replaykit.config.source_of`` over the config's layers).
 
     Raises:
-        InputError: ``<file>: sandbox_show: ...`` or ``<file>: tasks.<task>.data: ...``.
+        InputError: ``<file>: sandbox_show: ...`` or ``<file>: tasks.<task>.data.<key>: ...``
+            (also for a value that is no usable path: a NUL byte, a name too long).
     """
     if config.get("isolation") == "none":
         return
     workdirs = (Path(config.get("workdir") or "."),)
-    shown = _real(map(Path, config.get("sandbox_show", [])))
-    declared(shown, "sandbox_show", source_of(["sandbox_show"]), workdirs)
+    where = source_of(["sandbox_show"])
+    shown = [_usable(v, "sandbox_show", where) for v in config.get("sandbox_show", [])]  # existing or not
+    declared(shown, "sandbox_show", where, workdirs)
     for name, task in config["tasks"].items():
-        where = source_of(["tasks", name, "data"])
-        declared(data_paths(name, task.get("data", {})), f"tasks.{name}.data", where, workdirs)
+        for key, path in data_path_items(name, task.get("data", {})):
+            field = f"tasks.{name}.data.{key}"
+            declared([path], field, source_of(["tasks", name, "data", key]), workdirs)
 
 
 def _real(paths, existing: bool = True) -> list[Path]:

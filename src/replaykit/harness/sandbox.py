@@ -165,10 +165,10 @@ class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing or cannot create namespaces on this machine."""
 
 
-def holds_working_directory(path: str | Path, cwd: str | Path | None = None) -> bool:
-    """Whether folder ``path`` is the working directory (``cwd``, by default the process's) or
-    one of its parents (showing it would show the hidden split under ``results/``)."""
-    cwd, path = Path(cwd or Path.cwd()).resolve(), Path(path).resolve()
+def holds_working_directory(path: str | Path) -> bool:
+    """Whether folder ``path`` is the working directory or one of its parents (showing it would
+    show the hidden split under ``results/``)."""
+    cwd, path = Path.cwd().resolve(), Path(path).resolve()
     return path.is_dir() and (path == cwd or path in cwd.parents)
 
 

@@ -154,9 +154,12 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
     return out + [_check_official(run_dir, record_path, record, cache)]
 
 
-def check_final(final_dir: str | Path, officials: list[str | Path], cache: HashCache | None = None) -> Finding | None:
+def check_final(
+    final_dir: str | Path, officials: list[str | Path], cache: HashCache | None = None, root: str | Path = "."
+) -> Finding | None:
     """Check ``final/`` against the ``official.json`` files it must be made from (None when
-    ``final/`` does not exist)."""
+    ``final/`` does not exist). ``officials``: as the summary records them, relative to the
+    workflow's working directory ``root`` (``tiny/`` for the tiny runs) unless absolute."""
     final_dir = Path(final_dir)
     if not final_dir.exists():
         return None
@@ -166,9 +169,9 @@ def check_final(final_dir: str | Path, officials: list[str | Path], cache: HashC
         return Finding(str(final_dir), "stale", "no complete final summary", [str(final_dir)])
     recorded = summary.get("officials_sha256") or {}
     for path in dict.fromkeys(str(p) for p in officials):
-        if not Path(path).is_file():
+        if not (Path(root) / path).is_file():
             return Finding(str(final_dir), "stale", f"{path} is missing", [str(final_dir)])
-        if recorded.get(path) != cache.file(path):
+        if recorded.get(path) != cache.file(Path(root) / path):
             return Finding(str(final_dir), "stale", f"made from another {path}", [str(final_dir)])
     return Finding(str(final_dir), "verified")
 
@@ -301,7 +304,7 @@ def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[l
             summary = _json(final_dir / SUMMARY) or {}
             names = list(summary.get("officials_sha256") or {})
             verdict = (
-                check_final(final_dir, names)
+                check_final(final_dir, names, root=results.parent)  # the names: from the workflow's folder
                 if names
                 else Finding(
                     str(final_dir),
