@@ -109,6 +109,16 @@ def test_audit_before_any_run_says_so_and_confirms_nothing(tmp_path):
         0,
         "results/dpo: nothing has run yet (no official.json): nothing to audit\n",
     )
+    # the tiny runs are elsewhere (config/test.yaml's workdir): the line says where, as status does
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/test.yaml").write_text("workdir: tiny\n")
+    (tmp_path / "tiny/results/dpo").mkdir(parents=True)
+    shown = rk(tmp_path, "audit", "dpo", check=False)
+    assert (shown.returncode, shown.stdout) == (
+        0,
+        "results/dpo: nothing has run yet (no official.json): nothing to audit; "
+        "the tiny runs: audit dpo --results tiny/results\n",
+    )
 
 
 def test_a_patch_with_a_few_final_prompts_is_confirmed(dpo_run, tmp_path):

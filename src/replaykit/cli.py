@@ -334,6 +334,9 @@ def cmd_audit(a) -> int:
         print(f"[audit] {a.task}/{a.run}: {one_line(doc)} -> {a.out}")
         return 0
     lines, confirmed = show(a.task, a.run, a.results)
+    tiny = tiny_results()
+    if lines[0].endswith("nothing to audit") and Path(a.results) != tiny and (tiny / a.task).is_dir():
+        lines[0] += f"; the tiny runs: audit {a.task} --results {tiny}"  # as status says
     print("\n".join(lines))
     return 1 if confirmed else 0
 
@@ -482,7 +485,7 @@ def parser() -> argparse.ArgumentParser:
         prog="replaykit",
         description=__doc__.splitlines()[0],
         epilog="The workflow's rules call these steps (see rules/*.smk); a user runs "
-        "snakemake, plus `status` and `explore` here. `<step> --help` describes each.",
+        "snakemake, plus `status`, `audit` and `explore` here. `<step> --help` describes each.",
     )
     sub = p.add_subparsers(dest="step", required=True)
 
