@@ -122,11 +122,13 @@ def test_a_shown_results_folder_keeps_its_hidden_split_and_private_files_masked(
         (results / task / "assets" / split).mkdir(parents=True)
     (results / "models").mkdir()
     (results / "models" / "digits.private.json").write_text('{"heldout_indices": [1, 2]}\n')
+    (results / "models" / "llama.private.json").write_text("{}")  # knows nothing of a final split
     secret = [(results / task / "assets" / "hidden").resolve(), (results / "models" / "digits.private.json").resolve()]
     config = {**SETTINGS, "sandbox_show": ["tiny/results"], "workdir": "tiny"}  # as the exploration reads it
     ex = exploration(task, work, Settings.from_config(config).as_dict())
     probe = probe_plan(ex, ex.dir / "runs" / "probe-1")
     assert results.resolve() in probe.read_only and all(f in probe.masked for f in secret)
+    assert (results / "models" / "llama.private.json").resolve() not in final_paths(task, {}, ex.settings())
     monkeypatch.chdir(results.parent)  # the job: in the workdir, sandbox_show rebased, no workdir key
     replay = replay_plan(task, work, {**SETTINGS, "sandbox_show": ["results"]})
     assert results.resolve() in replay.read_only and all(f in replay.masked for f in secret)

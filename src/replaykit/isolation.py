@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import glob
 import importlib.util
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,11 +126,21 @@ def final_paths(task: str, data: dict, settings: Settings) -> list[Path]:
     plugin = get_task(task)
     results = Path(settings.results)
     found = [Path(p) for p in settings.hide] + [results / task / "assets" / "hidden"]
-    found += sorted((results / "models").glob("*.private.json"))
+    found += [p for p in sorted((results / "models").glob("*.private.json")) if _knows_something(p)]
     for package, rel in plugin.FINAL_PACKAGE_DATA:
         found += package_data_copies(package, rel, [Path(p) for p in settings.show])
     found += [Path(v) for k, v in data.items() if k in plugin.FINAL_SOURCES and isinstance(v, str) and v]
     return _real(found)
+
+
+def _knows_something(private: Path) -> bool:
+    """Whether a builder's private file holds anything (``{}``: its builder draws no final split;
+    such a file is no final-split path, and the self-test's search for copies of final files
+    would match every other two-byte ``{}`` on the machine). Unreadable: counted as holding."""
+    try:
+        return bool(json.loads(private.read_text()))
+    except (OSError, ValueError):
+        return True
 
 
 # Where a Python package lies below a folder: a sys.path entry itself, an installation prefix
