@@ -471,10 +471,12 @@ def campaign_config(work: Path, soup_start: Path, tiny_llama: Path) -> dict:
     """The campaign of ``campaign_run`` (issue 32): soup and rm, two candidates each (soup:
     ``greedy``, ``single``; rm: learning rates ``lr1``, ``lr4``), seeds 42 and 43, at most one
     replay at a time. Kept cheap: soup publishes one checkpoint per run, rm's tiny recipe is cut
-    to 2 steps with one checkpoint. soup's report shows the ``greedy`` ablation. Patches are
-    written into ``work``."""
+    to 2 steps with one checkpoint. soup's official candidate is ``greedy``, so its final and its
+    report (read by tests/test_report.py) hold a candidate patch over two seeds and the shipped
+    reference, and the report shows the ``greedy`` ablation. Patches are written into ``work``."""
     soup = soup_task(
         soup_start,
+        candidate="greedy",
         seeds=CAMPAIGN_SEEDS,
         candidates={
             "greedy": knob_patch(work, "soup", "greedy", "method", "greedy"),
@@ -500,7 +502,8 @@ def campaign_run(soup_start, tiny_llama, tmp_path_factory) -> Path:
     results/soup/report.html --cores 2 --resources gpu=2`` (12 replays: each task's 2 candidates
     and its shipped recipe, shared, over 2 seeds; every candidate's ablation; soup's report);
     Snakemake's output in ``campaign.log`` beside the tree. Read by the campaign's, the rm
-    ablation's and the soup ablation's tests. Shared and read only: change a ``copy_run``."""
+    ablation's, the soup ablation's and the HTML report's tests. Shared and read only: change a
+    ``copy_run``."""
 
     def build(work: Path) -> None:
         work.mkdir()

@@ -1,6 +1,8 @@
-"""The HTML report on a tiny dpo run: a candidate patch over two seeds plus the shipped
-reference, so the report holds three runs. Numbers in the page are compared with the
-summaries they come from; the page is opened in headless Chromium."""
+"""The HTML report on the campaign's tiny soup (conftest's ``campaign_run``): the candidate
+patch ``greedy`` over two seeds plus the shipped reference, so the report holds three runs.
+Numbers in the page are compared with the summaries they come from; the page is opened in
+headless Chromium. The campaign's one build serves these tests (issue 26: the report had its
+own two-seed dpo DAG, 335–364 s of the suite)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import config_patch, copy_workflow, snakemake, tiny_config, write_config
+from conftest import CAMPAIGN_SEEDS, snakemake
 
 pytestmark = pytest.mark.slow
-REPORT = "results/dpo/report.html"
-RUNS = ("beta05-seed42", "beta05-seed43", "shipped-seed42")
+REPORT = "results/soup/report.html"
+RUNS = ("greedy-seed42", "greedy-seed43", "shipped-seed42")
+N_INGREDIENTS = 3  # conftest's soup_start: the greedy soup's rounds, one per ingredient
 
 
 def read(path):
@@ -26,20 +29,25 @@ def read(path):
 
 class Page(HTMLParser):
     """Collects the checkpoint table's rows (their attributes and the data-value of each
-    cell), the images and the links of a report page."""
+    cell), the images and the links of a report page. A cell belongs to the checkpoint row it
+    is in: the tables after it (seeds, ablation) have rows without ``data-run``."""
 
     def __init__(self, text: str):
         super().__init__()
         self.rows, self.images, self.links, self.body = [], [], [], {}
-        self.headline = None
+        self.headline, self.row = None, None
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag == "tr" and "data-run" in a:
-            self.rows.append({"run": a["data-run"], "progress": int(a["data-progress"]), "cells": {}})
-        elif tag == "td" and self.rows and "class" in a and "data-value" in a:
-            self.rows[-1]["cells"][a["class"].split()[-1]] = a
+        if tag == "tr":
+            self.row = (
+                {"run": a["data-run"], "progress": int(a["data-progress"]), "cells": {}} if "data-run" in a else None
+            )
+            if self.row is not None:
+                self.rows.append(self.row)
+        elif tag == "td" and self.row is not None and "class" in a and "data-value" in a:
+            self.row["cells"][a["class"].split()[-1]] = a
         elif tag == "span" and a.get("class") == "value":
             self.headline = float(a["data-value"])
         elif tag == "img":
@@ -50,33 +58,29 @@ class Page(HTMLParser):
             self.body = a
 
 
-@pytest.fixture(scope="module")
-def two_seeds(tiny_llama, tmp_path_factory):
-    work = copy_workflow(tmp_path_factory.mktemp("report-run"))
-    patch = config_patch(work, "beta05", "beta", "0.5")
-    cfg = tiny_config(tiny_llama, candidate="beta05", candidates={"beta05": str(patch)}, seeds=[42, 43])
-    # 3 steps, checkpoints at 2 and 3 (the last step always publishes): 2 x 3 scoring jobs per run
-    cfg["tasks"]["dpo"]["recipe"]["overrides"].update(max_steps=3, save_steps=2)
-    write_config(work, cfg)
-    snakemake(work, REPORT, "--cores", "2", "--resources", "gpu=1", check=True)
-    return work, patch
+@pytest.fixture
+def two_seeds(campaign_run):
+    """The campaign's tree and soup's ``greedy`` patch. Function-scoped on purpose: the tests
+    are then no module group, and pytest-xdist deals them out in turn with the campaign's other
+    readers (conftest's ``pytest_collection_modifyitems``)."""
+    return campaign_run, campaign_run / "soup-greedy.diff"
 
 
 def test_candidate_patch_over_two_seeds(two_seeds):
     from replaykit.harness.hashing import sha256_file
 
     work, patch = two_seeds
-    final = read(work / "results/dpo/final/summary.json")
-    officials = [read(work / f"results/dpo/beta05-seed{s}/official.json") for s in (42, 43)]
+    final = read(work / "results/soup/final/summary.json")
+    officials = [read(work / f"results/soup/greedy-seed{s}/official.json") for s in CAMPAIGN_SEEDS]
     values = [o["official"]["value"] for o in officials]
     assert final["seeds"]["n"] == 2
     assert final["seeds"]["mean"] == pytest.approx(statistics.mean(values))
     assert final["seeds"]["sd"] == pytest.approx(statistics.stdev(values))
-    assert final["value"] == values[0] and final["official"]["run"] == "beta05-seed42"
+    assert final["value"] == values[0] and final["official"]["run"] == "greedy-seed42"
     assert final["lineage"]["patch_sha256"] == sha256_file(patch)
-    assert "beta: 0.5" in (work / "results/dpo/beta05-seed42/workspace/configs/embedded.yaml").read_text()
+    assert "method: greedy" in (work / "results/soup/greedy-seed42/workspace/configs/embedded.yaml").read_text()
     # the shipped reference is the unpatched recipe, replayed with the first seed
-    shipped = read(work / "results/dpo/shipped-seed42/official.json")
+    shipped = read(work / "results/soup/shipped-seed42/official.json")
     assert shipped["patch_sha256"] is None
     assert final["references"]["shipped"]["value"] == shipped["official"]["value"]
 
@@ -93,10 +97,10 @@ def test_candidate_patch_over_two_seeds(two_seeds):
 def test_report_lists_every_checkpoint_with_the_summaries_numbers(two_seeds):
     work, _ = two_seeds
     page = Page((work / REPORT).read_text())
-    final = read(work / "results/dpo/final/summary.json")
+    final = read(work / "results/soup/final/summary.json")
     assert page.headline == final["value"]
-    expected = [(run, c) for run in RUNS for c in read(work / f"results/dpo/{run}/official.json")["checkpoints"]]
-    retained = [(run, p) for run in RUNS for p in read(work / f"results/dpo/{run}/replay/record.json")["retained"]]
+    expected = [(run, c) for run in RUNS for c in read(work / f"results/soup/{run}/official.json")["checkpoints"]]
+    retained = [(run, p) for run in RUNS for p in read(work / f"results/soup/{run}/replay/record.json")["retained"]]
     assert [(r["run"], r["progress"]) for r in page.rows] == [(run, c["progress"]) for run, c in expected] == retained
     for row, (_run, c) in zip(page.rows, expected):
         score = row["cells"]["score"]
@@ -104,7 +108,7 @@ def test_report_lists_every_checkpoint_with_the_summaries_numbers(two_seeds):
         # each checkpoint's own score summary holds the same number
         assert read(work / c["scores"] / "summary.json")["value"] == c["value"]
     official = next(
-        r for r in page.rows if (r["run"], r["progress"]) == ("beta05-seed42", final["official"]["progress"])
+        r for r in page.rows if (r["run"], r["progress"]) == ("greedy-seed42", final["official"]["progress"])
     )
     vs = final["comparisons"]["vs_shipped"]
     diff = official["cells"]["diff"]
@@ -117,7 +121,7 @@ def test_report_lists_every_checkpoint_with_the_summaries_numbers(two_seeds):
         r
         for r in page.rows
         if r["run"] == "shipped-seed42"
-        and r["progress"] == read(work / "results/dpo/shipped-seed42/official.json")["official"]["progress"]
+        and r["progress"] == read(work / "results/soup/shipped-seed42/official.json")["official"]["progress"]
     )
     assert float(shipped_best["cells"]["diff"]["data-value"]) == 0.0  # the reference against itself
 
@@ -128,9 +132,12 @@ def test_report_embeds_every_figure_and_links_resolve(two_seeds):
     work, _ = two_seeds
     page = Page((work / REPORT).read_text())
     pngs = [
-        work / f"results/dpo/{run}/figures/{kind}.png" for run in RUNS for kind in ("training", "checkpoints", "budget")
+        work / f"results/soup/{run}/figures/{kind}.png"
+        for run in RUNS
+        for kind in ("training", "checkpoints", "budget")
     ]
-    pngs += [work / "results/dpo/report/seeds.png", work / "results/dpo/report/diagnostics.png"]
+    pngs += [work / "results/soup/report/seeds.png", work / "results/soup/report/diagnostics.png"]
+    pngs += [work / "results/soup/ablation/greedy/differences.png"]  # the campaign's `ablation.report: [greedy]`
     assert len(page.images) == len(pngs)
     import base64
 
@@ -140,15 +147,16 @@ def test_report_embeds_every_figure_and_links_resolve(two_seeds):
         with Image.open(png) as im:
             assert im.format == "PNG" and im.width > 300 and im.height > 150
     for href in page.links:
-        assert (work / "results/dpo" / href).resolve().exists(), href
-    # the training curve comes from the replay record (one entry per optimizer step)
-    history = read(work / "results/dpo/beta05-seed42/replay/record.json")["train_history"]
-    assert [h["progress"] for h in history] == [1, 2, 3] and all("loss" in h for h in history)
+        assert (work / "results/soup" / href).resolve().exists(), href
+    # the training curve comes from the replay record (one entry per greedy round)
+    history = read(work / "results/soup/greedy-seed42/replay/record.json")["train_history"]
+    assert [h["progress"] for h in history] == list(range(1, N_INGREDIENTS + 1))
+    assert all("proxy_accuracy" in h for h in history)
 
 
-def test_snakemake_report_collects_the_annotated_outputs(two_seeds):
+def test_snakemake_report_collects_the_annotated_outputs(two_seeds, tmp_path):
     work, _ = two_seeds
-    out = work / "snakemake-report.html"
+    out = tmp_path / "snakemake-report.html"  # not in the shared tree, which stays read only
     snakemake(work, REPORT, "--report", str(out), check=True)
     text = out.read_text()
     for name in ("training.png", "checkpoints.png", "budget.png", "seeds.png", "diagnostics.png", "checkpoints.html"):
@@ -171,7 +179,8 @@ def test_report_renders_in_headless_chromium(two_seeds, tmp_path):
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     body = Page(dom.stdout).body
-    assert body.get("data-images") == "11" and body.get("data-broken-images") == "0", body
+    # 3 figures for each of the 3 runs, the seeds', the diagnostic's and the greedy ablation's
+    assert body.get("data-images") == str(3 * len(RUNS) + 3) and body.get("data-broken-images") == "0", body
     shot = tmp_path / "report.png"
     subprocess.run([*flags, f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)
     with Image.open(shot) as im:
