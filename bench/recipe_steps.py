@@ -78,6 +78,7 @@ class Timing:
         self.sum_l = self.sum_l2 = self.sum_r = 0.0
         self.started = self.last = self.previous_end = None
         self.flops_of = None
+        self.widest = 0  # the most padded tokens (rows x width) of one micro-batch in the step
 
     def count(self, inputs, model) -> None:
         if self.flops_of is None:
@@ -107,7 +108,7 @@ class Timing:
             def on_step_begin(self, args, state, control, **kwargs):
                 sync()
                 timing.started = timing.last = time.perf_counter()
-                timing.micro, timing.micro_s = 0, []
+                timing.micro, timing.micro_s, timing.widest = 0, [], 0
 
             def on_substep_end(self, args, state, control, **kwargs):
                 sync()
@@ -132,6 +133,7 @@ class Timing:
                         "real_tokens": int(tokens),
                         "tflops": flops / seconds / 1e12,
                         "micro_batch_s": timing.micro_s + [now - timing.last],
+                        "max_micro_batch_tokens": timing.widest,
                     }
                 )
                 timing.sum_l = timing.sum_l2 = timing.sum_r = 0.0
@@ -166,6 +168,7 @@ def timed(trainer_class, timing: Timing):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if model.training:
                 timing.micro += 1
+                timing.widest = max(timing.widest, inputs["attention_mask"].numel())
             return super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
@@ -176,6 +179,8 @@ def timed(trainer_class, timing: Timing):
 def run(a) -> dict:
     import torch
 
+    if a.no_cudnn_sdp:  # sdpa then picks flash (causal, no mask) or efficient (masked): no per-shape plan
+        torch.backends.cuda.enable_cudnn_sdp(False)
     overrides = {**json.loads(a.overrides), **json.loads(a.extra), "max_steps": a.steps, "save_steps": a.steps}
     state = Path(a.work) / a.label
     (state / "state").mkdir(parents=True, exist_ok=True)
@@ -201,6 +206,7 @@ def run(a) -> dict:
     sys.argv = ["train.py", "--request", str(state / "request.json")]
     started = time.perf_counter()
     row = {"task": a.task, "label": a.label, "profile": a.profile, "overrides": json.loads(a.overrides)}
+    row["cudnn_sdp"] = torch.backends.cuda.cudnn_sdp_enabled()
     try:
         row["rc"] = recipe.main()
     except torch.OutOfMemoryError as error:
@@ -231,6 +237,7 @@ def main() -> None:
     r.add_argument("--label", required=True)
     r.add_argument("--work", default="/tmp/recipe-steps", help="state and publish folders")
     r.add_argument("--json", help="append the row to this JSON list")
+    r.add_argument("--no-cudnn-sdp", action="store_true", help="torch.backends.cuda.enable_cudnn_sdp(False) first")
     a = parser.parse_args()
     if a.command == "prepare":
         prepare(a.size, a.out, a.pairs)
