@@ -20,6 +20,11 @@
 #   dpo-flash    dpo `full` with cuDNN's sdpa off (flash: no plan built per new shape)                 60
 #   rm-flash     rm `full` grouped with cuDNN's sdpa off, 3 steps                                      70
 #   rm-mbt       rm `full` grouped with micro_batch_tokens 16384, 3 steps                              70
+# Call 2 of that pass, once the profiles set cudnn_attention: false (DPO_STEPS=5 BUDGET=560):
+#   sdpa-accuracy cuDNN, flash and efficient attention against float64, and each twice          20
+#   knob-dpo     dpo `full` (now), with cudnn_attention true (twice: the spread), the plain path;   310
+#                the first step's gradients compared (bench/compare_grads.py)
+#   knob-rm      rm `full` (now), with cudnn_attention true, the plain path; gradients compared     235
 # Call 2 (BUDGET=330 bash bench/device_speed.sh digress ddpo-compile; digress needs .whl/digress):
 #   digress      the recipe with compile_scope layers, then model: 3 epochs each, each run stopping   200
 #                itself by DEADLINE. Needs the QM9 split made here with RDKit (the device has none):
@@ -85,6 +90,9 @@ steps() {  # steps ESTIMATE LABEL TASK PROFILE STEPS OVERRIDES [FLAG...]
         --overrides "$6" --extra "$extra" --label "$2" --work "$WORK/runs" --json "$JSON" "${@:7}"
 }
 DPO_STEPS=${DPO_STEPS:-3}
+gsteps() {  # steps, saving the first step's gradients to $WORK/grads-TASK/LABEL.pt (bench/compare_grads.py)
+    steps "$@" --save-grads "$WORK/grads-$3/$2.pt"
+}
 for section in "$@"; do
     case $section in
     probe) run 15 probe "$PY" bench/sdpa_probe.py --json "$WORK/sdpa.json" ;;
@@ -105,6 +113,20 @@ for section in "$@"; do
     dpo-flash) steps 60 dpo-nf4-no-cudnn dpo full "$DPO_STEPS" '{}' --no-cudnn-sdp ;;
     rm-flash) steps 70 rm-grouped-no-cudnn rm full 3 '{}' --no-cudnn-sdp ;;
     rm-mbt) steps 70 rm-grouped-16384 rm full 3 '{"micro_batch_tokens": 16384}' ;;
+    sdpa-accuracy) run 20 sdpa-accuracy "$PY" bench/sdpa_accuracy.py --json "$WORK/sdpa-accuracy.json" ;;
+    knob-dpo)
+        gsteps 65 dpo-nf4 dpo full "$DPO_STEPS" '{}'
+        gsteps 65 dpo-nf4-cudnn dpo full "$DPO_STEPS" '{"cudnn_attention": true}'
+        gsteps 80 dpo-nf4-plain dpo full "$DPO_STEPS" '{"causal_padding": false, "micro_batch_tokens": null, "cudnn_attention": true}'
+        gsteps 65 dpo-nf4-cudnn-b dpo full "$DPO_STEPS" '{"cudnn_attention": true}'
+        run 30 grads-dpo "$PY" bench/compare_grads.py "$WORK/grads-dpo" dpo-nf4-cudnn --json "$WORK/grads-dpo.json"
+        ;;
+    knob-rm)
+        gsteps 70 rm-grouped rm full 3 '{}'
+        gsteps 70 rm-grouped-cudnn rm full 3 '{"cudnn_attention": true}'
+        gsteps 80 rm-plain rm full 1 '{"micro_batch_tokens": null, "cudnn_attention": true}'
+        run 15 grads-rm "$PY" bench/compare_grads.py "$WORK/grads-rm" rm-grouped-cudnn --json "$WORK/grads-rm.json"
+        ;;
     dpo-bf16) steps 45 dpo-bf16 dpo full-bf16 3 '{}' ;;
     dpo-bf16-more)
         steps 45 dpo-bf16-plain dpo full-bf16 3 '{"causal_padding": false, "micro_batch_tokens": null}'

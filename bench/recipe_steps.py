@@ -79,6 +79,7 @@ class Timing:
         self.started = self.last = self.previous_end = None
         self.flops_of = None
         self.widest = 0  # the most padded tokens (rows x width) of one micro-batch in the step
+        self.save_grads = None  # a path: the first step's gradients (float32) go there
 
     def count(self, inputs, model) -> None:
         if self.flops_of is None:
@@ -115,6 +116,16 @@ class Timing:
                 now = time.perf_counter()
                 timing.micro_s.append(now - timing.last)
                 timing.last = now
+
+            def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+                if timing.save_grads and state.global_step == 0:  # step 1: the same weights and pairs in every run
+                    import torch
+
+                    grads = {
+                        n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None
+                    }
+                    Path(timing.save_grads).parent.mkdir(parents=True, exist_ok=True)
+                    torch.save(grads, timing.save_grads)
 
             def on_step_end(self, args, state, control, **kwargs):
                 sync()
@@ -202,11 +213,11 @@ def run(a) -> dict:
     recipe = load_recipe(a.task)
     name = "RecipeRewardTrainer" if a.task == "rm" else "RecipeDPOTrainer"
     timing = Timing(a.task)
+    timing.save_grads = a.save_grads
     setattr(recipe, name, timed(getattr(recipe, name), timing))
     sys.argv = ["train.py", "--request", str(state / "request.json")]
     started = time.perf_counter()
     row = {"task": a.task, "label": a.label, "profile": a.profile, "overrides": json.loads(a.overrides)}
-    row["cudnn_sdp"] = torch.backends.cuda.cudnn_sdp_enabled()
     try:
         row["rc"] = recipe.main()
     except torch.OutOfMemoryError as error:
@@ -214,6 +225,7 @@ def run(a) -> dict:
     except Exception as error:  # noqa: BLE001  (a variant the stack cannot run is a row, not the end of the run)
         row.update(rc=None, error=f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}")
     row["wall_s"] = time.perf_counter() - started
+    row["cudnn_sdp"] = torch.backends.cuda.cudnn_sdp_enabled()  # after the recipe (its cudnn_attention knob)
     row["steps"] = timing.steps
     if torch.cuda.is_available():
         row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -237,6 +249,7 @@ def main() -> None:
     r.add_argument("--label", required=True)
     r.add_argument("--work", default="/tmp/recipe-steps", help="state and publish folders")
     r.add_argument("--json", help="append the row to this JSON list")
+    r.add_argument("--save-grads", help="torch.save the first step's gradients here (bench/compare_grads.py)")
     r.add_argument("--no-cudnn-sdp", action="store_true", help="torch.backends.cuda.enable_cudnn_sdp(False) first")
     a = parser.parse_args()
     if a.command == "prepare":
