@@ -27,8 +27,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 
 from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
-from replaykit.tasks.common.pair_steps import (CUDNN_ATTENTION_HELP, MICRO_BATCH_TOKENS_HELP, PairStepMixin,
-                                                drop_padding_mask, use_cudnn_attention)
+from replaykit.tasks.common.pair_steps import (
+    CUDNN_ATTENTION_HELP,
+    MICRO_BATCH_TOKENS_HELP,
+    PairStepMixin,
+    drop_padding_mask,
+    use_cudnn_attention,
+)
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
