@@ -99,12 +99,12 @@ for section in "$@"; do
     prefs) [ -e "$WORK/prefs/model/.complete" ] || run 45 prefs "$PY" bench/recipe_steps.py prepare --size "$SIZE" --out "$WORK/prefs" ;;
     rm)
         steps 75 rm-grouped rm full 3 '{}'
-        steps 75 rm-plain rm full 1 '{"micro_batch_tokens": null}'
+        steps 75 rm-plain rm full 1 '{"micro_batch_tokens": null, "cudnn_attention": true}'
         ;;
     rm-nogc) steps 60 rm-grouped-nogc rm full 3 '{"gradient_checkpointing": false}' ;;
     dpo)
         steps 60 dpo-nf4 dpo full "$DPO_STEPS" '{}'
-        steps 65 dpo-nf4-plain dpo full "$DPO_STEPS" '{"causal_padding": false, "micro_batch_tokens": null}'
+        steps 65 dpo-nf4-plain dpo full "$DPO_STEPS" '{"causal_padding": false, "micro_batch_tokens": null, "cudnn_attention": true}'
         ;;
     dpo-mbt)
         steps 60 dpo-nf4-16384 dpo full "$DPO_STEPS" '{"micro_batch_tokens": 16384}'
