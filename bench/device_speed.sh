@@ -15,6 +15,16 @@
 #   ddpo         PPO ratio before an update, SD v1.5 fp16, eager: the recipe vs the old bookkeeping  50
 #   dpo-bf16     dpo `full-bf16` (>= 120 GB GPUs) now, 3 steps: model TFLOP/s                          45
 #   rm-nogc      rm `full` grouped without gradient checkpointing, 3 steps                            60
+# Issue 35's second pass (results-2026-12-02-speed2.md; DPO_STEPS=5 for a median of 4 steps):
+#   dpo-mbt      dpo `full` with micro_batch_tokens 16384, then 12288                                 120
+#   dpo-flash    dpo `full` with cuDNN's sdpa off (flash: no plan built per new shape)                 60
+#   rm-flash     rm `full` grouped with cuDNN's sdpa off, 3 steps                                      70
+#   rm-mbt       rm `full` grouped with micro_batch_tokens 16384, 3 steps                              70
+# Call 2 of that pass, once the profiles set cudnn_attention: false (DPO_STEPS=5 BUDGET=560):
+#   sdpa-accuracy cuDNN, flash and efficient attention against float64, and each twice          20
+#   knob-dpo     dpo `full` (now), with cudnn_attention true (twice: the spread), the plain path;   310
+#                the first step's gradients compared (bench/compare_grads.py)
+#   knob-rm      rm `full` (now), with cudnn_attention true, the plain path; gradients compared     235
 # Call 2 (BUDGET=330 bash bench/device_speed.sh digress ddpo-compile; digress needs .whl/digress):
 #   digress      the recipe with compile_scope layers, then model: 3 epochs each, each run stopping   200
 #                itself by DEADLINE. Needs the QM9 split made here with RDKit (the device has none):
@@ -73,11 +83,15 @@ run() {
         -e "examples/s"
     echo "== $name rc=${PIPESTATUS[0]}"
 }
-steps() {  # steps ESTIMATE LABEL TASK PROFILE STEPS OVERRIDES
+steps() {  # steps ESTIMATE LABEL TASK PROFILE STEPS OVERRIDES [FLAG...]
     local extra=$EXTRA_RM
     [ "$3" = dpo ] && extra=$EXTRA_DPO
     run "$1" "$2" "$PY" bench/recipe_steps.py run --data "$WORK/prefs" --task "$3" --profile "$4" --steps "$5" \
-        --overrides "$6" --extra "$extra" --label "$2" --work "$WORK/runs" --json "$JSON"
+        --overrides "$6" --extra "$extra" --label "$2" --work "$WORK/runs" --json "$JSON" "${@:7}"
+}
+DPO_STEPS=${DPO_STEPS:-3}
+gsteps() {  # steps, saving the first step's gradients to $WORK/grads-TASK/LABEL.pt (bench/compare_grads.py)
+    steps "$@" --save-grads "$WORK/grads-$3/$2.pt"
 }
 for section in "$@"; do
     case $section in
@@ -85,12 +99,33 @@ for section in "$@"; do
     prefs) [ -e "$WORK/prefs/model/.complete" ] || run 45 prefs "$PY" bench/recipe_steps.py prepare --size "$SIZE" --out "$WORK/prefs" ;;
     rm)
         steps 75 rm-grouped rm full 3 '{}'
-        steps 75 rm-plain rm full 1 '{"micro_batch_tokens": null}'
+        steps 75 rm-plain rm full 1 '{"micro_batch_tokens": null, "cudnn_attention": true}'
         ;;
     rm-nogc) steps 60 rm-grouped-nogc rm full 3 '{"gradient_checkpointing": false}' ;;
     dpo)
-        steps 60 dpo-nf4 dpo full 3 '{}'
-        steps 65 dpo-nf4-plain dpo full 3 '{"causal_padding": false, "micro_batch_tokens": null}'
+        steps 60 dpo-nf4 dpo full "$DPO_STEPS" '{}'
+        steps 65 dpo-nf4-plain dpo full "$DPO_STEPS" '{"causal_padding": false, "micro_batch_tokens": null, "cudnn_attention": true}'
+        ;;
+    dpo-mbt)
+        steps 60 dpo-nf4-16384 dpo full "$DPO_STEPS" '{"micro_batch_tokens": 16384}'
+        steps 60 dpo-nf4-12288 dpo full "$DPO_STEPS" '{"micro_batch_tokens": 12288}'
+        ;;
+    dpo-flash) steps 60 dpo-nf4-no-cudnn dpo full "$DPO_STEPS" '{}' --no-cudnn-sdp ;;
+    rm-flash) steps 70 rm-grouped-no-cudnn rm full 3 '{}' --no-cudnn-sdp ;;
+    rm-mbt) steps 70 rm-grouped-16384 rm full 3 '{"micro_batch_tokens": 16384}' ;;
+    sdpa-accuracy) run 20 sdpa-accuracy "$PY" bench/sdpa_accuracy.py --json "$WORK/sdpa-accuracy.json" ;;
+    knob-dpo)
+        gsteps 65 dpo-nf4 dpo full "$DPO_STEPS" '{}'
+        gsteps 65 dpo-nf4-cudnn dpo full "$DPO_STEPS" '{"cudnn_attention": true}'
+        gsteps 80 dpo-nf4-plain dpo full "$DPO_STEPS" '{"causal_padding": false, "micro_batch_tokens": null, "cudnn_attention": true}'
+        gsteps 65 dpo-nf4-cudnn-b dpo full "$DPO_STEPS" '{"cudnn_attention": true}'
+        run 30 grads-dpo "$PY" bench/compare_grads.py "$WORK/grads-dpo" dpo-nf4-cudnn --json "$WORK/grads-dpo.json"
+        ;;
+    knob-rm)
+        gsteps 70 rm-grouped rm full 3 '{}'
+        gsteps 70 rm-grouped-cudnn rm full 3 '{"cudnn_attention": true}'
+        gsteps 80 rm-plain rm full 1 '{"micro_batch_tokens": null, "cudnn_attention": true}'
+        run 15 grads-rm "$PY" bench/compare_grads.py "$WORK/grads-rm" rm-grouped-cudnn --json "$WORK/grads-rm.json"
         ;;
     dpo-bf16) steps 45 dpo-bf16 dpo full-bf16 3 '{}' ;;
     dpo-bf16-more)

@@ -78,6 +78,8 @@ class Timing:
         self.sum_l = self.sum_l2 = self.sum_r = 0.0
         self.started = self.last = self.previous_end = None
         self.flops_of = None
+        self.widest = 0  # the most padded tokens (rows x width) of one micro-batch in the step
+        self.save_grads = None  # a path: the first step's gradients (float32) go there
 
     def count(self, inputs, model) -> None:
         if self.flops_of is None:
@@ -107,13 +109,23 @@ class Timing:
             def on_step_begin(self, args, state, control, **kwargs):
                 sync()
                 timing.started = timing.last = time.perf_counter()
-                timing.micro, timing.micro_s = 0, []
+                timing.micro, timing.micro_s, timing.widest = 0, [], 0
 
             def on_substep_end(self, args, state, control, **kwargs):
                 sync()
                 now = time.perf_counter()
                 timing.micro_s.append(now - timing.last)
                 timing.last = now
+
+            def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+                if timing.save_grads and state.global_step == 0:  # step 1: the same weights and pairs in every run
+                    import torch
+
+                    grads = {
+                        n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None
+                    }
+                    Path(timing.save_grads).parent.mkdir(parents=True, exist_ok=True)
+                    torch.save(grads, timing.save_grads)
 
             def on_step_end(self, args, state, control, **kwargs):
                 sync()
@@ -132,6 +144,7 @@ class Timing:
                         "real_tokens": int(tokens),
                         "tflops": flops / seconds / 1e12,
                         "micro_batch_s": timing.micro_s + [now - timing.last],
+                        "max_micro_batch_tokens": timing.widest,
                     }
                 )
                 timing.sum_l = timing.sum_l2 = timing.sum_r = 0.0
@@ -166,6 +179,7 @@ def timed(trainer_class, timing: Timing):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if model.training:
                 timing.micro += 1
+                timing.widest = max(timing.widest, inputs["attention_mask"].numel())
             return super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
@@ -176,6 +190,8 @@ def timed(trainer_class, timing: Timing):
 def run(a) -> dict:
     import torch
 
+    if a.no_cudnn_sdp:  # sdpa then picks flash (causal, no mask) or efficient (masked): no per-shape plan
+        torch.backends.cuda.enable_cudnn_sdp(False)
     overrides = {**json.loads(a.overrides), **json.loads(a.extra), "max_steps": a.steps, "save_steps": a.steps}
     state = Path(a.work) / a.label
     (state / "state").mkdir(parents=True, exist_ok=True)
@@ -197,6 +213,7 @@ def run(a) -> dict:
     recipe = load_recipe(a.task)
     name = "RecipeRewardTrainer" if a.task == "rm" else "RecipeDPOTrainer"
     timing = Timing(a.task)
+    timing.save_grads = a.save_grads
     setattr(recipe, name, timed(getattr(recipe, name), timing))
     sys.argv = ["train.py", "--request", str(state / "request.json")]
     started = time.perf_counter()
@@ -208,6 +225,7 @@ def run(a) -> dict:
     except Exception as error:  # noqa: BLE001  (a variant the stack cannot run is a row, not the end of the run)
         row.update(rc=None, error=f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}")
     row["wall_s"] = time.perf_counter() - started
+    row["cudnn_sdp"] = torch.backends.cuda.cudnn_sdp_enabled()  # after the recipe (its cudnn_attention knob)
     row["steps"] = timing.steps
     if torch.cuda.is_available():
         row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -231,6 +249,8 @@ def main() -> None:
     r.add_argument("--label", required=True)
     r.add_argument("--work", default="/tmp/recipe-steps", help="state and publish folders")
     r.add_argument("--json", help="append the row to this JSON list")
+    r.add_argument("--save-grads", help="torch.save the first step's gradients here (bench/compare_grads.py)")
+    r.add_argument("--no-cudnn-sdp", action="store_true", help="torch.backends.cuda.enable_cudnn_sdp(False) first")
     a = parser.parse_args()
     if a.command == "prepare":
         prepare(a.size, a.out, a.pairs)

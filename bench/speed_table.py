@@ -33,8 +33,8 @@ def steady_seconds(steps: list[dict]) -> tuple[float | None, str]:
 def recipe_rows(rows: list[dict]) -> list[str]:
     out = [
         "| recipe variant | overrides | s/step | how | step 1 s | micro-batches | real tokens/step "
-        "| model TFLOP/s | peak GiB | error |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model TFLOP/s | widest micro-batch (padded tokens) | sdpa | peak GiB | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_label = {}
     for r in rows:
@@ -56,12 +56,20 @@ def recipe_rows(rows: list[dict]) -> list[str]:
             str(last.get("micro_batches", "-")),
             f"{last['real_tokens']:,}" if steps else "-",
             "-" if tflops is None else f"{tflops:.0f}",
+            f"{max(s.get('max_micro_batch_tokens', 0) for s in steps):,}" if steps else "-",
+            "cudnn allowed" if r.get("cudnn_sdp", True) else "no cudnn",
             f"{r.get('peak_gib', 0):.1f}",
             r.get("error", ""),
         ]
         out.append("| " + " | ".join(cells) + " |")
     pairs = [("rm-plain", "rm-grouped"), ("rm-plain", "rm-grouped-nogc"), ("dpo-nf4-plain", "dpo-nf4")]
     pairs += [("dpo-bf16-plain", "dpo-bf16"), ("dpo-bf16", "dpo-bf16-lora-bf16")]
+    pairs += [
+        (p, label)
+        for p, prefix in (("rm-plain", "rm-grouped-"), ("dpo-nf4-plain", "dpo-nf4-"))
+        for label in by_label
+        if label.startswith(prefix) and label != p and (p, label) not in pairs
+    ]
     for before, after in pairs:
         if by_label.get(before) and by_label.get(after):
             out.append(f"\n{after} against {before}: {by_label[before] / by_label[after]:.2f}x")

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import make_tiny_model, recipe_train, write_request
-from replaykit.tasks.common.pair_steps import length_groups, take
+from replaykit.tasks.common.pair_steps import length_groups, take, use_cudnn_attention
 
 
 def test_length_groups_by_hand():
@@ -41,6 +41,19 @@ def test_take_cuts_rows_and_width_by_hand():
     assert out["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [1, 1, 0], [1, 0, 0]]
     assert out["margin"].tolist() == pytest.approx([0.3, 0.1])
     assert out["note"] == "kept"
+
+
+def test_use_cudnn_attention_switches_only_cudnn_off():
+    before = [torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()]
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # PyTorch's default
+    try:
+        use_cudnn_attention(True)
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        use_cudnn_attention(False)
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert [torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()] == before
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +248,17 @@ def test_rm_recipe_grouped_in_float32_matches_its_plain_run(tiny_mistral, tmp_pa
     d = run_rm_recipe(write_request(tmp_path / "grouped-gc", tiny_mistral, public, checkpointed))
     worst = max((d[k] - c[k]).abs().max().item() for k in c)
     assert worst <= 1e-4 * change, worst
+    # cudnn_attention: false (the full profiles) reaches torch and changes nothing else: the CPU's
+    # sdpa has no cuDNN backend, so the plain run's bytes (on the GPU: bench/results-2026-12-02-speed2.md)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        e = run_rm_recipe(
+            write_request(tmp_path / "plain-no-cudnn", tiny_mistral, public, {**common, "cudnn_attention": False})
+        )
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+    assert all(torch.equal(a[k], e[k]) for k in a)
 
 
 def test_bfloat16_lora_weights_round_the_full_profile_updates_away(tiny_mistral, tmp_path):

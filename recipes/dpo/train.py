@@ -27,7 +27,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 
 from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
-from replaykit.tasks.common.pair_steps import MICRO_BATCH_TOKENS_HELP, PairStepMixin, drop_padding_mask
+from replaykit.tasks.common.pair_steps import (
+    CUDNN_ATTENTION_HELP,
+    MICRO_BATCH_TOKENS_HELP,
+    PairStepMixin,
+    drop_padding_mask,
+    use_cudnn_attention,
+)
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -47,6 +53,7 @@ class DPOKnobs(TrainerKnobs):
     causal_padding: bool = knob("right-padded rows go in without an attention mask (drop_padding_mask): the same "
                                 "log-probabilities, and sdpa keeps its fused causal kernel", default=False)
     micro_batch_tokens: int | None = knob(MICRO_BATCH_TOKENS_HELP, minimum=1, default=None)
+    cudnn_attention: bool = knob(CUDNN_ATTENTION_HELP, default=True)
     lora_dtype: Literal["float32", "bfloat16"] = knob(
         "dtype of the LoRA weights and their optimizer state (float32: PEFT's, over a 16-bit base). bfloat16 is a "
         "recipe change, not a speed-up: an Adam update (about the learning rate, 5e-6 at full scale) is below half a "
@@ -84,6 +91,7 @@ def main() -> int:
     model = AutoModelForCausalLM.from_pretrained(request.fixed_start, **model_kwargs)
     if recipe.causal_padding:
         drop_padding_mask(model)
+    use_cudnn_attention(recipe.cudnn_attention)
 
     rows = [json.loads(line) for line in (request.public_dir / "train_prefs.jsonl").read_text().splitlines()
             if line.strip()]

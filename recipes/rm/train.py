@@ -29,7 +29,13 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import RewardConfig, RewardTrainer
 
 from replaykit.runtime import ReplayCallback, Session, TrainerKnobs, knob, run_trainer, training_arguments
-from replaykit.tasks.common.pair_steps import MICRO_BATCH_TOKENS_HELP, PairStepMixin, drop_padding_mask
+from replaykit.tasks.common.pair_steps import (
+    CUDNN_ATTENTION_HELP,
+    MICRO_BATCH_TOKENS_HELP,
+    PairStepMixin,
+    drop_padding_mask,
+    use_cudnn_attention,
+)
 
 HERE = Path(__file__).resolve().parent
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -49,6 +55,7 @@ class RewardKnobs(TrainerKnobs):
     causal_padding: bool = knob("right-padded rows go in without an attention mask (see drop_padding_mask): the same "
                                 "rewards, and sdpa keeps its fused causal kernel (1.4x per step on an H200)", default=False)
     micro_batch_tokens: int | None = knob(MICRO_BATCH_TOKENS_HELP, minimum=1, default=None)
+    cudnn_attention: bool = knob(CUDNN_ATTENTION_HELP, default=True)
 
 
 def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:
@@ -83,6 +90,7 @@ def main() -> int:
     model.config.pad_token_id = tokenizer.pad_token_id
     if recipe.causal_padding:
         drop_padding_mask(model)
+    use_cudnn_attention(recipe.cudnn_attention)
 
     rows = [json.loads(line) for line in (request.public_dir / "train_prefs.jsonl").read_text().splitlines()
             if line.strip()]

@@ -23,7 +23,8 @@ TRL's collators put the chosen rows first, then the rejected ones, right-padded
 (``DataCollatorForPreference`` of both ``RewardTrainer`` and ``DPOTrainer``); :func:`take`
 relies on that.
 
-Also :func:`drop_padding_mask` (the ``causal_padding`` knob of the rm and dpo recipes).
+Also :func:`drop_padding_mask` (the ``causal_padding`` knob of the rm and dpo recipes) and
+:func:`use_cudnn_attention` (their ``cudnn_attention`` knob).
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ MICRO_BATCH_TOKENS_HELP = (
     "null: the Trainer's micro-batches of per_device_train_batch_size pairs. A number: each optimizer step's "
     "per_device_train_batch_size x gradient_accumulation_steps pairs (the same pairs, the same loss: their mean) "
     "run as length-grouped micro-batches of at most this many padded tokens (2 x pairs x longest sequence)"
+)
+
+# The rm and dpo recipes' ``cudnn_attention`` knob.
+CUDNN_ATTENTION_HELP = (
+    "false: PyTorch's sdpa without its cuDNN backend (flash or memory-efficient kernels instead: the same attention up "
+    "to float rounding). cuDNN builds a plan for each new input shape (about 0.2 s on an H200), and length-grouped "
+    "micro-batches are mostly new shapes. true: PyTorch's own choice"
 )
 
 
@@ -160,3 +168,20 @@ def drop_padding_mask(model) -> None:
         return args, {**kwargs, "attention_mask": None}
 
     model.base_model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def use_cudnn_attention(enabled: bool) -> None:
+    """``enabled`` false: PyTorch's ``scaled_dot_product_attention`` no longer picks its cuDNN
+    backend in this process (``torch.backends.cuda.enable_cudnn_sdp``); true leaves PyTorch's
+    choice as it is.
+
+    Why: cuDNN's fused attention builds an execution plan for each new (rows, heads, length)
+    shape. On an H200 (torch 2.11, cuDNN by default for causal bf16 attention) forward +
+    backward at 24 lengths never seen before took 4.68 s against 0.016 s at one seen length
+    (``bench/sdpa_probe.py``), and a length-grouped micro-batch is mostly a new shape: the dpo
+    ``full`` step took 3.33 s without cuDNN against 4.05 s with it, rm's 9.81 s against 11.88 s
+    (``bench/results-2026-12-02-speed2.md``). Flash attention (FlashAttention-2, Dao 2023)
+    computes the same softmax attention; the two differ by float rounding only.
+    """
+    if not enabled:
+        torch.backends.cuda.enable_cudnn_sdp(False)
