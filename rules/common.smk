@@ -64,9 +64,13 @@ try:
             layers=_layers,
             recipes_root=Path(workflow.basedir) / "recipes",
         )
-    # a shown path that holds the working directory: refused now, before any job (and by each
-    # job's sandbox plan again)
-    check_shown_paths(config, lambda keys: source_of(keys, _layers, SOURCE_NAME))
+    # a shown path that holds the working directory, lies in its results/, logs/ or .snakemake/,
+    # or holds a config file: refused now, before any job (and by each job's sandbox plan again)
+    check_shown_paths(
+        config,
+        lambda keys: source_of(keys, _layers, SOURCE_NAME),
+        config_files=[name for name, _ in _layers],
+    )
 except InputError as exc:
     sys.exit(f"error: {exc}")
 # the schema's defaults, filled as snakemake.utils.validate fills them

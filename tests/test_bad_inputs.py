@@ -1,6 +1,7 @@
 """Bad inputs to the harness and the dpo plug-in: one clear InputError naming file and field."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -266,6 +267,69 @@ def test_a_task_data_path_that_holds_the_working_directory_is_refused_when_the_c
     assert f"{tmp_path.parent} holds the working directory" in exc.value.message
 
 
+@pytest.mark.parametrize(
+    "shown, own",
+    [
+        ("tiny/results", "tiny/results"),
+        ("./tiny/results/soup/assets", "tiny/results"),
+        ("tiny/logs", "tiny/logs"),
+        ("tiny/.snakemake/metadata", "tiny/.snakemake"),
+        ("results", "results"),  # the launch folder's own, too
+        ("logs/dpo", "logs"),
+    ],
+)
+def test_a_shown_path_in_the_workflows_own_folders_is_refused_when_the_config_loads(tmp_path, monkeypatch, shown, own):
+    """The hostile run of 2026-12-02: ``sandbox_show: [tiny/results]`` showed every run's
+    ``rows.jsonl`` and manifests and other tasks' hidden splits. Refused at load time, made or
+    not, naming the file and the key."""
+    from replaykit.config import source_of
+    from replaykit.isolation import check_shown_paths
+
+    launch = tmp_path / "checkout"
+    launch.mkdir()
+    monkeypatch.chdir(launch)
+    config = default_config()
+    config["workdir"] = "tiny"
+    extra = {"sandbox_show": [shown]}
+    config.update(extra)
+    layers = [("config/config.yaml", default_config()), ("shown.yaml", extra)]
+    with pytest.raises(InputError) as exc:
+        check_shown_paths(config, lambda keys: source_of(keys, layers, "config"))
+    assert (exc.value.path, exc.value.field) == ("shown.yaml", "sandbox_show")
+    assert exc.value.message.startswith(f"{(launch / shown).resolve()} is inside the workflow's own {launch / own}:")
+
+
+def test_a_shown_folder_holding_a_config_file_is_refused_when_the_config_loads(tmp_path, monkeypatch):
+    """A private ``--configfile`` (it can hold ``final_salt``) in a shown folder: refused, inside
+    the launch folder or outside it; a ``--config`` layer is no file and is passed over."""
+    from replaykit.config import source_of
+    from replaykit.isolation import check_shown_paths
+
+    launch = tmp_path / "checkout"
+    (launch / "hcfg").mkdir(parents=True)
+    (tmp_path / "private").mkdir()
+    monkeypatch.chdir(launch)
+    for folder, file in (
+        (launch / "hcfg", "hcfg/p5.yaml"),
+        (tmp_path / "private", str(tmp_path / "private/salt.yaml")),
+    ):
+        Path(file).write_text("final_salt: s3cret\n")
+        config = default_config()
+        extra = {"sandbox_show": [str(folder)], "final_salt": "s3cret"}
+        config.update(extra)
+        layers = [("config/config.yaml", default_config()), (file, extra), ("--config", {})]
+        with pytest.raises(InputError) as exc:
+            check_shown_paths(
+                config, lambda keys, layers=layers: source_of(keys, layers, "config"), [n for n, _ in layers]
+            )
+        assert (exc.value.path, exc.value.field) == (file, "sandbox_show")
+        assert exc.value.message.startswith(f"{folder} holds the config file {Path(file).resolve()}, which can hold")
+        # the same folder without the config file in it: shown as named
+        check_shown_paths(
+            config, lambda keys, layers=layers: source_of(keys, layers, "config"), ["config/config.yaml", "--config"]
+        )
+
+
 @pytest.mark.parametrize("value", ["/tmp/a\0b", "/tmp/" + "x" * 300])
 def test_a_shown_path_that_is_no_path_is_one_line_naming_the_key(value):
     from replaykit.isolation import check_shown_paths
@@ -278,17 +342,17 @@ def test_a_shown_path_that_is_no_path_is_one_line_naming_the_key(value):
     assert "is not a usable path" in exc.value.message and "\n" not in str(exc.value)
 
 
-def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path):
-    """``snakemake -n`` with a ``--configfile`` naming ``sandbox_show: [/]``: one line naming
-    that file and the key, exit 1, no job planned."""
+@pytest.mark.parametrize("shown", ["/", "results/soup"])
+def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path, shown):
+    """``snakemake -n`` with a ``--configfile`` naming ``sandbox_show: [/]`` (or a folder of its
+    own ``results/``): one line naming that file and the key, exit 1, no job planned."""
     import subprocess
     import sys
-    from pathlib import Path
 
     from conftest import copy_workflow
 
     work = copy_workflow(tmp_path)
-    (work / "shown.yaml").write_text("sandbox_show: [/]\n")
+    (work / "shown.yaml").write_text(f"sandbox_show: [{shown}]\n")
     snakemake = Path(sys.executable).parent / "snakemake"
     out = subprocess.run(
         [str(snakemake), "--workflow-profile", "none", "--configfile", "shown.yaml", "-n", "--", "results/soup/final"],
@@ -298,8 +362,14 @@ def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path):
         timeout=300,
     )
     errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
-    assert out.returncode != 0 and errors == [
-        f"error: shown.yaml: sandbox_show: / holds the working directory {work.resolve()}: the sandbox would show "
-        "everything beside it (other checkouts, runs, datasets); name the folders it needs instead"
-    ], out.stdout[-2000:] + out.stderr[-2000:]
+    expected = {
+        "/": f"/ holds the working directory {work.resolve()}: the sandbox would show everything beside it "
+        "(other checkouts, runs, datasets); name the folders it needs instead",
+        "results/soup": f"{work.resolve()}/results/soup is inside the workflow's own {work.resolve()}/results: it "
+        "holds every run's scores, the final split's files and Snakemake's records; a run is shown what it needs "
+        "from there by its plan (public split, fixed start), so name folders outside it",
+    }[shown]
+    assert out.returncode != 0 and errors == [f"error: shown.yaml: sandbox_show: {expected}"], (
+        out.stdout[-2000:] + out.stderr[-2000:]
+    )
     assert "Job stats" not in out.stdout

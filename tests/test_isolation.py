@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from conftest import ROOT, rediscover
 from replaykit import cli
 from replaykit.exploration import Exploration, probe_plan
 from replaykit.exploration.proxy import proxy_plan
+from replaykit.harness.errors import InputError
 from replaykit.harness.sandbox import inside
 from replaykit.isolation import final_paths
 
@@ -109,12 +111,16 @@ def test_the_replay_and_the_probe_see_the_same_but_their_own_paths(work, task):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_a_shown_results_folder_keeps_its_hidden_split_and_private_files_masked(work, task, monkeypatch):
-    """With ``workdir: tiny`` an exploration command plans from where snakemake starts, so its
-    results are ``tiny/results``; a job plans from ``tiny/`` (``results``). An operator's
-    ``sandbox_show`` naming that results folder shows the runs to both, but masks the task's
-    hidden split and what the model builders know of final splits (``models/*.private.json``,
-    e.g. soup's held-out digit indices)."""
+def test_a_shown_folder_in_the_workflows_own_folders_is_refused_by_both_plans(work, task, monkeypatch):
+    """The workflow's ``results/``, ``logs/`` and ``.snakemake/`` are never shown, whatever a
+    ``sandbox_show`` entry spells: with ``sandbox_show: [tiny/results]`` a hostile run of
+    2026-12-02 read other runs' ``rows.jsonl`` (every final item's id and label), the asset
+    manifest naming every hidden file, other tasks' hidden splits and qm9pack's raw CSVs, which
+    no mask covered. With ``workdir: tiny`` an exploration command plans from where snakemake
+    starts (its results: ``tiny/results``); a job plans from ``tiny/`` (``results``). Both
+    refuse the folder, a folder inside it, and a symbolic link to it. What the model builders
+    know of final splits (``models/*.private.json`` holding something) stays a final-split
+    path, masked where a plan shows its folder."""
     from replaykit.isolation import Settings
 
     results = work / "work" / "tiny" / "results"
@@ -123,15 +129,28 @@ def test_a_shown_results_folder_keeps_its_hidden_split_and_private_files_masked(
     (results / "models").mkdir()
     (results / "models" / "digits.private.json").write_text('{"heldout_indices": [1, 2]}\n')
     (results / "models" / "llama.private.json").write_text("{}")  # knows nothing of a final split
-    secret = [(results / task / "assets" / "hidden").resolve(), (results / "models" / "digits.private.json").resolve()]
-    config = {**SETTINGS, "sandbox_show": ["tiny/results"], "workdir": "tiny"}  # as the exploration reads it
-    ex = exploration(task, work, Settings.from_config(config).as_dict())
-    probe = probe_plan(ex, ex.dir / "runs" / "probe-1")
-    assert results.resolve() in probe.read_only and all(f in probe.masked for f in secret)
-    assert (results / "models" / "llama.private.json").resolve() not in final_paths(task, {}, ex.settings())
+    (work / "work" / "tiny" / "logs").mkdir()
+    (work / "work" / "tiny" / ".snakemake" / "metadata").mkdir(parents=True)  # a plan shows only what exists
+    (work / "work" / "results-link").symlink_to(results)
+    spellings = ["tiny/results", "./tiny/results/", str(results), "tiny/results/models", "tiny/logs", "results-link"]
+    for shown in spellings + ["tiny/.snakemake/metadata"]:
+        config = {**SETTINGS, "sandbox_show": [shown], "workdir": "tiny"}  # as the exploration reads it
+        ex = exploration(task, work, Settings.from_config(config).as_dict())
+        with pytest.raises(InputError, match="is inside the workflow's own"):
+            probe_plan(ex, ex.dir / "runs" / "probe-1")
+        shutil.rmtree("explore")  # the next spelling's exploration
+    private = final_paths(task, {}, Settings.from_config({**SETTINGS, "workdir": "tiny"}))
+    assert (results / "models" / "digits.private.json").resolve() in private
+    assert (results / "models" / "llama.private.json").resolve() not in private
     monkeypatch.chdir(results.parent)  # the job: in the workdir, sandbox_show rebased, no workdir key
-    replay = replay_plan(task, work, {**SETTINGS, "sandbox_show": ["results"]})
-    assert results.resolve() in replay.read_only and all(f in replay.masked for f in secret)
+    for shown in ("results", "results/models", "logs", "../results-link"):
+        with pytest.raises(InputError, match="is inside the workflow's own"):
+            replay_plan(task, work, {**SETTINGS, "sandbox_show": [shown]})
+    # a folder beside the workflow's own is shown as named
+    (results.parent / "extra").mkdir()
+    assert (results.parent / "extra").resolve() in replay_plan(
+        task, work, {**SETTINGS, "sandbox_show": ["extra"]}
+    ).read_only
 
 
 def cli_settings():

@@ -33,7 +33,7 @@ import glob
 import importlib.util
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,24 +233,59 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     )
 
 
-def declared(paths: list[Path], key: str, source: str = "config", workdirs: tuple[Path, ...] = ()) -> list[Path]:
-    """``paths`` (real paths, shown because the config names them) unless one is the root or
-    holds the working directory (or one of ``workdirs``): showing it would show every other
-    checkout, run and dataset beside it. The workflow checks this when it loads the config
-    (``check_config``: ``source`` the file that set ``key``) and again when a job plans its sandbox.
+# The workflow's own folders in a working directory: every run's results (the final split's
+# scores row by row, the asset manifests, other tasks' hidden splits, the builders' raw data),
+# the job logs and Snakemake's records. A run sees what it needs from them through its plan
+# (its public split, its fixed start, its own folders), never through a shown path.
+OWN_FOLDERS = ("results", "logs", ".snakemake")
+
+
+def declared(
+    paths: list[Path],
+    key: str,
+    source: str = "config",
+    workdirs: tuple[Path, ...] = (),
+    config_files: tuple[Path, ...] = (),
+) -> list[Path]:
+    """``paths`` (real paths, shown because the config names them) unless one is the root,
+    holds the working directory (or one of ``workdirs``), is or lies inside one of their
+    :data:`OWN_FOLDERS`, or holds one of ``config_files`` (the config files in use, which may
+    hold ``final_salt``). The workflow checks this when it loads the config (``check_config``:
+    ``source`` the file that set ``key``) and again, but for the config files, when a job plans
+    its sandbox.
 
     Raises:
-        InputError: ``<source>: <key>: <path> holds the working directory ...``.
+        InputError: ``<source>: <key>: <path> holds the working directory ...`` (or ``is inside
+            the workflow's own ...``, or ``holds the config file ...``).
     """
+    folders = [w.resolve() for w in (Path.cwd(), *workdirs)]
+    own = [w / name for w in folders for name in OWN_FOLDERS]
     for path in paths:
         # compared as paths, not as folders on disk: a workdir the first run has not made yet counts
-        held = next((w.resolve() for w in (Path.cwd(), *workdirs) if _holds(path, w)), None)
+        held = next((w for w in folders if _holds(path, w)), None)
         if path == Path("/") or held is not None:
             raise InputError(
                 source,
                 key,
-                f"{path} holds the working directory {held or Path.cwd().resolve()}: the sandbox would show "
+                f"{path} holds the working directory {held or folders[0]}: the sandbox would show "
                 "everything beside it (other checkouts, runs, datasets); name the folders it needs instead",
+            )
+        within = next((f for f in own if path == f or f in path.parents), None)
+        if within is not None:
+            raise InputError(
+                source,
+                key,
+                f"{path} is inside the workflow's own {within}: it holds every run's scores, the "
+                "final split's files and Snakemake's records; a run is shown what it needs from there "
+                "by its plan (public split, fixed start), so name folders outside it",
+            )
+        config = next((c for c in config_files if path in c.parents), None)
+        if config is not None:
+            raise InputError(
+                source,
+                key,
+                f"{path} holds the config file {config}, which can hold final_salt; keep config "
+                "files out of shown folders",
             )
     return paths
 
@@ -261,12 +296,16 @@ def _holds(path: Path, folder: Path) -> bool:
     return path == folder or path in folder.parents
 
 
-def check_shown_paths(config: dict, source_of: Callable[[list[str]], str]) -> None:
+def check_shown_paths(
+    config: dict, source_of: Callable[[list[str]], str], config_files: Iterable[str | Path] = ()
+) -> None:
     """What :func:`plan` refuses, refused when the workflow or an exploration command reads the
     config, before any job runs: a ``sandbox_show`` entry or a task's local ``data`` path that
-    is the root or holds the working directory (the launch folder, or the config's ``workdir``
-    under it). Nothing to check with ``isolation: none``. ``source_of(keys)``: the config file
-    that set the key (``replaykit.config.source_of`` over the config's layers).
+    is the root, holds the working directory (the launch folder, or the config's ``workdir``
+    under it), lies inside their ``results/``, ``logs/`` or ``.snakemake/``, or holds one of
+    ``config_files`` (the config files read: names that are not files, such as ``--config``,
+    are passed over). Nothing to check with ``isolation: none``. ``source_of(keys)``: the
+    config file that set the key (``replaykit.config.source_of`` over the config's layers).
 
     Raises:
         InputError: ``<file>: sandbox_show: ...`` or ``<file>: tasks.<task>.data.<key>: ...``
@@ -275,13 +314,14 @@ def check_shown_paths(config: dict, source_of: Callable[[list[str]], str]) -> No
     if config.get("isolation") == "none":
         return
     workdirs = (Path(config.get("workdir") or "."),)
+    files = tuple(dict.fromkeys(Path(f).resolve() for f in config_files if Path(f).is_file()))
     where = source_of(["sandbox_show"])
     shown = [_usable(v, "sandbox_show", where) for v in config.get("sandbox_show", [])]  # existing or not
-    declared(shown, "sandbox_show", where, workdirs)
+    declared(shown, "sandbox_show", where, workdirs, files)
     for name, task in config["tasks"].items():
         for key, path in data_path_items(name, task.get("data", {})):
             field = f"tasks.{name}.data.{key}"
-            declared([path], field, source_of(["tasks", name, "data", key]), workdirs)
+            declared([path], field, source_of(["tasks", name, "data", key]), workdirs, files)
 
 
 def _real(paths, existing: bool = True) -> list[Path]:

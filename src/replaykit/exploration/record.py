@@ -51,7 +51,7 @@ def load_config(configfiles: list[str | Path], task: str) -> tuple[dict, list[di
     files = [CONFIG, *(Path(f) for f in configfiles if Path(f) != CONFIG)]
     config, layers = load_workflow_config(files, CONFIG.parent / "schema.yaml", recipes_root=Path("recipes"))
     source = " + ".join(map(str, files))
-    check_shown_paths(config, lambda keys: source_of(keys, layers, source))
+    check_shown_paths(config, lambda keys: source_of(keys, layers, source), config_files=files)
     if task not in config["tasks"]:
         raise InputError(" + ".join(map(str, files)), "tasks", f"no task named {task!r}")
     return config, [{"path": str(f), "sha256": sha256_file(f)} for f in files]
