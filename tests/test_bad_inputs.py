@@ -373,3 +373,22 @@ def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path, shown):
         out.stdout[-2000:] + out.stderr[-2000:]
     )
     assert "Job stats" not in out.stdout
+
+
+def test_printed_commands_keep_every_config_file():
+    """The formal replay command ``explore submit`` prints (and the assets hint) name every
+    config file after config/config.yaml in one ``--configfile`` option: Snakemake keeps only
+    the last of repeated ones, and a dropped file (the tiny config, a private salt file) would
+    replay another config. Checked with Snakemake's own argument parser."""
+    import shlex
+
+    from snakemake.cli import get_argument_parser
+
+    from replaykit.exploration.submit import formal_replay_command
+
+    files = [{"path": p, "sha256": "0" * 64} for p in ("config/config.yaml", "config/test.yaml", "private/salt.yaml")]
+    doc = {"task": "soup", "name": "s1", "patch": "patches/soup-s1.diff", "config_files": files}
+    args = get_argument_parser().parse_args(shlex.split(formal_replay_command(doc))[1:])
+    assert args.configfile == [Path("config/test.yaml"), Path("private/salt.yaml")]  # repeated options: only the last
+    alone = get_argument_parser().parse_args(shlex.split(formal_replay_command({**doc, "config_files": files[:1]}))[1:])
+    assert not alone.configfile

@@ -36,6 +36,15 @@ def config_paths(config: dict, task: str) -> dict:
     }
 
 
+def configfile_option(configfiles: list[dict]) -> str:
+    """`` --configfile A B`` for the files after ``config/config.yaml`` of a record's
+    ``config_files`` (``{"path", "sha256"}`` each), or ``""``. One option with every file:
+    Snakemake 9 keeps only the last of repeated ``--configfile`` options (argparse's
+    ``nargs="+"``), so ``--configfile A --configfile B`` would drop ``A``."""
+    paths = [str(f["path"]) for f in configfiles[1:]]
+    return f" --configfile {' '.join(paths)}" if paths else ""
+
+
 def load_config(configfiles: list[str | Path], task: str) -> tuple[dict, list[dict]]:
     """The workflow config as Snakemake reads it with the same ``--configfile`` files
     (:func:`replaykit.config.load_workflow_config`: ``config/config.yaml``, then each file merged
@@ -73,8 +82,7 @@ def _check_assets(paths: dict, configfiles: list[dict]) -> None:
             ``--configfile``), built from another fixed start, or changed since.
     """
     manifest = Path(paths["manifest"])
-    given = "".join(f" --configfile {f['path']}" for f in configfiles[1:])
-    build = f"`snakemake {paths['manifest']} --cores 1{given}`"
+    build = f"`snakemake {paths['manifest']} --cores 1{configfile_option(configfiles)}`"
     if not manifest.is_file():
         raise InputError(manifest, None, f"assets not built for this config: run {build} first")
     built_from = read_json(manifest, required=("fixed_start",))["fixed_start"].get("path")

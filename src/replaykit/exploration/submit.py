@@ -18,7 +18,7 @@ from ..harness.provenance import utc_now
 from ..harness.submission import sidecar
 from ..harness.workspace import build_workspace, special_entries
 from .processes import alive_processes, record_refusal, refusals
-from .record import Exploration
+from .record import Exploration, configfile_option
 
 CODE_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt", ".md", ".rst", ".sh"})
 MAX_CODE_BYTES = 256 * 1024  # a larger "code or config" file is data
@@ -72,7 +72,7 @@ def make_diff(recipe: Path, workspace: Path) -> str:
 def formal_replay_command(doc: dict) -> str:
     """The command that replays a submission (``submit``'s record) formally: its task's
     ``final/`` with the patch as the candidate, on the config files the exploration used."""
-    files = "".join(f" --configfile {f['path']}" for f in (doc.get("config_files") or [])[1:])
+    files = configfile_option(doc.get("config_files") or [])
     tasks = json.dumps({doc["task"]: {"candidate": doc["name"], "candidates": {doc["name"]: doc["patch"]}}})
     return f"snakemake results/{doc['task']}/final --cores 1 --resources gpu=1{files} --config 'tasks={tasks}'"
 
