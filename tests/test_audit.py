@@ -80,6 +80,7 @@ def test_the_workflow_audits_each_run_and_the_final_summary_carries_it(dpo_run):
         "patch_has_no_final_items": "skipped",
         "patch_blobs": "skipped",
         "exploration_has_no_final_items": "skipped",
+        "replay_outputs_have_no_final_items": "pass",
     }
     n_final = sum(1 for _ in (dpo_run / "results/dpo/assets/hidden/final_prompts.jsonl").open())
     size = next(c for c in audit["task_defect"]["checks"] if c["check"] == "final_split_declared_size")
@@ -190,6 +191,46 @@ def test_final_labels_in_another_form_are_confirmed(soup_run, tmp_path):
     assert [e.split("final item ")[1].split()[0] for e in found["evidence"]] == [r["id"] for r in rows]
     chance = patch_of({index[r["id"]]: (r["label"] + 1) % 10 for r in rows})
     assert patch_check(chance, items, public)[0]["result"] == "pass"
+
+
+def test_final_items_in_the_replays_log_or_checkpoint_are_confirmed(soup_run, tmp_path):
+    """A candidate that printed four final rows (id and label) into its replay log, or wrote
+    them into a published checkpoint's text file: ``replay_outputs_have_no_final_items``
+    fails, naming the file and line (a hostile run of 2026-12-02 had printed the hidden split
+    into its log and the audit said none_found). The untouched copy passes."""
+    work = copy_run(soup_run, tmp_path / "w")
+    run = work / "results/soup/shipped-seed42"
+    rows = (work / "results/soup/assets/hidden/final.jsonl").read_text().splitlines()[:4]
+    first_id = json.loads(rows[0])["id"]
+
+    def audited(name: str) -> tuple[subprocess.CompletedProcess, dict]:
+        (run / "audit.json").unlink(missing_ok=True)  # shown as computed now, not as the workflow wrote it
+        shown = rk(work, "audit", "soup", "shipped-seed42", check=False)
+        rk(work, "audit", "soup", "shipped-seed42", "--out", str(tmp_path / f"{name}.json"))
+        return shown, read(tmp_path / f"{name}.json")
+
+    shown, audit = audited("clean")
+    assert (
+        shown.returncode == 0 and results_of(audit, "protocol_exposure")["replay_outputs_have_no_final_items"] == "pass"
+    )
+    log = work / read(run / "replay/record.json")["attempts"][0]["log"]
+    kept = log.read_text()
+    log.write_text(kept + "".join(f"{row}\n" for row in rows))
+    shown, audit = audited("log")
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    expected = (
+        f"  protocol_exposure: confirmed -- {log.relative_to(work)}:{len(kept.splitlines()) + 1}: final item {first_id}"
+    )
+    assert any(line.startswith(expected) for line in shown.stdout.splitlines()), shown.stdout
+    assert results_of(audit, "protocol_exposure")["replay_outputs_have_no_final_items"] == "fail"
+    # the same rows in a text file of a published checkpoint, the log restored
+    log.write_text(kept)
+    checkpoint = sorted((run / "replay").glob("checkpoint-*"))[-1]
+    (checkpoint / "notes.txt").write_text("\n".join(rows) + "\n")
+    shown, audit = audited("checkpoint")
+    assert shown.returncode == 1
+    evidence = audit["protocol_exposure"]["evidence"]
+    assert evidence[0].startswith(f"{(checkpoint / 'notes.txt').relative_to(work)}:1: final item {first_id}")
 
 
 # ---------------------------------------------------------------- explorations (one soup copy)

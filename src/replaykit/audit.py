@@ -47,6 +47,7 @@ def inputs(
         ),
         item_fields=ItemFields.of(plugin.FINAL_ITEM_FIELDS),
         data=data or {},
+        workdir=results.parent,  # where the record's log paths and Snakemake's records are from
     )
 
 

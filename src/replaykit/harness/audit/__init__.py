@@ -31,6 +31,7 @@ from .exposure import (
     exploration_inputs_check,
     patch_check,
     record_plans,
+    replay_outputs_check,
     sandbox_check,
     snakemake_inputs,
 )
@@ -135,6 +136,8 @@ def _exposure(inp: AuditInputs, record_path: Path, record: dict, ex: Exploration
         )
     checks += patch_check(patch, items, public)
     checks.append(exploration_check(ex.directory if ex.linked else None, items, public))
+    if items:
+        checks.append(replay_outputs_check(inp.workdir, inp.run_dir, record_path, record, items, public))
     return checks
 
 

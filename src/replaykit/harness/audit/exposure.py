@@ -142,21 +142,43 @@ def patch_check(patch: Path | None, items: list[Item], public: Public) -> list[d
     return [items_check, blob_check]
 
 
-def exploration_files(ex_dir: Path) -> tuple[list[Path], list[str]]:
-    """The exploration's files searched (workspace, probe run folders' text files, receipts
-    with their commands) and those left out (too large)."""
-    roots = [ex_dir / "workspace", ex_dir / "runs"]
-    files = [ex_dir / "receipts.jsonl", ex_dir / "submission.json"]
-    files += sorted(p for r in roots if r.is_dir() for p in r.rglob("*") if p.is_file() and not p.is_symlink())
+def _searchable(files: list[Path]) -> tuple[list[Path], list[str]]:
+    """The plain files of ``files`` that exist, and those left out as too large (named with
+    their size)."""
     kept, skipped = [], []
     for p in files:
-        if not p.is_file():
+        if not p.is_file() or p.is_symlink():
             continue
         if p.stat().st_size > MAX_SEARCH_BYTES:
             skipped.append(f"{p} ({p.stat().st_size} bytes)")
         else:
             kept.append(p)
     return kept, skipped
+
+
+def _found_in(files: list[Path], items: list[Item], public: Public) -> list[str]:
+    """Evidence lines (``file:line: final item ...``) of the final-split items in the text files
+    of ``files`` (a file whose first 4 KiB hold a NUL byte is binary, e.g. weights: not read)."""
+    ev = []
+    for path in files:
+        raw = path.read_bytes()
+        if b"\0" in raw[:4096]:
+            continue
+        hay = Haystack.of_text(str(path), raw.decode("utf-8", errors="replace"))
+        ev += [
+            f"{where(path, f['line'])}: final item {f['item']} ({f['how']}: {f['detail']})"
+            for f in find_items(hay, items, public)
+        ]
+    return ev
+
+
+def exploration_files(ex_dir: Path) -> tuple[list[Path], list[str]]:
+    """The exploration's files searched (workspace, probe run folders' text files, receipts
+    with their commands) and those left out (too large)."""
+    roots = [ex_dir / "workspace", ex_dir / "runs"]
+    files = [ex_dir / "receipts.jsonl", ex_dir / "submission.json"]
+    files += sorted(p for r in roots if r.is_dir() for p in r.rglob("*") if p.is_file() and not p.is_symlink())
+    return _searchable(files)
 
 
 def exploration_check(ex_dir: Path | None, items: list[Item], public: Public) -> dict:
@@ -168,16 +190,7 @@ def exploration_check(ex_dir: Path | None, items: list[Item], public: Public) ->
         gone = f"{ex_dir}: the exploration folder is not here (its files and logs were not searched)"
         return check(name, "unknown", gone, [gone])
     files, skipped = exploration_files(ex_dir)
-    ev = []
-    for path in files:
-        raw = path.read_bytes()
-        if b"\0" in raw[:4096]:
-            continue  # binary (a checkpoint's weights): not text
-        hay = Haystack.of_text(str(path), raw.decode("utf-8", errors="replace"))
-        ev += [
-            f"{where(path, f['line'])}: final item {f['item']} ({f['how']}: {f['detail']})"
-            for f in find_items(hay, items, public)
-        ]
+    ev = _found_in(files, items, public)
     note = f"; not searched (too large): {', '.join(skipped)}" if skipped else ""
     if ev:
         return check(name, "fail", f"{len(ev)} final-split items in the exploration's files{note}", ev)
@@ -187,6 +200,35 @@ def exploration_check(ex_dir: Path | None, items: list[Item], public: Public) ->
         f"{len(files)} files searched{note}",
         [
             f"{where(ex_dir / 'receipts.jsonl', 1)}: {len(files)} files of {ex_dir} searched, "
+            "none holds a final-split item"
+        ],
+    )
+
+
+def replay_outputs_check(
+    workdir: Path, run_dir: Path, record_path: Path, record: dict, items: list[Item], public: Public
+) -> dict:
+    """What the candidate's code wrote in the formal replay searched for final-split items:
+    each attempt's log (``attempts[].log`` of the record, relative to ``workdir``) and the text
+    files of the published checkpoints (``run_dir/replay/checkpoint-*``). A log named by the
+    record but not here is *unknown*."""
+    name = "replay_outputs_have_no_final_items"
+    logs = [workdir / a["log"] for a in record.get("attempts") or [] if isinstance(a, dict) and a.get("log")]
+    missing = [f"{where(record_path, key_line(record_path, 'log'))}: {p} is not here" for p in logs if not p.is_file()]
+    published = sorted(p for c in (run_dir / "replay").glob("checkpoint-*") if c.is_dir() for p in c.rglob("*"))
+    files, skipped = _searchable([*logs, *published])
+    ev = _found_in(files, items, public)
+    note = f"; not searched (too large): {', '.join(skipped)}" if skipped else ""
+    if ev:
+        return check(name, "fail", f"{len(ev)} final-split items in the replay's logs or checkpoints{note}", ev)
+    if missing:
+        return check(name, "unknown", f"{len(missing)} attempt logs are not here{note}", missing)
+    return check(
+        name,
+        "pass",
+        f"{len(files)} files searched{note}",
+        [
+            f"{where(record_path, 1)}: {len(files)} files (attempt logs, published checkpoints) searched, "
             "none holds a final-split item"
         ],
     )
