@@ -570,15 +570,31 @@ def runs_of_final(task):
 # (reverify runs at the end of rules/targets.smk, once a refused target can no longer stop the
 # workflow halfway: a command refused in one line changes nothing under results/)
 
+# Another Snakemake instance works here when its lock files exist while this one reads the
+# Snakefile (its own are taken later): the receipts are then left to that instance. A dry run
+# beside a running job had marked a score folder being written stale and set files aside, and
+# the next run re-scored a finished checkpoint. (A lock left by a killed run: `--unlock`.)
+OTHER_INSTANCE = workflow.is_main_process and any(Path(".snakemake/locks").glob("*.lock"))
+if OTHER_INSTANCE:
+    print(
+        "receipts: not re-verified: another Snakemake instance holds this folder's lock "
+        "(.snakemake/locks/)",
+        file=sys.stderr,
+    )
+
 
 onsuccess:
-    restore_set_aside(receipt_scope()[0], say=lambda line: print(line, file=sys.stderr))
+    if not OTHER_INSTANCE:
+        restore_set_aside(
+            receipt_scope()[0], say=lambda line: print(line, file=sys.stderr)
+        )
 
 
 onerror:
-    restore_set_aside(
-        receipt_scope()[0], say=lambda line: print(line, file=sys.stderr)
-    )
+    if not OTHER_INSTANCE:
+        restore_set_aside(
+            receipt_scope()[0], say=lambda line: print(line, file=sys.stderr)
+        )
     # each failed job's own error line and its log, last on the terminal (harness/joblogs.py)
     for _line in failure_lines(log):
         print(_line, file=sys.stderr)

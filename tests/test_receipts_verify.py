@@ -192,6 +192,32 @@ def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_dry_run_beside_a_running_instance_leaves_the_receipts_alone(soup_finished, tmp_path):
+    """A new user's finding: ``snakemake -n`` started while another instance builds (its lock
+    files in ``.snakemake/locks/``) re-verified the receipts of a score folder being written,
+    marked it stale and set files aside, so the next run re-scored a finished checkpoint. With
+    another instance's lock the receipts are left to it (one line says so); without one the
+    same dry run marks the half-written folder stale, as before."""
+    work = copy_run(soup_finished, tmp_path / "w")
+    (work / SOUP_RUN / "final-scores/checkpoint-3/.complete").unlink()  # as while the score job writes
+    before = {
+        p: file_sha(p) for p in sorted((work / "results").rglob("*")) if p.is_file() and p.name != ".hash-cache.json"
+    }
+    locks = work / ".snakemake/locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text(str(work / "results/soup/final"))  # as Snakemake writes them
+    out = build(work, SOUP, "-n", check=False)
+    assert "receipts: not re-verified: another Snakemake instance holds this folder's lock" in out.stderr
+    after = {
+        p: file_sha(p) for p in sorted((work / "results").rglob("*")) if p.is_file() and p.name != ".hash-cache.json"
+    }
+    assert after == before
+    shutil.rmtree(locks)
+    out = build(work, SOUP, "-n")
+    assert f"receipts: {SOUP_RUN / 'final-scores/checkpoint-3'}" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.slow
 def test_a_config_file_that_changes_nothing_a_replay_reads_reruns_nothing(soup_finished, tmp_path):
     """Issue 27: the replay's parameters do not name the config files (the sandbox shows none), so
     one more --configfile that sets what is set already leaves every finished job as it is."""
