@@ -574,7 +574,9 @@ def runs_of_final(task):
 # Snakefile (its own are taken later): the receipts are then left to that instance. A dry run
 # beside a running job had marked a score folder being written stale and set files aside, and
 # the next run re-scored a finished checkpoint. (A lock left by a killed run: `--unlock`.)
-OTHER_INSTANCE = workflow.is_main_process and any(Path(".snakemake/locks").glob("*.lock"))
+OTHER_INSTANCE = workflow.is_main_process and any(
+    Path(".snakemake/locks").glob("*.lock")
+)
 if OTHER_INSTANCE:
     print(
         "receipts: not re-verified: another Snakemake instance holds this folder's lock "
