@@ -299,6 +299,27 @@ def test_a_shown_path_in_the_workflows_own_folders_is_refused_when_the_config_lo
     assert exc.value.message.startswith(f"{(launch / shown).resolve()} is inside the workflow's own {launch / own}:")
 
 
+@pytest.mark.parametrize("value", ["", ".", "/", "./"])
+def test_a_hidden_working_directory_is_refused_when_the_config_loads(tmp_path, monkeypatch, value):
+    """A hostile tester's finding: ``sandbox_hide: [""]`` (or ``/``) was accepted, every probe
+    then failed in bwrap (``Can't chdir``) using up its budget, and the self-test failed with a
+    line naming neither file nor key. Refused when the config is read, naming both."""
+    from replaykit.config import source_of
+    from replaykit.isolation import check_shown_paths
+
+    monkeypatch.chdir(tmp_path)
+    config = default_config()
+    extra = {"sandbox_hide": ["/opt/secret", value]}
+    config.update(extra)
+    layers = [("config/config.yaml", default_config()), ("hide.yaml", extra)]
+    with pytest.raises(InputError) as exc:
+        check_shown_paths(config, lambda keys: source_of(keys, layers, "config"))
+    assert (exc.value.path, exc.value.field) == ("hide.yaml", "sandbox_hide")
+    assert exc.value.message.startswith(f"{value!r} ({Path(value).resolve()}) holds the working directory {tmp_path}")
+    config["sandbox_hide"] = ["/opt/secret", "datasets/final"]  # folders to hide: fine, made or not
+    check_shown_paths(config, lambda keys: source_of(keys, layers, "config"))
+
+
 def test_a_shown_folder_holding_a_config_file_is_refused_when_the_config_loads(tmp_path, monkeypatch):
     """A private ``--configfile`` (it can hold ``final_salt``) in a shown folder: refused, inside
     the launch folder or outside it; a ``--config`` layer is no file and is passed over."""

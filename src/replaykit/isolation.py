@@ -299,13 +299,15 @@ def _holds(path: Path, folder: Path) -> bool:
 def check_shown_paths(
     config: dict, source_of: Callable[[list[str]], str], config_files: Iterable[str | Path] = ()
 ) -> None:
-    """What :func:`plan` refuses, refused when the workflow or an exploration command reads the
-    config, before any job runs: a ``sandbox_show`` entry or a task's local ``data`` path that
-    is the root, holds the working directory (the launch folder, or the config's ``workdir``
-    under it), lies inside their ``results/``, ``logs/`` or ``.snakemake/``, or holds one of
-    ``config_files`` (the config files read: names that are not files, such as ``--config``,
-    are passed over). Nothing to check with ``isolation: none``. ``source_of(keys)``: the
-    config file that set the key (``replaykit.config.source_of`` over the config's layers).
+    """Refused when the workflow or an exploration command reads the config, before any job
+    runs: what :func:`plan` refuses, a ``sandbox_show`` entry or a task's local ``data`` path
+    that is the root, holds the working directory (the launch folder, or the config's
+    ``workdir`` under it) or lies inside their ``results/``, ``logs/`` or ``.snakemake/``; also
+    one that holds one of ``config_files`` (the config files read: names that are not files,
+    such as ``--config``, are passed over); and a ``sandbox_hide`` entry that is or holds the
+    working directory (``""``, ``.``, ``/``: no sandbox could start in it). Nothing to check
+    with ``isolation: none``. ``source_of(keys)``: the config file that set the key
+    (``replaykit.config.source_of`` over the config's layers).
 
     Raises:
         InputError: ``<file>: sandbox_show: ...`` or ``<file>: tasks.<task>.data.<key>: ...``
@@ -318,6 +320,17 @@ def check_shown_paths(
     where = source_of(["sandbox_show"])
     shown = [_usable(v, "sandbox_show", where) for v in config.get("sandbox_show", [])]  # existing or not
     declared(shown, "sandbox_show", where, workdirs, files)
+    hide_source = source_of(["sandbox_hide"])
+    for value in config.get("sandbox_hide", []):
+        hidden = _usable(value, "sandbox_hide", hide_source)
+        held = next((w.resolve() for w in (Path.cwd(), *workdirs) if _holds(hidden, w)), None)
+        if held is not None:  # "" and "." are the working directory itself
+            raise InputError(
+                hide_source,
+                "sandbox_hide",
+                f"{value!r} ({hidden}) holds the working directory {held}: no run could start in it; "
+                "name the folders to hide",
+            )
     for name, task in config["tasks"].items():
         for key, path in data_path_items(name, task.get("data", {})):
             field = f"tasks.{name}.data.{key}"
