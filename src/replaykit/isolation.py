@@ -258,16 +258,14 @@ def declared(
         InputError: ``<source>: <key>: <path> holds the working directory ...`` (or ``is inside
             the workflow's own ...``, or ``holds the config file ...``).
     """
-    folders = [w.resolve() for w in (Path.cwd(), *workdirs)]
-    own = [w / name for w in folders for name in OWN_FOLDERS]
+    own = [w.resolve() / name for w in (Path.cwd(), *workdirs) for name in OWN_FOLDERS]
     for path in paths:
-        # compared as paths, not as folders on disk: a workdir the first run has not made yet counts
-        held = next((w for w in folders if _holds(path, w)), None)
+        held = _held_working_directory(path, workdirs)
         if path == Path("/") or held is not None:
             raise InputError(
                 source,
                 key,
-                f"{path} holds the working directory {held or folders[0]}: the sandbox would show "
+                f"{path} holds the working directory {held or Path.cwd().resolve()}: the sandbox would show "
                 "everything beside it (other checkouts, runs, datasets); name the folders it needs instead",
             )
         within = next((f for f in own if path == f or f in path.parents), None)
@@ -290,6 +288,13 @@ def declared(
     return paths
 
 
+def _held_working_directory(path: Path, workdirs: tuple[Path, ...]) -> Path | None:
+    """The working directory (the current one, else one of ``workdirs``) that real path ``path``
+    is or holds, or None. Compared as paths, not as folders on disk: a workdir the first run has
+    not made yet counts."""
+    return next((w.resolve() for w in (Path.cwd(), *workdirs) if _holds(path, w)), None)
+
+
 def _holds(path: Path, folder: Path) -> bool:
     """Whether real path ``path`` is ``folder`` or one of its parents (neither need exist)."""
     folder = folder.resolve()
@@ -310,7 +315,8 @@ def check_shown_paths(
     (``replaykit.config.source_of`` over the config's layers).
 
     Raises:
-        InputError: ``<file>: sandbox_show: ...`` or ``<file>: tasks.<task>.data.<key>: ...``
+        InputError: ``<file>: sandbox_show: ...``, ``<file>: sandbox_hide: ...`` or
+            ``<file>: tasks.<task>.data.<key>: ...``
             (also for a value that is no usable path: a NUL byte, a name too long).
     """
     if config.get("isolation") == "none":
@@ -323,7 +329,7 @@ def check_shown_paths(
     hide_source = source_of(["sandbox_hide"])
     for value in config.get("sandbox_hide", []):
         hidden = _usable(value, "sandbox_hide", hide_source)
-        held = next((w.resolve() for w in (Path.cwd(), *workdirs) if _holds(hidden, w)), None)
+        held = _held_working_directory(hidden, workdirs)
         if held is not None:  # "" and "." are the working directory itself
             raise InputError(
                 hide_source,
