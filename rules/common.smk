@@ -106,13 +106,15 @@ except InputError as exc:
 def provenance_for_jobs(layers, tiny):
     """What the replay record and the markers record of this invocation's config, passed to the
     jobs in REPLAYKIT_WORKFLOW (no parameter of any rule, so a config file that changes nothing a job
-    reads re-runs nothing): each config file's path and SHA-256, the keys given with --config
-    (not their values: --config may carry final_salt), and the config's `tiny`."""
+    reads re-runs nothing): each config file's path and SHA-256 (and its absolute path), the keys
+    given with --config (not their values: --config may carry final_salt), and the config's `tiny`."""
     files = [
         {"path": name, "sha256": sha256_file(name)} for name, _ in layers if name != CLI
     ]
     return {
         "config_files": files,
+        # absolute: the jobs' sandboxes never show them (replaykit.isolation.plan)
+        "config_paths": [str(Path(name).resolve()) for name, _ in layers if name != CLI],
         "command_line_keys": sorted(layers[-1][1]) if layers[-1][0] == CLI else [],
         "tiny": bool(tiny),
     }

@@ -363,10 +363,11 @@ def test_a_shown_path_that_is_no_path_is_one_line_naming_the_key(value):
     assert "is not a usable path" in exc.value.message and "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize("shown", ["/", "results/soup"])
+@pytest.mark.parametrize("shown", ["/", "results/soup", "shown.yaml", "/proc"])
 def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path, shown):
     """``snakemake -n`` with a ``--configfile`` naming ``sandbox_show: [/]`` (or a folder of its
-    own ``results/``): one line naming that file and the key, exit 1, no job planned."""
+    own ``results/``, the config file itself, which can hold ``final_salt``, or the host's
+    ``/proc``): one line naming that file and the key, exit 1, no job planned."""
     import subprocess
     import sys
 
@@ -389,6 +390,10 @@ def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path, shown):
         "results/soup": f"{work.resolve()}/results/soup is inside the workflow's own {work.resolve()}/results: it "
         "holds every run's scores, the final split's files and Snakemake's records; a run is shown what it needs "
         "from there by its plan (public split, fixed start), so name folders outside it",
+        "shown.yaml": f"{work.resolve()}/shown.yaml is the config file {work.resolve()}/shown.yaml, which can "
+        "hold final_salt; keep config files out of shown paths",
+        "/proc": "/proc is the host's /proc or holds it: it shows every host process's command line, the host's "
+        "sockets and devices; the sandbox has its own",
     }[shown]
     assert out.returncode != 0 and errors == [f"error: shown.yaml: sandbox_show: {expected}"], (
         out.stdout[-2000:] + out.stderr[-2000:]

@@ -71,11 +71,14 @@ def replay_plan(task: str, root: Path, settings: dict = SETTINGS):
     return cli.replay_spec(cli.parser().parse_args(argv)).isolation
 
 
-def exploration(task: str, root: Path, settings: dict = SETTINGS) -> Exploration:
+def exploration(task: str, root: Path, settings: dict = SETTINGS, config_files: tuple[Path, ...] = ()) -> Exploration:
+    """An exploration's record as ``explore start`` writes it (``config_files``: the config files
+    it read, recorded as ``{"path", "sha256"}``)."""
     folder = Path("explore") / task / "x"
     (folder / "runs" / "probe-1").mkdir(parents=True)
     (folder / "workspace").mkdir()
     info = {"task": task, "started_unix": 0, "budget_s": 1, "fixed_start": str(root / "fixed")}
+    info.update(workdir=str(Path.cwd()), config_files=[{"path": str(f), "sha256": ""} for f in config_files])
     info.update(public_dir=f"results/{task}/assets/public", manifest=f"results/{task}/assets/manifest.json")
     info.update(data=data_of(task, root), sandbox=settings, isolation=settings["isolation"])
     (folder / "exploration.json").write_text(json.dumps(info))
@@ -151,6 +154,47 @@ def test_a_shown_folder_in_the_workflows_own_folders_is_refused_by_both_plans(wo
     assert (results.parent / "extra").resolve() in replay_plan(
         task, work, {**SETTINGS, "sandbox_show": ["extra"]}
     ).read_only
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_shown_config_file_system_folder_or_exploration_is_refused_by_both_plans(work, task, monkeypatch):
+    """The hostile run of 2026-12-02 (second): ``sandbox_show`` naming the private config file
+    itself (``salt.yaml``: ``final_salt``) let a candidate rebuild the hidden split; a link made
+    after the config was read, to the folder holding it, passed the load-time check; the host's
+    ``/proc`` showed every process's command line and ``/run`` its sockets; the launch folder's
+    ``explore/`` showed other explorations' logs. The replay's plan refuses each (the config
+    files from ``REPLAYKIT_WORKFLOW``, as rules/common.smk passes them) and the probe's plan too
+    (the config files from the exploration's record, with no such variable)."""
+    private = work / "private"
+    private.mkdir()
+    salt = private / "salt.yaml"
+    salt.write_text("final_salt: s3cret\n")
+    (work / "later").symlink_to(private)  # a link made after the config was read
+    Path("explore").mkdir()
+    cases = {
+        str(salt): f"{salt} is the config file {salt}",
+        str(work / "later"): f"{private} holds the config file {salt}",
+        "/proc": "/proc is the host's /proc",
+        "/run": "/run is the host's /run",
+        "/dev/shm": "/dev/shm is the host's /dev",
+        "/sys/fs": "/sys/fs is the host's /sys",
+        "explore": f"{work / 'work' / 'explore'} is inside the workflow's own {work / 'work' / 'explore'}",
+    }
+    for shown, message in cases.items():
+        settings = {**SETTINGS, "sandbox_show": [shown]}
+        monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(salt)]}))
+        with pytest.raises(InputError) as exc:
+            replay_plan(task, work, settings)
+        assert exc.value.field == "sandbox_show" and exc.value.message.startswith(message), exc.value.message
+        monkeypatch.delenv("REPLAYKIT_WORKFLOW")
+        ex = exploration(task, work, settings, config_files=(salt,))
+        with pytest.raises(InputError) as exc:
+            probe_plan(ex, ex.dir / "runs" / "probe-1")
+        assert exc.value.message.startswith(message), exc.value.message
+        shutil.rmtree(ex.dir)
+    # the same private folder, its config file not in use: shown as named
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": []}))
+    assert private in replay_plan(task, work, {**SETTINGS, "sandbox_show": [str(work / "later")]}).read_only
 
 
 def cli_settings():

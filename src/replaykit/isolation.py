@@ -40,6 +40,7 @@ from pathlib import Path
 from .harness.errors import InputError
 from .harness.frozen import package_dir
 from .harness.limits import LimitSettings
+from .harness.provenance import workflow_config_paths
 from .harness.sandbox import (
     IsolationPlan,
     inside,
@@ -64,6 +65,10 @@ class Settings:
             runs in the config's ``workdir`` (``results``); an exploration command runs where
             snakemake starts (``<workdir>/results``, e.g. ``tiny/results``). Its hidden splits
             and built models' private files are masked (:func:`final_paths`).
+        config_files: the config files in use (absolute paths), which may hold ``final_salt``:
+            never shown. An exploration records them when it starts; a workflow job reads them
+            from ``REPLAYKIT_WORKFLOW`` (:func:`~replaykit.harness.provenance.workflow_config_paths`)
+            when this is empty, so that they are no rule parameter.
     """
 
     mode: str = "bwrap"
@@ -71,6 +76,7 @@ class Settings:
     hide: tuple[str, ...] = ()
     limits: LimitSettings = LimitSettings()
     results: str = "results"
+    config_files: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: dict) -> Settings:
@@ -82,6 +88,7 @@ class Settings:
             tuple(config.get("sandbox_hide", ())),
             LimitSettings.from_config(config.get("sandbox_limits")),
             str(results),
+            tuple(map(str, config.get("config_files_in_use", ()))),
         )
 
     def as_dict(self) -> dict:
@@ -91,6 +98,7 @@ class Settings:
             "sandbox_hide": list(self.hide),
             "sandbox_limits": self.limits.as_dict(),
             "results_dir": self.results,
+            "config_files_in_use": list(self.config_files),
         }
 
 
@@ -211,8 +219,9 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     fixed = [run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else []
     named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
     workdirs = (Path(settings.results).parent,)  # an exploration plans from where snakemake starts
-    named += declared(data_paths(task, data), f"tasks.{task}.data", workdirs=workdirs)
-    named += declared(_real(map(Path, settings.show)), "sandbox_show", workdirs=workdirs)
+    configs = tuple(Path(f).resolve() for f in settings.config_files or workflow_config_paths())
+    named += declared(data_paths(task, data), f"tasks.{task}.data", workdirs=workdirs, config_files=configs)
+    named += declared(_real(map(Path, settings.show)), "sandbox_show", workdirs=workdirs, config_files=configs)
     # the frozen scorer verifies every registered plug-in's files; candidate code needs its own
     plugins = [r for roots in frozen_code().plugin_roots().values() for r in roots] if run.frozen_only else []
     environment = [*python_paths(), package_dir(), *_real([*code_roots(task), *plugins])]
@@ -237,7 +246,12 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
 # scores row by row, the asset manifests, other tasks' hidden splits, the builders' raw data),
 # the job logs and Snakemake's records. A run sees what it needs from them through its plan
 # (its public split, its fixed start, its own folders), never through a shown path.
-OWN_FOLDERS = ("results", "logs", ".snakemake")
+OWN_FOLDERS = ("results", "logs", ".snakemake", "explore")
+# The host's process, device, kernel and runtime file systems: a sandbox has its own /proc (its
+# own processes), /dev (null, zero, random, the GPUs) and no /run. Shown from the host, they give
+# every process's command line (and any value passed on it), the host's sockets (/run, /dev/shm)
+# and its devices.
+SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"), Path("/run"))
 
 
 def declared(
@@ -249,14 +263,16 @@ def declared(
 ) -> list[Path]:
     """``paths`` (real paths, shown because the config names them) unless one is the root,
     holds the working directory (or one of ``workdirs``), is or lies inside one of their
-    :data:`OWN_FOLDERS`, or holds one of ``config_files`` (the config files in use, which may
-    hold ``final_salt``). The workflow checks this when it loads the config (``check_config``:
-    ``source`` the file that set ``key``) and again, but for the config files, when a job plans
-    its sandbox.
+    :data:`OWN_FOLDERS` or one of the host's :data:`SYSTEM_FOLDERS`, or is or holds one of
+    ``config_files`` (the config files in use, which may hold ``final_salt``). The workflow
+    checks this when it loads the config (``check_config``: ``source`` the file that set
+    ``key``) and again when a job or a probe plans its sandbox, on the real paths then (a
+    symbolic link made after the config was read is followed).
 
     Raises:
         InputError: ``<source>: <key>: <path> holds the working directory ...`` (or ``is inside
-            the workflow's own ...``, or ``holds the config file ...``).
+            the workflow's own ...``, ``is the host's ...``, ``is the config file ...`` or
+            ``holds the config file ...``).
     """
     own = [w.resolve() / name for w in (Path.cwd(), *workdirs) for name in OWN_FOLDERS]
     for path in paths:
@@ -277,13 +293,22 @@ def declared(
                 "final split's files and Snakemake's records; a run is shown what it needs from there "
                 "by its plan (public split, fixed start), so name folders outside it",
             )
-        config = next((c for c in config_files if path in c.parents), None)
-        if config is not None:
+        system = next((f for f in SYSTEM_FOLDERS if _holds(f, path) or _holds(path, f)), None)
+        if system is not None:
             raise InputError(
                 source,
                 key,
-                f"{path} holds the config file {config}, which can hold final_salt; keep config "
-                "files out of shown folders",
+                f"{path} is the host's {system} or holds it: it shows every host process's command "
+                "line, the host's sockets and devices; the sandbox has its own",
+            )
+        config = next((c for c in config_files if _holds(path, c)), None)
+        if config is not None:
+            relation = "is" if path == config else "holds"
+            raise InputError(
+                source,
+                key,
+                f"{path} {relation} the config file {config}, which can hold final_salt; keep config "
+                "files out of shown paths",
             )
     return paths
 
@@ -307,9 +332,9 @@ def check_shown_paths(
     """Refused when the workflow or an exploration command reads the config, before any job
     runs: what :func:`plan` refuses, a ``sandbox_show`` entry or a task's local ``data`` path
     that is the root, holds the working directory (the launch folder, or the config's
-    ``workdir`` under it) or lies inside their ``results/``, ``logs/`` or ``.snakemake/``; also
-    one that holds one of ``config_files`` (the config files read: names that are not files,
-    such as ``--config``, are passed over); and a ``sandbox_hide`` entry that is or holds the
+    ``workdir`` under it) or lies inside their :data:`OWN_FOLDERS`, or is, holds or lies inside
+    one of the host's :data:`SYSTEM_FOLDERS`; also one that is or holds one of ``config_files``
+    (the config files read: names that are not files, such as ``--config``, are passed over); and a ``sandbox_hide`` entry that is or holds the
     working directory (``""``, ``.``, ``/``: no sandbox could start in it). Nothing to check
     with ``isolation: none``. ``source_of(keys)``: the config file that set the key
     (``replaykit.config.source_of`` over the config's layers).

@@ -246,8 +246,12 @@ class Exploration:
                 k += 1
 
     def settings(self) -> Settings:
-        """The config's isolation keys recorded at the start."""
-        return Settings.from_config(self.info.get("sandbox", {"isolation": self.info.get("isolation", "bwrap")}))
+        """The config's isolation keys recorded at the start, with the config files read then
+        (never shown to a probe: they may hold ``final_salt``)."""
+        sandbox = self.info.get("sandbox", {"isolation": self.info.get("isolation", "bwrap")})
+        where = Path(self.info.get("workdir", "."))
+        files = [str((where / f["path"]).resolve()) for f in self.info.get("config_files", [])]
+        return Settings.from_config({**sandbox, "config_files_in_use": files})
 
     def status(self) -> dict:
         """Budget (s), probes (id, exit status, stop, checkpoints), proxy scores and the

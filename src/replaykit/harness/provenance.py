@@ -148,3 +148,17 @@ def workflow_provenance() -> dict:
         "command_line_keys": doc.get("command_line_keys"),
         "tiny": bool(doc.get("tiny")),
     }
+
+
+def workflow_config_paths() -> list[Path]:
+    """The absolute paths of the config files of the invocation that started this job
+    (``REPLAYKIT_WORKFLOW``'s ``config_paths``: the sandbox never shows them, as they may hold
+    ``final_salt``); ``[]`` outside a workflow job."""
+    import json
+
+    try:
+        doc = json.loads(os.environ.get(WORKFLOW_ENV) or "null")
+    except ValueError:
+        return []
+    paths = doc.get("config_paths") if isinstance(doc, dict) else None
+    return [Path(p) for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
