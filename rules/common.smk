@@ -9,6 +9,7 @@ import sys
 from types import SimpleNamespace
 from pathlib import Path
 
+from snakemake.io import is_flagged, regex_from_filepattern
 from snakemake.settings.types import DeploymentMethod
 
 from replaykit.config import (
@@ -28,7 +29,12 @@ from replaykit.harness.fileio import wait_for_paths
 from replaykit.harness.hashing import sha256_file
 from replaykit.harness.joblogs import failure_lines
 from replaykit.harness.slots import SETTINGS_ENV
-from replaykit.harness.verify import restore_set_aside, reverify, stamp_of
+from replaykit.harness.verify import (
+    put_back_interrupted,
+    restore_set_aside,
+    reverify,
+    stamp_of,
+)
 from replaykit.isolation import check_shown_paths
 from replaykit.tasks import get_task
 
@@ -107,14 +113,17 @@ def provenance_for_jobs(layers, tiny):
     """What the replay record and the markers record of this invocation's config, passed to the
     jobs in REPLAYKIT_WORKFLOW (no parameter of any rule, so a config file that changes nothing a job
     reads re-runs nothing): each config file's path and SHA-256 (and its absolute path), the keys
-    given with --config (not their values: --config may carry final_salt), and the config's `tiny`."""
+    given with --config (not their values: --config may carry final_salt), and the config's `tiny`.
+    """
     files = [
         {"path": name, "sha256": sha256_file(name)} for name, _ in layers if name != CLI
     ]
     return {
         "config_files": files,
         # absolute: the jobs' sandboxes never show them (replaykit.isolation.plan)
-        "config_paths": [str(Path(name).resolve()) for name, _ in layers if name != CLI],
+        "config_paths": [
+            str(Path(name).resolve()) for name, _ in layers if name != CLI
+        ],
         "command_line_keys": sorted(layers[-1][1]) if layers[-1][0] == CLI else [],
         "tiny": bool(tiny),
     }

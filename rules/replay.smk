@@ -4,8 +4,10 @@ rule workspace:
         recipe=get_recipe_files,
         patch=get_patch,
     output:
-        workspace=directory("results/{task}/{run}/workspace"),
-        record="results/{task}/{run}/workspace.json",
+        # update(): a refused rebuild (a changed patch that no longer applies) keeps the last
+        # workspace the run's replay and official result were built from (Snakemake restores it)
+        workspace=update(directory("results/{task}/{run}/workspace")),
+        record=update("results/{task}/{run}/workspace.json"),
     log:
         "logs/{task}/{run}/workspace.log",
     conda:

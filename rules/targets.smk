@@ -34,4 +34,15 @@ if workflow.is_main_process:
             refuse_unknown_task(SimpleNamespace(other=_parts[1]))
     refuse_unknown_targets(_named)
     if not OTHER_INSTANCE:
+        # an update() output whose job a kill interrupted: its last finished version back
+        put_back_interrupted(
+            Path(".snakemake/backups"),
+            [
+                re.compile(regex_from_filepattern(str(f)))
+                for r in workflow.rules
+                for f in r.output
+                if is_flagged(f, "update")
+            ],
+            say=lambda line: print(line, file=sys.stderr),
+        )
         reverify(*receipt_scope(), say=lambda line: print(line, file=sys.stderr))

@@ -92,6 +92,32 @@ def test_a_candidate_that_fails_keeps_final_and_says_why_on_the_terminal(soup_ru
     assert "removed" not in out.stderr
     assert {p: _tree(work / p) for p in before} == before  # nothing lost, nothing half-overwritten
     assert sha256_tree(work / SOUP) == sha256_tree(soup_run / SOUP)
+    # a hostile run of 2026-12-02: a run's workspace rebuilt because its recipe changed, and
+    # refused (a symbolic link in the recipe), had lost the workspace its official result came
+    # from; it is kept now (and workspace.json with it), as final/ is
+    config["tasks"]["soup"].update(candidate="shipped", candidates={})
+    config_path.write_text(yaml.safe_dump(config))
+    (work / "recipes/soup/train-link.py").symlink_to("train.py")
+    out = snakemake(work, SOUP, *GPU)
+    assert out.returncode != 0 and "not a regular file in the shipped recipe" in out.stderr, out.stderr[-3000:]
+    assert {p: _tree(work / p) for p in before} == before
+
+
+@pytest.mark.slow
+def test_a_final_job_killed_midway_gets_its_last_version_back(soup_run, tmp_path):
+    """A hostile run of 2026-12-02: snakemake killed (-9) while rule ``final`` ran left
+    Snakemake's copy of the last final/ in ``.snakemake/backups``; every later run then failed
+    with Snakemake's traceback (FileExistsError). The next run puts the copy back in place of
+    what the killed job left, in one line, and builds final/ again."""
+    work = copy_run(soup_run, tmp_path / "w")
+    backup = work / ".snakemake/backups" / SOUP
+    shutil.copytree(work / SOUP, backup)  # as Snakemake copies an update() output before its job
+    (work / SOUP / "summary.json").write_text('{"half": ')  # what the killed job left
+    out = snakemake(work, SOUP, *GPU, "--forcerun", "final")  # (its job is marked incomplete)
+    assert out.returncode == 0, out.stderr[-3000:]
+    put_back = f"receipts: {SOUP}: its job was interrupted; put back as last finished (Snakemake's backup)"
+    assert put_back in out.stderr.splitlines()
+    assert not backup.exists() and _tree(work / SOUP) == _tree(soup_run / SOUP)
 
 
 @pytest.mark.slow

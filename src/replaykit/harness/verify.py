@@ -240,6 +240,42 @@ def restore_set_aside(run_dirs, say=print) -> list[str]:
     return restored
 
 
+def put_back_interrupted(backups: Path, patterns, say=print) -> list[str]:
+    """Put back Snakemake's backup of each ``update()`` output whose job was interrupted.
+
+    Snakemake copies such an output to ``.snakemake/backups/<output>`` before its job runs and
+    restores it if the job fails; a run killed mid-job leaves the copy behind, and Snakemake
+    9.27 then fails every later run of that job (``FileExistsError`` copying onto it). The copy
+    is the last finished version: it replaces whatever the interrupted job left (which
+    Snakemake marks incomplete and builds again). Call it only when no other instance holds
+    the folder's lock (a running job's copy is no leftover).
+
+    Args:
+        backups: the backups folder (``.snakemake/backups``), relative to the working directory.
+        patterns: compiled regular expressions of the ``update()`` outputs' paths (relative).
+        say: called with one ``receipts: ...`` line per output put back.
+
+    Returns:
+        The outputs put back (relative paths).
+    """
+    import shutil
+
+    found = []
+    for copy in sorted(backups.rglob("*")) if backups.is_dir() else []:
+        output = copy.relative_to(backups)
+        if any(p.fullmatch(str(output)) for p in patterns) and not any(f in output.parents for f in found):
+            found.append(output)
+    for output in found:
+        if output.is_dir() and not output.is_symlink():
+            shutil.rmtree(output)
+        elif output.exists() or output.is_symlink():
+            output.unlink()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(backups / output, output)
+        say(f"receipts: {output}: its job was interrupted; put back as last finished (Snakemake's backup)")
+    return [str(o) for o in found]
+
+
 def reverify(runs, finals: dict, *, say=print) -> list[str]:
     """The re-verification step: check the receipts of each run folder in ``runs`` (with its
     hash cache) and of each ``final/`` folder in ``finals`` (``final/`` -> the ``official.json``
