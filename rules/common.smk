@@ -9,6 +9,7 @@ import sys
 from types import SimpleNamespace
 from pathlib import Path
 
+from snakemake.cli import get_argument_parser
 from snakemake.io import is_flagged, regex_from_filepattern
 from snakemake.settings.types import DeploymentMethod
 

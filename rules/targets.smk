@@ -14,15 +14,15 @@ rule unknown_task:
 
 # Checked once every rule is known: a target no rule makes gets one line listing the target
 # forms, instead of Snakemake's MissingRuleException.
-# Only a message reads the command line here: the words under results/ it names (nothing is
-# removed or rebuilt because of them). A target under a task that is not configured is refused
-# here too, before the receipts are re-verified, so that a refused command changes nothing.
+# Only a message reads the targets here (Snakemake's own parse of the command line, so that an
+# option's value such as `--report results/x.html` is no target): those under results/ (nothing
+# is removed or rebuilt because of them). A target under a task that is not configured is
+# refused here too, before the receipts are re-verified, so that a refused command changes nothing.
 if workflow.is_main_process:
     _named = [
         a
-        for a in sys.argv[1:]
-        if not a.startswith("-")
-        and (a.startswith("results/") or os.path.isabs(a) and "/results/" in a)
+        for a in get_argument_parser().parse_known_args(sys.argv[1:])[0].targets
+        if a.startswith("results/") or os.path.isabs(a) and "/results/" in a
     ]
     for _target in _named:
         _parts = Path(os.path.relpath(os.path.abspath(_target))).parts

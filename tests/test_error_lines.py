@@ -89,3 +89,7 @@ def test_a_target_no_rule_makes_gets_one_line_with_the_targets(tmp_path):
     assert "results/frozen-code.json" in line
     out = snakemake(tmp_path, "-n", "results/soup/final/summary.jsn")
     assert "it is inside results/soup/final, which is built as a whole;" in out.stderr
+    # an option's value is no target (a new user's `--report results/dpo/snakemake-report.html`,
+    # as docs/operations.md shows it, had been refused as a target no rule makes)
+    out = snakemake(tmp_path, "-n", "--report", "results/soup/snakemake-report.html", "results/soup/final")
+    assert "no rule makes this target" not in out.stderr, out.stderr[-2000:]
