@@ -37,6 +37,7 @@ from conftest import ROOT, VENV_BIN, copy_workflow
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MODES = ("run", "dry-run", "fails", "help")
 WALKTHROUGH = "walkthrough"
+TINY = ["--configfile", "config/test.yaml"]
 _BLOCK = re.compile(r"^([ \t]*)```bash\n(.*?)^\1```", re.S | re.M)
 _MARKER = re.compile(r"<!-- commands: ([a-z-]+) -->\s*$")
 
@@ -279,9 +280,15 @@ def test_exploration_walkthrough_runs_as_written(tmp_path):
         "error: results/soup/assets/manifest.json: assets not built for this config: run "
         "`snakemake results/soup/assets/manifest.json --cores 1` first\n"
     )
+    # with the tiny config the target is relative to its workdir (tiny/), as Snakemake reads it
+    missing = run_as_written(["python", "-m", "replaykit", "explore", "rm", "--name", "t", *TINY], work)
+    assert missing.returncode == 2 and missing.stderr == (
+        "error: tiny/results/rm/assets/manifest.json: assets not built for this config: run "
+        "`snakemake results/rm/assets/manifest.json --cores 1 --configfile config/test.yaml` first\n"
+    )
     # an exploration named like a shipped patch (patches/soup-greedy.diff) is never written over
     shipped = (work / "patches/soup-greedy.diff").read_bytes()
-    tiny = ["--configfile", "config/test.yaml"]
+    tiny = TINY
     assert (
         run_as_written(["python", "-m", "replaykit", "explore", "soup", "--name", "greedy", *tiny], work).returncode
         == 0

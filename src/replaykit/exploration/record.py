@@ -82,7 +82,9 @@ def _check_assets(paths: dict, configfiles: list[dict]) -> None:
             ``--configfile``), built from another fixed start, or changed since.
     """
     manifest = Path(paths["manifest"])
-    build = f"`snakemake {paths['manifest']} --cores 1{configfile_option(configfiles)}`"
+    # a Snakemake target is relative to the config's workdir (tiny/results/... is results/...)
+    target = manifest.relative_to(manifest.parents[3])
+    build = f"`snakemake {target} --cores 1{configfile_option(configfiles)}`"
     if not manifest.is_file():
         raise InputError(manifest, None, f"assets not built for this config: run {build} first")
     built_from = read_json(manifest, required=("fixed_start",))["fixed_start"].get("path")
