@@ -15,9 +15,11 @@ Modes:
 * ``--mode epochs --variants plain,plain,nosync,...``: one timed epoch per variant (after a
   2-step warm-up epoch at the same batch sizes); each compared with the first ``plain``:
   weights equal, max |dw|, cosine of the two updates and of the first update's gradients.
-  Variants: ``plain`` (the recipe), ``nosync`` (no host sync inside the loops, constant
-  tensors on the device once, noise copied from pinned memory), ``graphs`` (``nosync`` +
-  the sampling UNet call replayed from a CUDA graph), ``tf32``, ``cudnn_bench``
+  Variants: ``plain`` (the recipe of ``DDPO_RECIPE``, default ``recipes/ddpo``), ``new``
+  (the loops of the recipe in ``DDPO_NEW_RECIPE``, default ``bench/gpu_ddpo_recipe``: on
+  2026-12-02 main's recipe as ``plain`` against branch ddpo-speed's as ``new``), ``nosync``
+  (this file's copy of the same no-sync loops), ``graphs`` (``new`` + the sampling UNet call
+  replayed from a CUDA graph), ``tf32``, ``cudnn_bench``
   (``cudnn.benchmark``), ``sdpa_cudnn`` / ``sdpa_efficient`` (the attention backend),
   ``cl`` (channels-last UNet), ``bf16_autocast``; ``compile`` (the recipe's knob) runs last.
 * ``--mode compile``: ``compile: true`` (the recipe's ``add_lora``), the warm-up epoch timed
@@ -402,6 +404,14 @@ def meta(recipe):
     }
 
 
+def gpu_seconds(p) -> float:
+    """The kernels' time in profile ``p``: its device-side rows only (operator rows carry the
+    same time again as their self device time; 2026-12-02's run summed both)."""
+    from torch.autograd import DeviceType
+
+    return sum(e.self_device_time_total for e in p.key_averages() if e.device_type == DeviceType.CUDA) / 1e6
+
+
 def profile(args):
     from diffusers import DDIMScheduler
     from torch.profiler import ProfilerActivity
@@ -438,7 +448,7 @@ def profile(args):
             batch = fn()
             sync()
             wall = time.perf_counter() - t0
-        kernel = sum(e.self_device_time_total for e in p.key_averages()) / 1e6
+        kernel = gpu_seconds(p)
         report[name] = {"wall_s": wall, "gpu_kernel_s": kernel}
         lines.append(f"== {name}: wall {wall:.3f} s, GPU kernels {kernel:.3f} s")
         lines.append(
@@ -460,7 +470,7 @@ def profile(args):
             fn(pipe, short, sub, adv, params, opt, recipe, torch.Generator().manual_seed(0))
             sync()
             wall = time.perf_counter() - t0
-        kernel = sum(e.self_device_time_total for e in p.key_averages()) / 1e6
+        kernel = gpu_seconds(p)
         report[name] = {"wall_s": wall, "gpu_kernel_s": kernel}
         lines.append(f"== {name}: wall {wall:.3f} s, GPU kernels {kernel:.3f} s")
         lines.append(
