@@ -76,10 +76,12 @@ class DDPOConfig:
     lora: dict = knob("LoRA on the UNet's attention: {r, alpha, target_modules}")
     device: Literal["auto", "cpu"] = knob("auto: CUDA when available, else CPU")
     dtype: Literal["float32", "float16", "bfloat16"] = knob("base weights' dtype (LoRA weights train in float32)")
-    compile: bool = knob("CUDA: the UNet in channels-last layout through torch.compile: 34.2 s instead of 44.6 s per "
-                         "epoch on an H200 (1.3x) after 368 s of compiling once per replay. Not bit-compatible with "
-                         "false: the sampling and training passes run two compiled graphs that round differently, so "
-                         "PPO's ratio before an update is not exactly 1 (bench/ddpo_ratio.py)", default=False)
+    compile: bool = knob("CUDA: the UNet in channels-last layout through torch.compile: 34.2 s instead of 43.5 s per "
+                         "epoch on an H200 (1.27x) after 284-368 s of compiling per replay (50 s where "
+                         "TORCHINDUCTOR_CACHE_DIR keeps an earlier run's cache). A recipe change, not a speed-up: "
+                         "Inductor's kernels round differently from eager's and from one compile to the next, and "
+                         "AdamW's sign-like first steps turn any rounding difference into a full-size weight change "
+                         "(bench/results-2026-12-02-ddpo-speed.md)", default=False)
 
 
 class NonFiniteError(RuntimeError):
