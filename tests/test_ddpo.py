@@ -752,3 +752,112 @@ def test_resume_never_trains_past_the_last_epoch(fixed_start, assets, tmp_path):
     assert (last / "publish/checkpoint-3/adapter_model.safetensors").read_bytes() == (
         last / "state/state/lora/adapter_model.safetensors"
     ).read_bytes()
+
+
+def _former_sample_epoch(train, pipe, scheduler, prompts, recipe, generator):
+    """The recipe's sampling loop before 2026-12-02 (a host copy per step), verbatim."""
+    uncond = pipe.encode_prompts([""])
+    out = {"latents": [], "log_probs": [], "prompt_embeds": [], "images": []}
+    bs = recipe.sample_batch_size
+    with torch.no_grad():
+        for start in range(0, len(prompts), bs):
+            cond = pipe.encode_prompts(prompts[start : start + bs])
+            context = torch.cat([uncond.expand(len(cond), -1, -1), cond])
+            x = torch.randn((len(cond), *pipe.latent_shape), generator=generator).to(pipe.device, pipe.dtype)
+            trajectory, log_probs = [x], []
+            for t in scheduler.timesteps:
+                eps = train.guided_eps(pipe.unet, x, t, context, recipe.guidance_scale)
+                noise = torch.randn(x.shape, generator=generator)
+                x, log_prob = train.ddim_step_with_logprob(scheduler, eps, t, x, recipe.eta, noise=noise)
+                trajectory.append(x)
+                log_probs.append(log_prob)
+            out["latents"].append(torch.stack(trajectory, 1))
+            out["log_probs"].append(torch.stack(log_probs, 1))
+            out["prompt_embeds"].append(cond)
+            out["images"].append(pipe.decode(x).cpu())
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+def _former_train_epoch(train, pipe, scheduler, batch, advantages, params, optimizer, recipe, generator):
+    """The recipe's PPO loop before 2026-12-02 (four host syncs per step), verbatim."""
+    n, steps = len(advantages), len(scheduler.timesteps)
+    order = torch.randperm(n, generator=generator)
+    uncond = pipe.encode_prompts([""])
+    bs, accum = recipe.train_batch_size, recipe.gradient_accumulation_steps
+    info = {"loss": [], "approx_kl": [], "clipfrac": []}
+    pipe.unet.train()
+    optimizer.zero_grad()
+    minibatches = [order[i : i + bs] for i in range(0, n, bs)]
+    for k, idx in enumerate(minibatches):
+        context = torch.cat([uncond.expand(len(idx), -1, -1), batch["prompt_embeds"][idx]])
+        for j, t in enumerate(scheduler.timesteps):
+            eps = train.guided_eps(pipe.unet, batch["latents"][idx, j], t, context, recipe.guidance_scale)
+            _, log_prob = train.ddim_step_with_logprob(
+                scheduler, eps, t, batch["latents"][idx, j], recipe.eta, prev_sample=batch["latents"][idx, j + 1]
+            )
+            loss, approx_kl, clipfrac = train.ppo_loss(
+                advantages[idx].to(log_prob.device),
+                log_prob,
+                batch["log_probs"][idx, j].float(),
+                recipe.clip_range,
+                recipe.adv_clip_max,
+            )
+            if not torch.isfinite(loss):
+                raise train.NonFiniteError(f"loss is {loss.item()} (minibatch {k}, step {j})")
+            (loss / (accum * steps)).backward()
+            for key, value in (("loss", loss), ("approx_kl", approx_kl), ("clipfrac", clipfrac)):
+                info[key].append(value.item())
+        if (k + 1) % accum == 0 or k + 1 == len(minibatches):
+            torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad()
+    pipe.unet.eval()
+    return {key: float(np.mean(values)) for key, values in info.items()}
+
+
+def test_sync_free_loops_give_the_former_loops_bytes(fixed_start):
+    """The sampling and PPO loops without host syncs (noise and step constants put on the device
+    first, statistics kept there, one finiteness check per update) give the trajectories, the
+    trained LoRA and the statistics of the former loops byte for byte, over an epoch of 2
+    sampling batches and 2 updates of 2 accumulated minibatches; a NaN loss still stops before
+    the update, naming its minibatch and step (issue 35: a speed change never changes the
+    algorithm; bench/results-2026-12-02-ddpo-speed.md has the same comparison on an H200)."""
+    import dataclasses
+
+    from diffusers import DDIMScheduler
+
+    from replaykit.runtime import load_config
+
+    train = recipe_module("train")
+    recipe = load_config(train.DDPOConfig, RECIPE / "configs", "embedded", {})
+    recipe = dataclasses.replace(recipe, num_steps=3, sample_batch_size=4, train_batch_size=2)
+    pipe = pipeline.Pipeline(str(fixed_start))
+    params = train.add_lora(pipe, recipe)
+    start = [p.detach().clone() for p in params]
+    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
+    scheduler.set_timesteps(recipe.num_steps)
+    prompts = [pipeline.prompts()[i % 10] for i in range(8)]
+    advantages = torch.randn(8, generator=torch.Generator().manual_seed(1))
+    runs = []
+    for sample, training in (
+        (lambda *a: _former_sample_epoch(train, *a), lambda *a: _former_train_epoch(train, *a)),
+        (train.sample_epoch, train.train_epoch),
+    ):
+        for p, p0 in zip(params, start):
+            p.data.copy_(p0)
+        optimizer = torch.optim.AdamW(params, lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+        generator = torch.Generator().manual_seed(0)
+        batch = sample(pipe, scheduler, prompts, recipe, generator)
+        info = training(pipe, scheduler, batch, advantages, params, optimizer, recipe, generator)
+        runs.append((batch, info, [p.detach().clone() for p in params]))
+    (old_batch, old_info, old_w), (new_batch, new_info, new_w) = runs
+    assert all(torch.equal(old_batch[k], new_batch[k]) for k in old_batch)
+    assert old_info == new_info
+    assert all(torch.equal(a, b) for a, b in zip(old_w, new_w)) and not torch.equal(old_w[-1], start[-1])
+    before = [p.detach().clone() for p in params]
+    optimizer = torch.optim.AdamW(params, lr=recipe.learning_rate)
+    nan = advantages.clone()
+    nan[:] = float("nan")
+    with pytest.raises(train.NonFiniteError, match=r"loss is nan \(minibatch 0, step 0\)"):
+        train.train_epoch(pipe, scheduler, new_batch, nan, params, optimizer, recipe, torch.Generator())
+    assert all(torch.equal(a, b) for a, b in zip(before, params))

@@ -21,9 +21,25 @@ import math
 import torch
 
 
+def step_alphas(scheduler, timestep: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a_t, a_prev)`` of a step (shape ``B`` or 1, float32, on the CPU)."""
+    t = torch.as_tensor(timestep, device="cpu").long().reshape(-1)
+    prev_t = t - scheduler.config.num_train_timesteps // scheduler.num_inference_steps
+    alphas = scheduler.alphas_cumprod
+    return alphas[t], torch.where(prev_t >= 0, alphas[prev_t.clamp(min=0)], scheduler.final_alpha_cumprod)
+
+
+def step_constants(scheduler, device) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """``{t: (a_t, a_prev)}`` for every step of ``scheduler.timesteps``, on ``device`` once (the
+    same floats :func:`step_alphas` gives; a loop over the steps then copies nothing to the GPU,
+    and each such copy from pageable memory waits for the GPU)."""
+    return {int(t): tuple(a.to(device) for a in step_alphas(scheduler, t)) for t in scheduler.timesteps}
+
+
 def ddim_step_with_logprob(scheduler, eps: torch.Tensor, timestep: torch.Tensor | int, sample: torch.Tensor,
                            eta: float, prev_sample: torch.Tensor | None = None,
-                           noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                           noise: torch.Tensor | None = None,
+                           constants: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One DDIM step ``x_t -> x_{t-1}`` and its log-probability.
 
     Args:
@@ -34,15 +50,13 @@ def ddim_step_with_logprob(scheduler, eps: torch.Tensor, timestep: torch.Tensor 
         eta: DDIM's noise weight (DDPO: 1; must be > 0 for a log-probability).
         prev_sample: ``x_{t-1}`` to score (training); ``None`` draws it (sampling) as
             ``mu_t + sigma_t * noise`` (``noise``: standard normal, drawn here when ``None``).
+        constants: :func:`step_constants` of ``scheduler`` on ``sample``'s device (a scalar
+            ``timestep``), or ``None`` (computed here and copied to the device).
     Returns ``(x_{t-1}, log_prob)`` with ``log_prob`` of shape ``B`` (float32).
     """
     if eta <= 0:
         raise ValueError("eta must be > 0: a deterministic step has no log-probability")
-    t = torch.as_tensor(timestep, device="cpu").long().reshape(-1)
-    prev_t = t - scheduler.config.num_train_timesteps // scheduler.num_inference_steps
-    alphas = scheduler.alphas_cumprod
-    a_t = alphas[t]
-    a_prev = torch.where(prev_t >= 0, alphas[prev_t.clamp(min=0)], scheduler.final_alpha_cumprod)
+    a_t, a_prev = constants[int(timestep)] if constants is not None else step_alphas(scheduler, timestep)
     shape = (-1,) + (1,) * (sample.ndim - 1)
     a_t, a_prev = a_t.reshape(shape).to(sample.device), a_prev.reshape(shape).to(sample.device)
     eps32, x32 = eps.float(), sample.float()

@@ -43,7 +43,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ddim_with_logprob import ddim_step_with_logprob  # noqa: E402
+from ddim_with_logprob import ddim_step_with_logprob, step_constants  # noqa: E402
 from stat_tracking import PerPromptStatTracker  # noqa: E402
 
 from replaykit.runtime import Session, StopReason, atomic_write_json, knob  # noqa: E402
@@ -76,10 +76,12 @@ class DDPOConfig:
     lora: dict = knob("LoRA on the UNet's attention: {r, alpha, target_modules}")
     device: Literal["auto", "cpu"] = knob("auto: CUDA when available, else CPU")
     dtype: Literal["float32", "float16", "bfloat16"] = knob("base weights' dtype (LoRA weights train in float32)")
-    compile: bool = knob("CUDA: the UNet in channels-last layout through torch.compile: 34.2 s instead of 44.6 s per "
-                         "epoch on an H200 (1.3x) after 368 s of compiling once per replay. Not bit-compatible with "
-                         "false: the sampling and training passes run two compiled graphs that round differently, so "
-                         "PPO's ratio before an update is not exactly 1 (bench/ddpo_ratio.py)", default=False)
+    compile: bool = knob("CUDA: the UNet in channels-last layout through torch.compile: 34.2 s instead of 43.5 s per "
+                         "epoch on an H200 (1.27x) after 284-368 s of compiling per replay (50 s where "
+                         "TORCHINDUCTOR_CACHE_DIR keeps an earlier run's cache). A recipe change, not a speed-up: "
+                         "Inductor's kernels round differently from eager's and from one compile to the next, and "
+                         "AdamW's sign-like first steps turn any rounding difference into a full-size weight change "
+                         "(bench/results-2026-12-02-ddpo-speed.md)", default=False)
 
 
 class NonFiniteError(RuntimeError):
@@ -111,25 +113,38 @@ def guided_eps(unet, latents: torch.Tensor, t, context: torch.Tensor, guidance: 
     return eps_u + guidance * (eps_c - eps_u)
 
 
+def _to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``tensor`` (CPU) on ``device`` without waiting for the GPU: a copy from pinned memory is
+    queued behind the work already launched (the same values as a plain ``.to(device)``)."""
+    if torch.device(device).type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 @torch.no_grad()
 def sample_epoch(pipe, scheduler, prompts: list[str], recipe: DDPOConfig, generator: torch.Generator) -> dict:
     """Step 1: trajectories of DDIM sampling (eta ``recipe.eta``) with log-probabilities.
 
-    Noise comes from the CPU ``generator`` (reproducible on any device). Returns ``latents``
+    Noise comes from the CPU ``generator`` (reproducible on any device): per batch the start
+    latent, then one draw per step, in that order. Returns ``latents``
     (``N × (T + 1) × C × h × w``), ``log_probs`` (``N × T``), ``prompt_embeds``
-    (``N × L × D``) and the decoded ``images`` (``N × 3 × H × W`` in [0, 1], CPU)."""
+    (``N × L × D``) and the decoded ``images`` (``N × 3 × H × W`` in [0, 1], CPU). Nothing in
+    the loop over the steps waits for the GPU (the noise and the step constants are on it first)."""
     uncond = pipe.encode_prompts([""])
+    constants = step_constants(scheduler, pipe.device)
     out: dict[str, list] = {"latents": [], "log_probs": [], "prompt_embeds": [], "images": []}
     bs = recipe.sample_batch_size
     for start in range(0, len(prompts), bs):
         cond = pipe.encode_prompts(prompts[start:start + bs])
         context = torch.cat([uncond.expand(len(cond), -1, -1), cond])
-        x = torch.randn((len(cond), *pipe.latent_shape), generator=generator).to(pipe.device, pipe.dtype)
+        shape = (len(cond), *pipe.latent_shape)
+        draws = [_to_device(torch.randn(shape, generator=generator), pipe.device)
+                 for _ in range(len(scheduler.timesteps) + 1)]
+        x = draws[0].to(pipe.dtype)
         trajectory, log_probs = [x], []
-        for t in scheduler.timesteps:
+        for t, noise in zip(scheduler.timesteps, draws[1:]):
             eps = guided_eps(pipe.unet, x, t, context, recipe.guidance_scale)
-            noise = torch.randn(x.shape, generator=generator)
-            x, log_prob = ddim_step_with_logprob(scheduler, eps, t, x, recipe.eta, noise=noise)
+            x, log_prob = ddim_step_with_logprob(scheduler, eps, t, x, recipe.eta, noise=noise, constants=constants)
             trajectory.append(x)
             log_probs.append(log_prob)
         out["latents"].append(torch.stack(trajectory, 1))
@@ -145,35 +160,44 @@ def train_epoch(pipe, scheduler, batch: dict, advantages: torch.Tensor, params: 
 
     Gradients are accumulated over ``gradient_accumulation_steps`` minibatches × T steps per
     optimizer update (the loss of each step divided by that count, as ddpo-pytorch's
-    accelerate accumulation does). Raises :class:`NonFiniteError` on a NaN/inf loss."""
+    accelerate accumulation does). Raises :class:`NonFiniteError` on a NaN/inf loss, checked
+    once per update before the weights move (the one wait for the GPU per update; the
+    statistics stay on the device until the epoch ends)."""
     n, steps = len(advantages), len(scheduler.timesteps)
     order = torch.randperm(n, generator=generator)
     uncond = pipe.encode_prompts([""])
+    constants = step_constants(scheduler, pipe.device)
     bs, accum = recipe.train_batch_size, recipe.gradient_accumulation_steps
-    info = {"loss": [], "approx_kl": [], "clipfrac": []}
+    stats: list[torch.Tensor] = []  # per step: loss, approx KL, clip fraction
     pipe.unet.train()
     optimizer.zero_grad()
     minibatches = [order[i:i + bs] for i in range(0, n, bs)]
-    for k, idx in enumerate(minibatches):
+    advantages = _to_device(advantages, pipe.device)
+    since_update = 0  # index in stats of the first step since the last update
+    for k, cpu_idx in enumerate(minibatches):
+        idx = _to_device(cpu_idx, batch["latents"].device)
         context = torch.cat([uncond.expand(len(idx), -1, -1), batch["prompt_embeds"][idx]])
         for j, t in enumerate(scheduler.timesteps):
             eps = guided_eps(pipe.unet, batch["latents"][idx, j], t, context, recipe.guidance_scale)
             _, log_prob = ddim_step_with_logprob(scheduler, eps, t, batch["latents"][idx, j], recipe.eta,
-                                                 prev_sample=batch["latents"][idx, j + 1])
-            loss, approx_kl, clipfrac = ppo_loss(advantages[idx].to(log_prob.device), log_prob,
+                                                 prev_sample=batch["latents"][idx, j + 1], constants=constants)
+            loss, approx_kl, clipfrac = ppo_loss(advantages[idx.to(advantages.device)], log_prob,
                                                  batch["log_probs"][idx, j].float(), recipe.clip_range,
                                                  recipe.adv_clip_max)
-            if not torch.isfinite(loss):
-                raise NonFiniteError(f"loss is {loss.item()} (minibatch {k}, step {j})")
             (loss / (accum * steps)).backward()
-            for key, value in (("loss", loss), ("approx_kl", approx_kl), ("clipfrac", clipfrac)):
-                info[key].append(value.item())
+            stats.append(torch.stack([loss.detach(), approx_kl, clipfrac]))
         if (k + 1) % accum == 0 or k + 1 == len(minibatches):
+            losses = torch.stack(stats[since_update:])[:, 0]
+            if not torch.isfinite(losses).all():
+                bad = int((~torch.isfinite(losses)).nonzero()[0]) + since_update
+                raise NonFiniteError(f"loss is {stats[bad][0].item()} (minibatch {bad // steps}, step {bad % steps})")
+            since_update = len(stats)
             torch.nn.utils.clip_grad_norm_(params, recipe.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad()
     pipe.unet.eval()
-    return {key: float(np.mean(values)) for key, values in info.items()}
+    values = torch.stack(stats).cpu().tolist()
+    return {key: float(np.mean([v[i] for v in values])) for i, key in enumerate(("loss", "approx_kl", "clipfrac"))}
 
 
 def save_state(state_dir: Path, pipe, optimizer, tracker, epoch: int, rng: random.Random, generator, history) -> Path:
