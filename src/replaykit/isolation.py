@@ -334,8 +334,9 @@ def check_shown_paths(
     that is the root, holds the working directory (the launch folder, or the config's
     ``workdir`` under it) or lies inside their :data:`OWN_FOLDERS`, or is, holds or lies inside
     one of the host's :data:`SYSTEM_FOLDERS`; also one that is or holds one of ``config_files``
-    (the config files read: names that are not files, such as ``--config``, are passed over); and a ``sandbox_hide`` entry that is or holds the
-    working directory (``""``, ``.``, ``/``: no sandbox could start in it). Nothing to check
+    (the config files read: names that are not files, such as ``--config``, are passed over);
+    and a ``sandbox_hide`` entry that is or holds the working directory (``""``, ``.``, ``/``:
+    no sandbox could start in it). Nothing to check
     with ``isolation: none``. ``source_of(keys)``: the config file that set the key
     (``replaykit.config.source_of`` over the config's layers).
 
