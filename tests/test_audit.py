@@ -120,6 +120,11 @@ def test_audit_before_any_run_says_so_and_confirms_nothing(tmp_path):
         "results/dpo: nothing has run yet (no official.json): nothing to audit; "
         "the tiny runs: audit dpo --results tiny/results\n",
     )
+    # a misspelt task is no task with nothing to audit (a new user's typo had exited 0), as status
+    for command in ("audit", "status"):
+        typo = rk(tmp_path, command, "dppo", check=False)
+        assert (typo.returncode, typo.stdout) == (2, ""), typo.stderr
+        assert typo.stderr.startswith("error: command line: task: 'dppo': unknown task (known: ddpo, digress, dpo")
 
 
 def test_a_patch_with_a_few_final_prompts_is_confirmed(dpo_run, tmp_path):

@@ -327,6 +327,7 @@ def cmd_audit(a) -> int:
 
     if a.out and not a.run:
         raise InputError("command line", "run", "--out needs the run (audit <task> <run> --out ...)")
+    check_task_names([a.task], Path(a.results))  # a typo is no task "with nothing to audit"
     if a.out:  # the workflow's audit rule: a confirmed finding is a result, not a failure
         given = {"shipped_official": a.shipped_official or None, "fixed_start_scores": a.fixed_start_scores or None}
         data, sandbox = _json_arg(a.data, "--data"), _json_arg(a.sandbox, "--sandbox")
@@ -350,16 +351,27 @@ def tiny_results() -> Path:
     return Path(workdir) / "results"
 
 
-def cmd_status(a) -> int:
-    from .harness.verify import status_lines
+def check_task_names(names, results: Path) -> None:
+    """Each name is a task of this installation, or one whose runs are in ``results`` (its
+    plug-in gone).
+
+    Raises:
+        InputError: ``command line: task: '<name>': unknown task (known: ...)``.
+    """
     from .tasks import KNOWN, NAME_RE, REFUSED
 
-    results, tiny = Path(a.results), tiny_results()
-    for name in a.task:
+    for name in names:
         if name in KNOWN or (NAME_RE.fullmatch(name) and (results / name).is_dir()):
-            continue  # a task of this installation, or one whose runs are there (its plug-in gone)
+            continue
         why = REFUSED.get(name) or f"unknown task (known: {', '.join(KNOWN)})"
         raise InputError("command line", "task", f"{name!r}: {why}")
+
+
+def cmd_status(a) -> int:
+    from .harness.verify import status_lines
+
+    results, tiny = Path(a.results), tiny_results()
+    check_task_names(a.task, results)
     if not results.exists() and results in (Path("results"), tiny):  # where runs go: none yet
         also = f"; the tiny runs: status --results {tiny}" if results != tiny and tiny.is_dir() else ""
         print(f"{results}: nothing has run yet{also}")
