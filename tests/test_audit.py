@@ -228,6 +228,26 @@ def test_final_items_in_the_replays_log_or_checkpoint_are_confirmed(soup_run, tm
     )
     assert any(line.startswith(expected) for line in shown.stdout.splitlines()), shown.stdout
     assert results_of(audit, "protocol_exposure")["replay_outputs_have_no_final_items"] == "fail"
+    # the same rows encoded (a hostile replay printed the hidden split in base64, hex and
+    # reversed): one row per form, each found on its line
+    import base64
+
+    forms = [
+        base64.b64encode(rows[0].encode()).decode(),
+        base64.urlsafe_b64encode(rows[1].encode()).decode().rstrip("="),
+        "rows: " + rows[2].encode().hex(),
+        rows[3][::-1],
+    ]
+    log.write_text(kept + "".join(f"{form}\n" for form in forms))
+    shown, audit = audited("encoded")
+    assert shown.returncode == 1, shown.stdout
+    evidence = audit["protocol_exposure"]["evidence"]
+    for k, row in enumerate(rows):
+        line = f"{log.relative_to(work)}:{len(kept.splitlines()) + 1 + k}: final item {json.loads(row)['id']}"
+        assert any(e.startswith(line) and e.endswith("; encoded: reversed, base64 or hex)") for e in evidence), (
+            line,
+            evidence,
+        )
     # the same rows in a text file of a published checkpoint, the log restored
     log.write_text(kept)
     checkpoint = sorted((run / "replay").glob("checkpoint-*"))[-1]

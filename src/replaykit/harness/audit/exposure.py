@@ -18,6 +18,9 @@ BLOB_CHARS = 2000  # an added line this long is a blob
 ENTROPY_BITS = 5.0  # bits per character over BLOB_MIN characters: base64 / hex / compressed data
 BLOB_MIN = 200
 SHOWN_KEYS = ("read_only", "writable", "system")
+ENCODED_MIN = 16  # characters of a base64 or hex run worth decoding (12 or 8 bytes of text)
+_BASE64_RUN = re.compile(rf"[A-Za-z0-9+/_-]{{{ENCODED_MIN},}}={{0,2}}")
+_HEX_RUN = re.compile(rf"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{{2}}){{{ENCODED_MIN // 2},}}(?![0-9A-Fa-f])")
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -156,18 +159,52 @@ def _searchable(files: list[Path]) -> tuple[list[Path], list[str]]:
     return kept, skipped
 
 
+def decoded_lines(text: str) -> list[tuple[int, str]]:
+    """Each line of ``text`` (numbered from 1) in the encoded forms a program can print or save
+    a final item in, decoded one layer: the line reversed, and each run of
+    :data:`ENCODED_MIN`+ base64 (standard or URL-safe alphabet) or hex characters that decodes
+    to UTF-8 text. A hostile replay of 2026-12-02 printed every hidden prompt in base64, hex
+    and reversed into its log, which the plain search passed."""
+    out = []
+    for no, line in enumerate(text.splitlines(), 1):
+        views = [line[::-1]]
+        for run in _HEX_RUN.findall(line):
+            views.append(_utf8(bytes.fromhex(run)))
+        for run in _BASE64_RUN.findall(line):
+            body = run.rstrip("=").translate(str.maketrans("-_", "+/"))
+            if len(body) % 4 != 1:  # a length no base64 text has
+                views.append(_utf8(base64.b64decode(body + "=" * (-len(body) % 4))))
+        out.append((no, " | ".join(v for v in views if v)))
+    return out
+
+
+def _utf8(raw: bytes) -> str:
+    """``raw`` as UTF-8 text, or "" when it is not (random bytes rarely are)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
 def _found_in(files: list[Path], items: list[Item], public: Public) -> list[str]:
     """Evidence lines (``file:line: final item ...``) of the final-split items in the text files
-    of ``files`` (a file whose first 4 KiB hold a NUL byte is binary, e.g. weights: not read)."""
+    of ``files``, as written or encoded (:func:`decoded_lines`); a file whose first 4 KiB hold
+    a NUL byte is binary (e.g. weights) and is not read."""
     ev = []
     for path in files:
         raw = path.read_bytes()
         if b"\0" in raw[:4096]:
             continue
-        hay = Haystack.of_text(str(path), raw.decode("utf-8", errors="replace"))
+        text = raw.decode("utf-8", errors="replace")
+        found = find_items(Haystack.of_text(str(path), text), items, public)
+        seen = {f["item"] for f in found}
+        decoded = Haystack(str(path), decoded_lines(text))
+        encoded = [f for f in find_items(decoded, items, public) if f["item"] not in seen]
+        ev += [f"{where(path, f['line'])}: final item {f['item']} ({f['how']}: {f['detail']})" for f in found]
         ev += [
-            f"{where(path, f['line'])}: final item {f['item']} ({f['how']}: {f['detail']})"
-            for f in find_items(hay, items, public)
+            f"{where(path, f['line'])}: final item {f['item']} ({f['how']}: {f['detail']}; encoded: reversed, "
+            "base64 or hex)"
+            for f in encoded
         ]
     return ev
 
