@@ -296,7 +296,11 @@ attempt("connect_host_loopback", lambda: socket.create_connection(("127.0.0.1", 
 request = json.loads(Path(os.environ["REPLAYKIT_REQUEST"]).read_text())
 attempt("read_public", lambda: len((Path(request["public_dir"]) / "proxy.jsonl").read_text()))
 attempt("write_workspace", lambda: Path("note.txt").write_text("ok"))
-Path(os.environ["REPLAYKIT_RUN_DIR"], "probe.json").write_text(json.dumps(results))
+run = Path(os.environ["REPLAYKIT_RUN_DIR"])
+(run / "notes.txt").symlink_to(hidden / "final.jsonl")  # names the hidden split for the host to read
+(run / "publish").mkdir(exist_ok=True)
+(run / "publish/checkpoint-9").symlink_to(hidden)
+run.joinpath("probe.json").write_text(json.dumps(results))
 """
 
 
@@ -343,3 +347,7 @@ def test_a_probe_finds_no_final_split_and_no_network(work):
     assert managed == {"read_public", "write_workspace"}, probe
     assert not accepted and (work / "results/soup/assets/hidden/final.jsonl").is_file()
     assert (ex / "workspace/note.txt").read_text() == "ok"
+    # the links it planted are named in its receipt and never read as checkpoints (a hostile
+    # probe of 2026-12-02), as the formal replay refuses them
+    [receipt] = [json.loads(line) for line in (ex / "receipts.jsonl").open()]
+    assert receipt["special_files"] == ["notes.txt", "publish/checkpoint-9"] and receipt["checkpoints"] == {}

@@ -18,6 +18,7 @@ from ..harness.progress import escape_controls
 from ..harness.protocol import KEEP, ReplayRequest
 from ..harness.provenance import fingerprint
 from ..harness.slots import take_slot
+from ..harness.workspace import special_entries
 from ..isolation import RunPaths, plan
 from .record import Exploration
 
@@ -129,8 +130,10 @@ def run_probe(
     names the probe's run directory and ``REPLAYKIT_REQUEST`` its request, and
     ``CUDA_VISIBLE_DEVICES`` the GPU slot it holds (:mod:`replaykit.harness.slots`). Receipt: id,
     command, the sandbox's plan (every path shown), the lock's fields (:func:`lock_receipt`),
-    returncode, stop (``exit`` or ``budget``), the checkpoints it left (path, SHA-256),
-    ``gpu_slot``, budget used and left (s).
+    returncode, stop (``exit`` or ``budget``), the checkpoints it left (path, SHA-256; none
+    that is, holds or lies under a symbolic link), ``special_files`` (what it left in its run
+    folder that is no regular file or folder: named, never read), ``gpu_slot``, budget used and
+    left (s).
 
     Raises:
         InputError: the exploration was submitted, the budget has ended, or the lock is refused
@@ -166,11 +169,22 @@ def run_probe(
             echo=echo,
             confinement=sandbox.confine(),
         )
+    # what the probe left that is no regular file or folder (a symbolic link, a FIFO): named in
+    # the receipt and never read, as the formal replay refuses it (a hostile probe of 2026-12-02
+    # linked the hidden split into its run folder)
+    special = special_entries(run_dir)
+
+    def regular(rel: str) -> bool:  # neither special nor inside or holding a special entry
+        return not any(s == rel or s.startswith(rel + "/") or rel.startswith(s + "/") for s in special)
+
     checkpoints = {
-        str(p.relative_to(ex.dir)): sha256_tree(p) for p in sorted(run_dir.rglob("checkpoint-*")) if p.is_dir()
+        str(p.relative_to(ex.dir)): sha256_tree(p)
+        for p in sorted(run_dir.rglob("checkpoint-*"))
+        if p.is_dir() and regular(p.relative_to(run_dir).as_posix())
     }
     receipt = {"kind": "probe", "id": run_dir.name, "command": command, "isolation": info["isolation"]}
     receipt.update(sandbox={**sandbox.describe(), "limits": limits}, returncode=code, stop=stop)
+    receipt.update(special_files=special)
     receipt.update(checkpoints=checkpoints, limit_hit=limits["hit"], fingerprint=fingerprint())
     receipt.update(log=str(run_dir.relative_to(ex.dir) / "log.txt"), gpu_slot=slot.record())
     return ex.add_receipt({**receipt, **lock_receipt(lock), **ex.budget_at(lock.released_unix)})
