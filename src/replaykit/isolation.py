@@ -98,7 +98,7 @@ class Settings:
             "sandbox_hide": list(self.hide),
             "sandbox_limits": self.limits.as_dict(),
             "results_dir": self.results,
-            "config_files_in_use": list(self.config_files),
+            **({"config_files_in_use": list(self.config_files)} if self.config_files else {}),
         }
 
 
@@ -248,9 +248,9 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
 # (its public split, its fixed start, its own folders), never through a shown path.
 OWN_FOLDERS = ("results", "logs", ".snakemake", "explore")
 # The host's process, device, kernel and runtime file systems: a sandbox has its own /proc (its
-# own processes), /dev (null, zero, random, the GPUs) and no /run. Shown from the host, they give
-# every process's command line (and any value passed on it), the host's sockets (/run, /dev/shm)
-# and its devices.
+# own processes), /dev (null, zero, random, the GPUs), the part of /sys the system part of the
+# plan shows (harness/sandbox.py) and no /run. Shown from the host, they give every process's
+# command line (and any value passed on it), the host's sockets (/run, /dev/shm) and devices.
 SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"), Path("/run"))
 
 
