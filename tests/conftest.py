@@ -228,6 +228,16 @@ def orphan_processes(marker: str) -> list[str]:
     ]
 
 
+def orphans_after(marker: str, grace_s: float) -> list[str]:
+    """``orphan_processes(marker)`` once none are left or ``grace_s`` seconds have passed (the
+    driver's SIGTERM grace after its owner was killed): the processes still running then. A
+    fixed sleep of the grace cost each kill test its whole length; they are usually gone at once."""
+    deadline = time.time() + grace_s
+    while (left := orphan_processes(marker)) and time.time() < deadline:
+        time.sleep(0.5)
+    return left
+
+
 # ---------------------------------------------------------------- tiny runs built once per session
 
 

@@ -23,7 +23,7 @@ from conftest import (
     VENV_BIN,
     copy_run,
     copy_workflow,
-    orphan_processes,
+    orphans_after,
     snakemake,
     tiny_config,
     write_config,
@@ -390,8 +390,7 @@ def test_dpo_kill_after_the_last_publication_resumes_without_training(tiny_llama
     wait_for(log, "[publish] checkpoint-5", 300)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(12)  # the driver's SIGTERM grace
-    assert orphan_processes(str(work)) == []
+    assert orphans_after(str(work), 12) == []  # within the driver's SIGTERM grace
     assert not (work / DPO_RUN / "replay/record.json").exists()
     snakemake(work, "--unlock", check=True)
     build(work, DPO, "--rerun-incomplete")
