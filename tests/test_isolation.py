@@ -203,6 +203,42 @@ def cli_settings():
     return Settings.from_config(SETTINGS)
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_a_pythonpath_folder_is_shown_by_neither_plan(work, task, monkeypatch):
+    """Whoever starts a run or an exploration command sets PYTHONPATH (hostile, 2026-12-02: a
+    probe started with ``PYTHONPATH=<the private config's folder>`` printed ``final_salt``; a
+    replay with PYTHONPATH on a copy of the hidden split printed it, and the audit passed):
+    neither plan shows its folders, and a process in the replay's plan reads nothing there."""
+    outside = work / "operator"
+    outside.mkdir()
+    (outside / "private.yaml").write_text('final_salt: "S3CRET"\n')
+    monkeypatch.setenv("PYTHONPATH", f"{outside}{os.pathsep}{work / 'datasets' / 'final'}")
+    monkeypatch.syspath_prepend(str(work / "datasets" / "final"))
+    monkeypatch.syspath_prepend(str(outside))
+    ex = exploration(task, work)
+    for plan in (replay_plan(task, work), probe_plan(ex, ex.dir / "runs" / "probe-1")):
+        shown = [*plan.read_only, *plan.writable]
+        assert not any(inside(outside.resolve(), p) or inside(p, outside.resolve()) for p in shown), plan.read_only
+        assert (work / "datasets" / "final").resolve() not in shown
+    if task == "toy":  # a registered plug-in's code is still shown, by name
+        assert (TOY / "replaykit_toy").resolve() in replay_plan(task, work).read_only
+    if task == "soup":
+        plan = replay_plan(task, work)
+        run = Path("results/soup/shipped-seed42/workspace")
+        run.mkdir(parents=True)
+        result = subprocess.run(
+            plan.argv(
+                [sys.executable, "-c", f"print(open({str(outside / 'private.yaml')!r}).read())"], chdir=run.resolve()
+            ),
+            cwd=run,
+            env=plan.environment({"PATH": "/usr/bin:/bin", "HOME": str(work / "home"), "PYTHONPATH": str(outside)}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode != 0 and "S3CRET" not in result.stdout, result.stdout
+
+
 def test_the_proxy_scoring_sees_the_fixed_start_and_writes_only_its_folder(work):
     """The exploration's proxy scoring runs frozen code only: it sees the fixed start even where
     candidate code may not (digress), the checkpoint read-only, and writes its own folder."""

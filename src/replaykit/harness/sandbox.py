@@ -184,20 +184,33 @@ def python_paths() -> list[Path]:
     other environments or package caches); and every ``sys.path`` entry that exists (folders and
     zip files) -- but no entry that is, holds or lies inside the working directory (``''``, a
     ``PYTHONPATH`` of the checkout: what the sandbox needs from there is shown by name) except
-    the prefix (a ``.venv`` inside the checkout). :func:`python_masks` lists what is not shown
-    inside them."""
+    the prefix (a ``.venv`` inside the checkout), and no ``PYTHONPATH`` entry at all
+    (:func:`environment_path_entries`): whoever starts a run or an exploration command sets
+    that variable, and a folder on it would be shown unchecked (the private config's folder, a
+    copy of a hidden split); a registered plug-in's code is shown by name instead
+    (:func:`replaykit.tasks.code_roots`). :func:`python_masks` lists what is not shown inside
+    them."""
     prefix, base = Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()
     out = [prefix]
     if base != prefix:
         out += [(base / d).resolve() for d in ("lib", "lib64") if (base / d).is_dir()]
     out.append(Path(sys.executable).resolve())
     cwd = Path.cwd().resolve()
-    for entry in sys.path:
-        path = Path(entry or ".").resolve()
-        if path.exists() and not inside(path, cwd) and not inside(cwd, path):
+    for path in environment_path_entries():
+        if not inside(path, cwd) and not inside(cwd, path):
             out.append(path)
     kept = [p for p in dict.fromkeys(out) if p.exists()]
     return [p for p in kept if not any(inside(p, q) and p != q for q in kept)]
+
+
+def environment_path_entries() -> list[Path]:
+    """The existing ``sys.path`` entries (real paths) that the Python environment itself puts
+    there -- the standard library, ``site-packages``, folders of ``.pth`` files (an editable
+    install) -- and not the ``PYTHONPATH`` variable, whose entries come first in ``sys.path``
+    (``''``, the script's folder, is dropped too)."""
+    from_variable = {Path(e).resolve() for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e}
+    entries = [Path(e).resolve() for e in sys.path if e]
+    return [p for p in dict.fromkeys(entries) if p.exists() and p not in from_variable]
 
 
 def python_masks() -> list[Path]:
@@ -219,7 +232,8 @@ def python_links() -> list[tuple[str, Path]]:
     and the interpreter's chain of links (:func:`link_chain`)."""
     cwd = Path.cwd().resolve()
     spelled = [sys.prefix, sys.base_prefix, sys.executable]
-    spelled += [e for e in sys.path if e and Path(e).exists() and not inside(Path(e).resolve(), cwd)]
+    shown = set(environment_path_entries())
+    spelled += [e for e in sys.path if e and Path(e).resolve() in shown and not inside(Path(e).resolve(), cwd)]
     return [link for path in spelled for link in links_to(Path(path))] + link_chain(Path(sys.executable))
 
 
