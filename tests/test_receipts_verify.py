@@ -506,6 +506,31 @@ def fake_run(root: Path) -> Path:
     return run
 
 
+def test_status_hashes_every_file_itself_and_a_forged_hash_cache_fools_it_not(tmp_path, monkeypatch):
+    """Hostile (2026-12-02): a flipped byte of a checkpoint, then its ``.hash-cache.json`` entry
+    rewritten to the file's new stat key with the old digest, and ``status`` said verified. The
+    cache lies in the run folder, writable by whoever edits the run: ``status`` reads no cache."""
+    from replaykit.harness.hashing import HashCache
+    from replaykit.harness.verify import CACHE, check_run, status_lines
+
+    run = fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rel = Path("results/t/shipped-seed1")
+    cache = HashCache(rel / CACHE)
+    assert {f.state for f in check_run(rel, cache)} == {"verified"}
+    cache.save()
+    weights = run / "replay/checkpoint-2/w.bin"
+    digest = file_sha(weights)
+    flip_middle_byte(weights)
+    entries = json.loads((rel / CACHE).read_text())
+    st = weights.stat()
+    entries[str(weights.resolve())] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
+    (rel / CACHE).write_text(json.dumps(entries))
+    assert {f.state for f in check_run(rel, HashCache(rel / CACHE))} == {"verified"}  # the forgery works there
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[0] == "t/shipped-seed1: stale (1 of 2 receipts verified)", lines
+
+
 def test_check_run_by_hand(tmp_path, monkeypatch):
     from replaykit.harness.verify import check_final, check_run, mark_stale, stamp_of, status_lines
 

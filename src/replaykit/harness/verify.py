@@ -315,9 +315,10 @@ def reverify(runs, finals: dict, *, say=print) -> list[str]:
 
 def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[list[str], bool]:
     """What is verified, stale or missing, per run and per ``final/``, from the receipts alone
-    (nothing is rebuilt, removed or cached). Runs are the ``<task>/<name>-seed<N>``
-    directories under ``results``; ``final/`` is checked against the ``official.json`` files
-    its summary names. Returns the report's lines and whether everything is verified."""
+    (nothing is rebuilt, removed or cached; every file is hashed, the runs' hash caches unread).
+    Runs are the ``<task>/<name>-seed<N>`` directories under ``results``; ``final/`` is checked
+    against the ``official.json`` files its summary names. Returns the report's lines and
+    whether everything is verified."""
     results = Path(results)
     lines, ok = [], True
     task_dirs = sorted(p for p in results.iterdir() if p.is_dir() and p.name != "models") if results.is_dir() else []
@@ -326,7 +327,10 @@ def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[l
             continue
         entries = []
         for run_dir in sorted(p for p in task_dir.iterdir() if p.is_dir() and "-seed" in p.name):
-            findings = check_run(run_dir, HashCache(run_dir / CACHE) if (run_dir / CACHE).is_file() else None)
+            # every file hashed here: the run's cache is writable by whoever edits the run, so a
+            # forged entry would pass a changed file (the workflow's own re-verification keeps it
+            # for speed; this is the check a reader runs)
+            findings = check_run(run_dir, HashCache(None))
             if not findings and not (run_dir / "replay").exists():
                 continue
             entries.append(
