@@ -886,16 +886,25 @@ class _HalfBaseLoRA(torch.nn.Module):
         lora = a @ self.lora_B.T
         if self.record is not None:
             rec, a_abs = self.record, a.detach().abs().double().flatten(0, 2)
-            lora.register_hook(lambda g: rec.append((g.detach().abs().double().flatten(0, 2).T @ a_abs,
-                                                     a_abs.sum(0), g.detach().abs().max().item())))  # fmt: skip
+            lora.register_hook(
+                lambda g: rec.append(
+                    (g.detach().abs().double().flatten(0, 2).T @ a_abs, a_abs.sum(0), g.detach().abs().max().item())
+                )
+            )
         return type("Out", (), {"sample": (h + lora).movedim(-1, 1).to(x.dtype)})()
 
 
 def _toy_pipe(unet, dtype):
     from types import SimpleNamespace
 
-    return SimpleNamespace(unet=unet, latent_shape=(4, 8, 8), device="cpu", dtype=dtype, decode=lambda x: x,
-                           encode_prompts=lambda p: torch.zeros(len(p), 3, 5, dtype=dtype))  # fmt: skip
+    return SimpleNamespace(
+        unet=unet,
+        latent_shape=(4, 8, 8),
+        device="cpu",
+        dtype=dtype,
+        decode=lambda x: x,
+        encode_prompts=lambda p: torch.zeros(len(p), 3, 5, dtype=dtype),
+    )
 
 
 def _toy_epoch(dtype, advantages, adv_clip_max=5.0, lr=1.0):
@@ -909,14 +918,27 @@ def _toy_epoch(dtype, advantages, adv_clip_max=5.0, lr=1.0):
     scheduler.timesteps = scheduler.timesteps[:2]
     knobs = dict(guidance_scale=5.0, eta=1.0, clip_range=1e-4, adv_clip_max=adv_clip_max, max_grad_norm=1e9)
     with torch.no_grad():
-        batch = train.sample_epoch(_toy_pipe(_HalfBaseLoRA(), torch.float16), scheduler, ["a"] * 8,
-                                   SimpleNamespace(sample_batch_size=8, **knobs), torch.Generator().manual_seed(1))  # fmt: skip
+        batch = train.sample_epoch(
+            _toy_pipe(_HalfBaseLoRA(), torch.float16),
+            scheduler,
+            ["a"] * 8,
+            SimpleNamespace(sample_batch_size=8, **knobs),
+            torch.Generator().manual_seed(1),
+        )
     batch = {k: v if k == "log_probs" else v.to(dtype) for k, v in batch.items()}  # 16-bit values, exactly
     unet = _HalfBaseLoRA()
     params = list(unet.parameters())
     recipe = SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=2, **knobs)  # 8 samples: one update
-    args = (_toy_pipe(unet, dtype), scheduler, batch, advantages, params, torch.optim.SGD(params, lr=lr), recipe,
-            torch.Generator().manual_seed(3))  # fmt: skip
+    args = (
+        _toy_pipe(unet, dtype),
+        scheduler,
+        batch,
+        advantages,
+        params,
+        torch.optim.SGD(params, lr=lr),
+        recipe,
+        torch.Generator().manual_seed(3),
+    )
     return train, unet, args
 
 
