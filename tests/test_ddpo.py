@@ -861,3 +861,188 @@ def test_sync_free_loops_give_the_former_loops_bytes(fixed_start):
     with pytest.raises(train.NonFiniteError, match=r"loss is nan \(minibatch 0, step 0\)"):
         train.train_epoch(pipe, scheduler, new_batch, nan, params, optimizer, recipe, torch.Generator())
     assert all(torch.equal(a, b) for a, b in zip(before, params))
+
+
+class _HalfBaseLoRA(torch.nn.Module):
+    """A UNet stand-in built as PEFT's LoRA over a 16-bit base: the frozen base (here the
+    identity, so the base's output is exact in any dtype) in the pipeline's dtype, a float32
+    adapter ``B A`` on the channels (B starts at zero, as PEFT's) added in float32 and the sum
+    cast back to the base's dtype. Its noise prediction is the input latent itself, exactly,
+    in float16 as in float32, so the two pipelines compute the same forward and the same loss;
+    only the backward's dtype differs. ``record`` (a list) collects, per call, the float64
+    ``sum_rows |g| |a|`` (g: the gradient at the adapter's output, a = A x: the adapter's
+    inner activation) and ``sum_rows |a|``, from which the error bound of ``dL/dB`` is made."""
+
+    def __init__(self, channels: int = 4, rank: int = 2):
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.lora_A = torch.nn.Parameter(torch.randn(rank, channels, generator=gen) / math.sqrt(channels))
+        self.lora_B = torch.nn.Parameter(torch.zeros(channels, rank))
+        self.record: list | None = None
+
+    def forward(self, x, t, encoder_hidden_states):
+        h = x.float().movedim(1, -1)
+        a = h @ self.lora_A.T
+        lora = a @ self.lora_B.T
+        if self.record is not None:
+            rec, a_abs = self.record, a.detach().abs().double().flatten(0, 2)
+            lora.register_hook(
+                lambda g: rec.append(
+                    (g.detach().abs().double().flatten(0, 2).T @ a_abs, a_abs.sum(0), g.detach().abs().max().item())
+                )
+            )
+        return type("Out", (), {"sample": (h + lora).movedim(-1, 1).to(x.dtype)})()
+
+
+def _toy_pipe(unet, dtype):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        unet=unet,
+        latent_shape=(4, 8, 8),
+        device="cpu",
+        dtype=dtype,
+        decode=lambda x: x,
+        encode_prompts=lambda p: torch.zeros(len(p), 3, 5, dtype=dtype),
+    )
+
+
+def _toy_epoch(dtype, advantages, adv_clip_max=5.0, lr=1.0):
+    """A float16 trajectory of 8 samples over the first 2 of 10 DDIM steps (where the steps'
+    sigma are alike, so the gradients' magnitudes span little), and what one PPO update of
+    train_epoch (SGD, no clipping) needs on a fresh :class:`_HalfBaseLoRA` in ``dtype``."""
+    from types import SimpleNamespace
+
+    train = recipe_module("train")
+    scheduler = ddim(10)
+    scheduler.timesteps = scheduler.timesteps[:2]
+    knobs = dict(guidance_scale=5.0, eta=1.0, clip_range=1e-4, adv_clip_max=adv_clip_max, max_grad_norm=1e9)
+    with torch.no_grad():
+        batch = train.sample_epoch(
+            _toy_pipe(_HalfBaseLoRA(), torch.float16),
+            scheduler,
+            ["a"] * 8,
+            SimpleNamespace(sample_batch_size=8, **knobs),
+            torch.Generator().manual_seed(1),
+        )
+    batch = {k: v if k == "log_probs" else v.to(dtype) for k, v in batch.items()}  # 16-bit values, exactly
+    unet = _HalfBaseLoRA()
+    params = list(unet.parameters())
+    recipe = SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=2, **knobs)  # 8 samples: one update
+    args = (
+        _toy_pipe(unet, dtype),
+        scheduler,
+        batch,
+        advantages,
+        params,
+        torch.optim.SGD(params, lr=lr),
+        recipe,
+        torch.Generator().manual_seed(3),
+    )
+    return train, unet, args
+
+
+def test_loss_scaling_recovers_float16_gradients_that_underflow():
+    """Over a float16 base the gradient reaching the float32 LoRA passes through the base's
+    float16 backward; where it is below 2^-25 it rounds to 0 and the LoRA does not move (the
+    ``full`` profile's first update on an H200: 74 % of lora_B's gradient elements exactly 0,
+    gradient cosine 0.01 to a float32 base's; bench/results-2026-12-02-ddpo-fp16.md). With the
+    recipe's ``grad_scaler`` (GradScaler, scale 2^16) the same update equals the float32
+    pipeline's to within the float16 backward's rounding.
+
+    The bound, per element of ``dL/dB = sum_i g_i a_i``: both pipelines compute the same
+    forward and the same float32 gradient ``G`` at the guided noise prediction (scaling by a
+    power of 2 commutes with float32 rounding). The float16 backward then rounds three times:
+    the cast of ``S G``, ``5 x`` (guidance) and the unconditional half's ``x - 5 x``, so the
+    gradient at the adapter's output is off by at most ``3.25 u |S g_i|`` to first order (u =
+    2^-11; the 3 roundings of ``-4 G`` weigh 1 + 5/4 + 1) plus ``6 * 2^-25`` absolute (half
+    float16's subnormal spacing, per rounding and product); 4u leaves room for second-order
+    terms. Unscaling by 1/S is exact; the float32 sums over the n = 2048 products of each
+    element add at most ``gamma_n`` relative to ``sum |g a|`` in each pipeline (Higham,
+    Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 3.5)."""
+    advantages = 2e-6 * torch.randn(8, generator=torch.Generator().manual_seed(2))
+    train, unet, args = _toy_epoch(torch.float32, advantages)
+    unet.record = record = []
+    train.train_epoch(*args)
+    want = -unet.lora_B.detach().double()  # SGD with lr 1 from B = 0: the gradient, negated
+    assert max(r[2] for r in record) < 5 * 2.0**-25  # |G| = |g| / 5 at most: every float16 cast of G gives 0
+    assert want.abs().min() > 0
+
+    train, unet, args = _toy_epoch(torch.float16, advantages)
+    info = train.train_epoch(*args)
+    assert torch.equal(unet.lora_B.detach(), torch.zeros_like(unet.lora_B)) and "loss_scale" not in info
+
+    train, unet, args = _toy_epoch(torch.float16, advantages)
+    scaler = train.grad_scaler(torch.float16, "cpu")
+    info = train.train_epoch(*args, scaler)
+    assert info["loss_scale"] == 2.0**16 and info["skipped_updates"] == 0
+    got = -unet.lora_B.detach().double()
+    u, n = 2.0**-11, 2048
+    assert len(record) == 4 and n == 2 * 4 * 64 * len(record)  # 2 halves x 4 samples x 8 x 8, 2 steps x 2 minibatches
+    gamma = n * 2.0**-24 / (1 - n * 2.0**-24)
+    sum_ga = sum(r[0] for r in record)
+    sum_a = sum(r[1] for r in record)[None, :]
+    bound = (4 * u + 2 * gamma) * sum_ga + 6 * 2.0**-25 / 2.0**16 * sum_a
+    assert ((got - want).abs() <= bound).all()
+    assert torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0) > 0.9999
+
+
+def test_loss_scaler_skips_an_update_whose_gradient_overflows():
+    """A scaled gradient past float16's largest value (65504) becomes inf: the scaler skips
+    that update (the weights stay), halves its scale, and the epoch's statistics say so; the
+    loss itself is finite, so training goes on (GradScaler's dynamic scaling, as the
+    reference's accelerate fp16 run)."""
+    advantages = 1e4 * torch.randn(8, generator=torch.Generator().manual_seed(2))
+    train, unet, args = _toy_epoch(torch.float16, advantages, adv_clip_max=1e9)
+    before = [p.detach().clone() for p in unet.parameters()]
+    info = train.train_epoch(*args, train.grad_scaler(torch.float16, "cpu"))
+    assert info["skipped_updates"] == 1 and info["loss_scale"] == 2.0**15 and math.isfinite(info["loss"])
+    assert all(torch.equal(a, b) for a, b in zip(before, unet.parameters()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_float32_and_bfloat16_train_without_a_scaler_byte_for_byte(dtype):
+    """Loss scaling is for a float16 base only: for float32 and bfloat16 ``grad_scaler`` gives
+    None and ``train_epoch`` gives the former loop's weights and statistics byte for byte
+    (:func:`_former_train_epoch`, verbatim; its statistics carry no loss scale)."""
+    advantages = torch.randn(8, generator=torch.Generator().manual_seed(2))
+    runs = []
+    for former in (True, False):
+        train, unet, args = _toy_epoch(dtype, advantages, lr=1e-2)
+        with torch.no_grad():
+            unet.lora_B.normal_(generator=torch.Generator().manual_seed(4))  # both adapter matrices get a gradient
+        if former:
+            info = _former_train_epoch(train, *args)
+        else:
+            scaler = train.grad_scaler(dtype, "cpu")
+            assert scaler is None
+            info = train.train_epoch(*args, scaler)
+        runs.append((info, [p.detach().clone() for p in unet.parameters()]))
+    (old_info, old_w), (new_info, new_w) = runs
+    assert old_info == new_info
+    assert all(torch.equal(a, b) for a, b in zip(old_w, new_w))
+    assert isinstance(recipe_module("train").grad_scaler(torch.float16, "cpu"), torch.amp.GradScaler)
+
+
+def test_float16_replay_records_the_loss_scale_and_resumes_it(fixed_start, assets, tmp_path):
+    """A float16 replay (the tiny pipeline on the CPU) scales its loss: every epoch of the
+    history has the scale and the skipped updates, the saved state carries the scaler's, and a
+    replay cut after 2 epochs and resumed publishes the straight run's LoRA byte for byte."""
+    from safetensors.torch import load_file
+
+    assert run_recipe(fixed_start, assets, tmp_path / "straight", {"dtype": "float16"}) == 0
+    assert run_recipe(fixed_start, assets, tmp_path / "cut", {"dtype": "float16", "num_epochs": 2}) == 0
+    saved = torch.load(tmp_path / "cut/state/state/train_state.pt", weights_only=False)
+    history = json.loads((tmp_path / "cut/state/state/history.json").read_text())
+    assert [(h["loss_scale"], h["skipped_updates"]) for h in history] == [(2.0**16, 0)] * 2
+    assert saved["scaler"]["scale"] == 2.0**16
+    assert saved["scaler"]["_growth_tracker"] == 2 * 2  # clean updates since the last change of scale: 2 per epoch
+    assert run_recipe(fixed_start, assets, tmp_path / "cut", {"dtype": "float16"}, resume=True) == 0
+    a = load_file(str(tmp_path / "straight/publish/checkpoint-3/adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "cut/publish/checkpoint-3/adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    history = json.loads((tmp_path / "cut/state/train_result.json").read_text())["history"]
+    assert [h["progress"] for h in history] == [1, 2, 3]
+    assert all({"loss_scale", "skipped_updates"} <= h.keys() for h in history)
+    resumed = torch.load(tmp_path / "cut/state/state/train_state.pt", weights_only=False)["scaler"]
+    assert resumed["_growth_tracker"] == 3 * 2  # counted on from the saved state (a fresh scaler would say 2)
