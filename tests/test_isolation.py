@@ -239,6 +239,30 @@ def test_a_pythonpath_folder_is_shown_by_neither_plan(work, task, monkeypatch):
         assert result.returncode != 0 and "S3CRET" not in result.stdout, result.stdout
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_a_sys_path_folder_holding_a_config_file_is_refused_by_both_plans(work, task, monkeypatch):
+    """The same kind without PYTHONPATH: a folder put on sys.path by the environment (a ``.pth``
+    file written into site-packages) that holds a config file in use is refused by both plans,
+    with the line a shown path gets."""
+    from replaykit.harness.errors import InputError
+
+    outside = work / "operator"
+    outside.mkdir()
+    config = outside / "private.yaml"
+    config.write_text('final_salt: "S3CRET"\n')
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.syspath_prepend(str(outside))
+    ex = exploration(task, work, config_files=(config,))
+    settings = {**SETTINGS, "config_files_in_use": [str(config)]}
+    for make in (lambda: replay_plan(task, work, settings), lambda: probe_plan(ex, ex.dir / "runs" / "probe-1")):
+        with pytest.raises(InputError) as raised:
+            make()
+        assert str(raised.value) == (
+            f"the Python environment: sys.path: {outside.resolve()} holds the config file {config.resolve()}, "
+            "which can hold final_salt; keep config files out of shown paths"
+        )
+
+
 def test_the_proxy_scoring_sees_the_fixed_start_and_writes_only_its_folder(work):
     """The exploration's proxy scoring runs frozen code only: it sees the fixed start even where
     candidate code may not (digress), the checkpoint read-only, and writes its own folder."""

@@ -224,7 +224,13 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     named += declared(_real(map(Path, settings.show)), "sandbox_show", workdirs=workdirs, config_files=configs)
     # the frozen scorer verifies every registered plug-in's files; candidate code needs its own
     plugins = [r for roots in frozen_code().plugin_roots().values() for r in roots] if run.frozen_only else []
-    environment = [*python_paths(), package_dir(), *_real([*code_roots(task), *plugins])]
+    # sys.path entries outside the environment's prefixes (a .pth file's folder, which anyone
+    # who can write site-packages adds) are refused as a shown path would be
+    prefixes = (Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve())
+    python = python_paths()
+    outside = [p for p in python if not any(inside(p, q) for q in prefixes)]
+    declared(outside, "sys.path", "the Python environment", workdirs=workdirs, config_files=configs)
+    environment = [*python, package_dir(), *_real([*code_roots(task), *plugins])]
     writable = [p for p in _real(run.writable, existing=False) if not any(inside(p, f) for f in final)]
     shown = [p for p in dict.fromkeys(environment + named) if not any(inside(p, f) for f in final)]
     shown = [p for p in shown if p not in writable]
