@@ -313,7 +313,9 @@ def test_dpo_probe_reaches_nothing(tiny_llama, tmp_path, outside_targets):
         "probe",
         {"probe": str(probe_patch(tmp_path / "p.diff", "dpo", outside_targets))},
     )
-    task["recipe"]["overrides"]["max_steps"] = 2
+    # one step, one checkpoint: the probe runs before training; each more checkpoint is three
+    # more Python starts (validation, proxy and final scoring) that the test does not read
+    task["recipe"]["overrides"]["max_steps"] = 1
     write_config(work, config)
     probe, record = run_probe(work, "dpo", "results/dpo/probe-seed42/official.json", outside_targets)
     assert set(probe) == set(ESCAPES) and {k: v["detail"] for k, v in probe.items() if v["managed"]} == {}
