@@ -304,6 +304,89 @@ def test_soup_resume_at_its_last_publication_and_before_it(soup_finished, tmp_pa
     assert_receipts_agree(work, "soup", SOUP_RUN)
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()
+    }
+
+
+@pytest.mark.slow
+def test_a_new_replay_that_fails_costs_the_old_one_nothing(soup_finished, tmp_path):
+    """A changed config (here the budget) makes a new formal replay of the same run. When it
+    fails, every file of the old replay's publications and state is kept, byte for byte, in
+    ``superseded/`` (the record only is Snakemake's declared output, which it removes before
+    the job); putting them back under the old config resumes the old replay and publishes
+    the same checkpoints without training them again."""
+    import yaml
+
+    work = copy_run(soup_finished, tmp_path / "w")
+    run = work / SOUP_RUN
+    old = {f"{d}/{k}": v for d in ("replay", "replay-state") for k, v in _files(run / d).items()}
+    record = read(run / "replay/record.json")
+    config = yaml.safe_load((work / "config/config.yaml").read_text())
+    changed = yaml.safe_load((work / "config/config.yaml").read_text())
+    changed["tasks"]["soup"]["budget"]["internal_deadline_s"] -= 1
+    write_config(work, changed)
+    # (the copy has no Snakemake metadata of the run, so the changed parameter is forced)
+    target = str(SOUP_RUN / "replay/record.json")
+    out = run_env(work, {"REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH": "3"}, target, *GPU, "--forcerun", "replay")
+    assert out.returncode != 0 and "nothing deleted" in (work / "logs/soup/shipped-seed42/replay.log").read_text()
+    (kept,) = (run / "superseded").iterdir()
+    moved = _files(kept)
+    assert {k: moved.get(k) for k in old if k != "replay/record.json"} == {
+        k: v for k, v in old.items() if k != "replay/record.json"
+    }
+    assert "replay-attempts.json" in moved
+    # put back under the old config: the same replay, resumed at its end
+    for name in ("replay", "replay-state"):
+        shutil.rmtree(run / name)
+    (run / "replay-attempts.json").unlink()
+    for path in kept.iterdir():
+        os.replace(path, run / path.name)
+    write_config(work, config)
+    build(work, SOUP)
+    again = read(run / "replay/record.json")
+    assert again["resumed"] is True and again["checkpoints"] == record["checkpoints"]
+    assert again["publication_count"] == record["publication_count"]
+    assert_receipts_agree(work, "soup", SOUP_RUN)
+
+
+def test_supersede_moves_every_file_and_deletes_nothing(tmp_path):
+    """The move itself: every file under its own name, byte for byte; nothing to keep moves
+    nothing; a second replaced replay in the same second gets its own folder; an identity the
+    candidate could have forged names no other place."""
+    from replaykit.harness.replay import supersede
+
+    run = tmp_path / "run"
+    pub, state, attempts = run / "replay", run / "replay-state", run / "replay-attempts.json"
+    (pub / "checkpoint-3").mkdir(parents=True)
+    (pub / "checkpoint-3" / "adapter_model.safetensors").write_bytes(b"w3")
+    (pub / "publications.jsonl").write_text("{}\n")
+    state.mkdir()
+    (state / "identity.json").write_text('{"identity": "abcdef0123456789ff"}')
+    attempts.write_text("[]")
+    (pub / "link").symlink_to("/etc/hostname")  # planted by a candidate: moved as a link
+    before = _files(run)
+    kept = supersede(pub, state, attempts, now=0.0)
+    assert kept == run / "superseded" / "19700101T000000Z-abcdef012345"
+    assert _files(kept) == before
+    assert (kept / "replay/link").is_symlink() and os.readlink(kept / "replay/link") == "/etc/hostname"
+    assert list(pub.iterdir()) == [] and list(state.iterdir()) == [] and not attempts.exists()
+    assert supersede(pub, state, attempts, now=0.0) is None
+    (pub / "x").write_text("1")
+    (state / "identity.json").write_text('{"identity": ["../x"]}')
+    second = supersede(pub, state, attempts, now=0.0)
+    assert second == run / "superseded" / "19700101T000000Z-unknown"
+    (pub / "y").write_text("2")
+    (state / "identity.json").write_text('{"identity": ["../x"]}')
+    assert supersede(pub, state, attempts, now=0.0).name == "19700101T000000Z-unknown-2"
+    assert sorted(p.name for p in (run / "superseded").iterdir()) == [
+        "19700101T000000Z-abcdef012345",
+        "19700101T000000Z-unknown",
+        "19700101T000000Z-unknown-2",
+    ]
+
+
 def run_env(work, env: dict, *args) -> subprocess.CompletedProcess:
     cmd = [str(VENV_BIN / "snakemake"), "--workflow-profile", "none", *args]
     full = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env)

@@ -66,13 +66,45 @@ class ReplayError(RuntimeError):
         self.cause = cause
 
 
-def _fresh_start(publish_dir: Path, state_dir: Path) -> None:
-    """A formal replay starts from nothing: remove publications and state of other replays."""
-    for path in (publish_dir, state_dir):
-        if path.exists():
-            shutil.rmtree(path)
+SUPERSEDED = "superseded"  # <run>/superseded/<UTC time>-<identity>/: a replay a newer one replaced
+
+
+def supersede(publish_dir: Path, state_dir: Path, attempts_file: Path, now: float | None = None) -> Path | None:
+    """A formal replay starts from nothing, and nothing of the replay it replaces is lost.
+
+    The publications (``publish_dir``), trainer state (``state_dir``) and attempts of another
+    replay of the run (a changed patch, budget, seed, recipe or assets) are moved whole, with
+    their names, to ``<run>/superseded/<UTC time>-<its identity>/`` (``os.replace`` on the
+    same filesystem; links a candidate planted move as links). A new replay that fails or is
+    killed thus costs none of the old one's checkpoints; moving the folders back and rerunning
+    with the old config resumes the old replay at its end, without training. Empty folders are
+    just removed. Returns the folder they went to, or None when there was nothing to keep;
+    ``publish_dir`` and ``state_dir`` exist and are empty afterwards. I/O errors pass."""
+    old = [p for p in (publish_dir, state_dir, attempts_file) if p.is_symlink() or p.exists()]
+    keep = [p for p in old if p.is_symlink() or not p.is_dir() or any(p.iterdir())]
+    kept = None
+    if keep:
+        try:  # what the state says it was (a candidate may have written anything there)
+            ident = str(read_json(state_dir / "identity.json").get("identity", ""))
+        except (OSError, ValueError, AttributeError):
+            ident = ""
+        ident = "".join(c for c in ident if c in "0123456789abcdef")[:12] or "unknown"
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+        root = publish_dir.parent / SUPERSEDED
+        kept = root / f"{stamp}-{ident}"
+        n = 1
+        while kept.exists():
+            n += 1
+            kept = root / f"{stamp}-{ident}-{n}"
+        kept.mkdir(parents=True)
+        for path in keep:
+            os.replace(path, kept / path.name)
+    for path in old:
+        if path.is_dir() and not path.is_symlink() and path.exists():
+            path.rmdir()  # empty: nothing was kept from it
     publish_dir.mkdir(parents=True)
     state_dir.mkdir(parents=True)
+    return kept
 
 
 def asset_fingerprint(manifest: dict) -> str:
@@ -168,7 +200,7 @@ def replay_identity(spec: ReplaySpec, verified: Verified) -> tuple[str, dict]:
 
 def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, started_at: str) -> Start:
     """Resume the same replay when ``state_dir`` holds its identity, else start a fresh formal
-    replay (publications, state and attempts of other replays removed); settle publications an
+    replay (publications, state and attempts of another replay moved aside: :func:`supersede`); settle publications an
     attempt cut short (:func:`~.publish.reconcile`) and clear what else it left; begin this
     attempt (:class:`~.attempts.Attempts`: an earlier one without an end becomes ``platform``)
     and its clock, with the budget earlier attempts left. Raises nothing of its own (I/O errors
@@ -187,8 +219,13 @@ def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, star
         )
     attempts_file = publish_dir.parent / ATTEMPTS_FILE
     if not resume:
-        _fresh_start(publish_dir, state_dir)
-        attempts_file.unlink(missing_ok=True)
+        kept = supersede(publish_dir, state_dir, attempts_file, started_unix)
+        if kept is not None:
+            print(
+                f"[replay] another replay of this run (its publications, state and attempts) moved to {kept}:"
+                " nothing deleted; to resume it, put them back and rerun with its config",
+                flush=True,
+            )
         atomic_write_json(identity_file, {"identity": identity, **identity_doc})
     (state_dir / "train_result.json").unlink(missing_ok=True)
     (publish_dir / "last-failure.json").unlink(missing_ok=True)
