@@ -380,10 +380,16 @@ def test_supersede_moves_every_file_and_deletes_nothing(tmp_path):
     (pub / "y").write_text("2")
     (state / "identity.json").write_text('{"identity": ["../x"]}')
     assert supersede(pub, state, attempts, now=0.0).name == "19700101T000000Z-unknown-2"
+    # the state removed by hand (the documented repair), its attempts left: kept, no identity
+    shutil.rmtree(state)
+    attempts.write_text("[]")
+    assert supersede(pub, state, attempts, now=0.0).name == "19700101T000000Z-unknown-3"
+    assert not attempts.exists() and state.is_dir()
     assert sorted(p.name for p in (run / "superseded").iterdir()) == [
         "19700101T000000Z-abcdef012345",
         "19700101T000000Z-unknown",
         "19700101T000000Z-unknown-2",
+        "19700101T000000Z-unknown-3",
     ]
 
 
@@ -565,6 +571,7 @@ def fake_run(root: Path) -> Path:
         json.dumps(
             {
                 "record_sha256": file_sha(record),
+                "official": {"value": 0.5, "se": 0.1, "progress": 2, "checkpoint_sha256": tree},
                 "checkpoints": [
                     {
                         "progress": 2,
@@ -581,6 +588,12 @@ def fake_run(root: Path) -> Path:
         json.dumps(
             {
                 **summary,
+                "official": {
+                    "official": "results/t/shipped-seed1/official.json",
+                    "progress": 2,
+                    "checkpoint_sha256": tree,
+                },
+                "seeds": {"per_seed": [{"seed": 1, "value": 0.5, "official": "results/t/shipped-seed1/official.json"}]},
                 "officials_sha256": {"results/t/shipped-seed1/official.json": file_sha(official)},
             }
         )
@@ -612,6 +625,51 @@ def test_status_hashes_every_file_itself_and_a_forged_hash_cache_fools_it_not(tm
     assert {f.state for f in check_run(rel, HashCache(rel / CACHE))} == {"verified"}  # the forgery works there
     lines, ok = status_lines("results", ["t"])
     assert not ok and lines[0] == "t/shipped-seed1: stale (1 of 2 receipts verified)", lines
+
+
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        ({"value": 0.99}, "summary.json: value 0.99 is not its official.json's 0.5"),
+        (
+            {"uncertainty": {"value": 0.01, "kind": "se"}},
+            "summary.json: uncertainty 0.01 is not its official.json's 0.1",
+        ),
+        ({"official": {"progress": 1}}, "summary.json: progress 1 is not its official.json's 2"),
+        ({"seeds": {"per_seed": [{"seed": 1, "value": 0.9}]}}, "summary.json: seed 1: value 0.9 is not"),
+        ({"report": "| value | 0.99 |\n"}, "report.md: not the report rendered with summary.json"),
+    ],
+    ids=["value", "uncertainty", "progress", "seed", "report"],
+)
+def test_an_edited_final_number_is_tampered_for_status(tmp_path, monkeypatch, edit, reason):
+    """Hostile (2026-12-03): ``final/summary.json``'s value (or ``report.md``'s) edited by hand,
+    and ``status`` said verified: only the official.json hashes were compared. Now the headline
+    and each seed's value are compared with the official.json files they come from, and
+    ``report.md`` with the hash recorded when it was rendered."""
+    from replaykit.harness.verify import check_final, status_lines
+
+    fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    final = Path("results/t/final")
+    (final / "report.md").write_text("| value | 0.5 |\n")
+    summary = json.loads((final / "summary.json").read_text())
+    summary["report_sha256"] = file_sha(final / "report.md")
+    (final / "summary.json").write_text(json.dumps(summary))
+    officials = ["results/t/shipped-seed1/official.json"]
+    assert check_final(final, officials).state == "verified"
+    if "report" in edit:
+        (final / "report.md").write_text(edit["report"])
+    else:
+        for key, value in edit.items():
+            summary[key] = {**summary[key], **value} if key == "official" else value
+            if key == "seeds":
+                summary[key]["per_seed"][0]["official"] = officials[0]
+        (final / "summary.json").write_text(json.dumps(summary))
+    finding = check_final(final, officials)
+    assert finding.state == "tampered" and finding.reason.startswith(reason), finding.reason
+    assert finding.invalidates == [str(final)]  # the workflow rebuilds final/ from the officials
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[-2] == "t/final: stale (0 of 1 receipts verified)", lines
 
 
 def test_check_run_by_hand(tmp_path, monkeypatch):

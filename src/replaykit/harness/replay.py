@@ -86,7 +86,7 @@ def supersede(publish_dir: Path, state_dir: Path, attempts_file: Path, now: floa
     if keep:
         try:  # what the state says it was (a candidate may have written anything there)
             ident = str(read_json(state_dir / "identity.json").get("identity", ""))
-        except (OSError, ValueError, AttributeError):
+        except (InputError, OSError, ValueError, AttributeError):  # none, or not a JSON object
             ident = ""
         ident = "".join(c for c in ident if c in "0123456789abcdef")[:12] or "unknown"
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))

@@ -173,7 +173,46 @@ def check_final(
             return Finding(str(final_dir), "stale", f"{path} is missing", [str(final_dir)])
         if recorded.get(path) != cache.file(Path(root) / path):
             return Finding(str(final_dir), "stale", f"made from another {path}", [str(final_dir)])
+    mismatch = _final_mismatch(final_dir, summary, Path(root), cache)
+    if mismatch:
+        return Finding(str(final_dir), "tampered", mismatch, [str(final_dir)])
     return Finding(str(final_dir), "verified")
+
+
+def _final_mismatch(final_dir: Path, summary: dict, root: Path, cache: HashCache) -> str | None:
+    """What of ``final/`` disagrees with the ``official.json`` files it names (their hashes
+    already checked): the headline (value, uncertainty, progress, checkpoint), each seed's value,
+    and ``report.md`` against the hash the summary recorded when it was rendered. An edited
+    number is found; the hashes are unkeyed, so one who rewrites every file and hash of the
+    chain is not (docs/audit.md)."""
+    headline = summary.get("official") or {}
+    doc = _json(root / str(headline.get("official", ""))) or {}
+    best = doc.get("official") or {}
+    expected = {
+        "value": best.get("value"),
+        "uncertainty": best.get("se"),
+        "progress": best.get("progress"),
+        "checkpoint_sha256": best.get("checkpoint_sha256"),
+    }
+    found = {
+        "value": summary.get("value"),
+        "uncertainty": (summary.get("uncertainty") or {}).get("value"),
+        "progress": headline.get("progress"),
+        "checkpoint_sha256": headline.get("checkpoint_sha256"),
+    }
+    for key, value in expected.items():
+        if found[key] != value:
+            return f"summary.json: {key} {found[key]!r} is not its official.json's {value!r}"
+    for entry in (summary.get("seeds") or {}).get("per_seed") or []:
+        seed_best = (_json(root / str(entry.get("official", ""))) or {}).get("official") or {}
+        if entry.get("value") != seed_best.get("value"):
+            return (
+                f"summary.json: seed {entry.get('seed')}: value {entry.get('value')!r} is not {entry.get('official')}'s"
+            )
+    report = final_dir / "report.md"
+    if "report_sha256" in summary and (not report.is_file() or cache.file(report) != summary["report_sha256"]):
+        return "report.md: not the report rendered with summary.json (its hash differs)"
+    return None
 
 
 STAMPS = ".receipts"  # beside each product: <folder>/.receipts/<name>, the product's stale-receipt stamp

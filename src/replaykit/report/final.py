@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..harness.audit import audit_summary
 from ..harness.fileio import atomic_write_text
+from ..harness.hashing import sha256_file
 from ..harness.receipts import write_summary
 from ..harness.results import final_summary
 from . import templates
@@ -36,5 +37,6 @@ def final_result(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "report.md", render_report(task, summary, docs, report_diagnostics))
+    summary["report_sha256"] = sha256_file(out_dir / "report.md")  # checked by status and the workflow
     write_summary(out_dir, summary)
     return summary
