@@ -35,6 +35,16 @@ def default_config():
         (lambda t: t.update(candidate="other"), "tasks.dpo.candidate", "not a key of candidates"),
         (lambda t: t.update(candidates={"c1": "/no/such.diff"}), "tasks.dpo.candidates.c1", "not found"),
         (lambda t: t.update(seeds=[]), "tasks.dpo.seeds", "should be non-empty"),
+        # hostile (2026-12-03): a whole-number float passed the schema's integer and named a run
+        # shipped-seed42.0; a seed past 2**32-1 and an infinite budget ended in tracebacks
+        (lambda t: t.update(seeds=[42.0]), "tasks.dpo.seeds.0", "42.0: write a whole number"),
+        (lambda t: t.update(seeds=[42, True]), "tasks.dpo.seeds.1", "is not of type 'integer'"),
+        (lambda t: t.update(seeds=[10**20]), "tasks.dpo.seeds.0", "greater than the maximum of 4294967295"),
+        (
+            lambda t: t["budget"].update(outer_limit_s=float("inf")),
+            "tasks.dpo.budget.outer_limit_s",
+            "greater than the maximum of 31536000",
+        ),
     ],
 )
 def test_config_errors_name_the_field(change, field, message):
@@ -44,6 +54,16 @@ def test_config_errors_name_the_field(change, field, message):
         check_config(config, SCHEMA, "config/config.yaml")
     assert exc.value.path == "config/config.yaml" and exc.value.field == field
     assert message in exc.value.message
+
+
+def test_a_workdir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.md").write_text("x")
+    config = {**default_config(), "workdir": "notes.md"}
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/config.yaml")
+    assert (exc.value.path, exc.value.field) == ("config/config.yaml", "workdir")
+    assert exc.value.message == "'notes.md' is a file, not a folder"
 
 
 def test_default_config_passes():

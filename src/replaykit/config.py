@@ -422,6 +422,9 @@ def check_config(
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise _schema_error(error, layers, source)
+    workdir = config.get("workdir")
+    if isinstance(workdir, str) and Path(workdir).exists() and not Path(workdir).is_dir():
+        raise InputError(source_of(["workdir"], layers, source), "workdir", f"{workdir!r} is a file, not a folder")
     from .tasks import get_task
 
     for name, task in config["tasks"].items():
@@ -461,6 +464,13 @@ def check_config(
             )
         if plugin.check_fixed_start is not None and fixed_start not in config.get("models", {}):
             plugin.check_fixed_start(fixed_start)  # InputError naming the fixed start's file
+        for i, seed in enumerate(task.get("seeds", [])):
+            if isinstance(seed, bool) or not isinstance(seed, int):  # the schema's integer takes 42.0
+                raise InputError(
+                    src("seeds"),
+                    f"tasks.{name}.seeds.{i}",
+                    f"{seed!r}: write a whole number without a decimal point (it names the run)",
+                )
         candidate = task.get("candidate", "shipped")
         if candidate != "shipped" and candidate not in task.get("candidates", {}):
             raise InputError(
