@@ -536,10 +536,13 @@ def test_internal_deadline_stops_training_and_exits_0(workdir, tiny_llama):
     cfg = tiny_config(tiny_llama, budget={"outer_limit_s": 240, "internal_deadline_s": 30, "export_reserve_s": 60})
     cfg["tasks"]["dpo"]["recipe"]["overrides"].update(max_steps=100_000, save_steps=25)
     write_config(workdir, cfg)
-    snakemake(workdir, str(RUN / "replay/record.json"), "--cores", "1", "--resources", "gpu=1", check=True)
+    out = snakemake(workdir, str(RUN / "replay/record.json"), "--cores", "1", "--resources", "gpu=1", check=True)
     record = read(workdir / RUN / "replay/record.json")
     assert record["stop_reason"] == "deadline"
     assert 0 < record["steps"] < 100_000
+    # the terminal says why training ended (its last progress line promised a next checkpoint)
+    done = f"[replay] dpo/shipped-seed42: done: stop_reason=deadline steps={record['steps']} retained="
+    assert done in out.stderr, out.stderr[-2000:]
     assert record["retained"][-1] == record["steps"]  # the last state is saved at the deadline
     assert len(record["retained"]) <= 3
     assert record["wall_s"] < 30 + 60  # stopped inside internal deadline + export reserve

@@ -518,11 +518,15 @@ def write_record(
         "train_history": result.history,
     }
     atomic_write_json(spec.record_path, record)
-    print(
-        f"[replay] done: stop_reason={record['stop_reason']} steps={record['steps']} "
-        f"retained={retained} wall={wall_s:.1f} s ({total_s:.1f} s over all attempts)",
-        flush=True,
+    done = (
+        f"done: stop_reason={record['stop_reason']} steps={record['steps']} "
+        f"retained={retained} wall={wall_s:.1f} s ({total_s:.1f} s over all attempts)"
     )
+    print(f"[replay] {done}", flush=True)
+    terminal = terminal_from_env()  # the job's terminal: why training ended (a deadline, its end)
+    if terminal is not None:
+        terminal.write(f"[replay] {spec.task}/{spec.run}: {done}\n")
+        terminal.flush()
     return record
 
 
