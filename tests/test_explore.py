@@ -188,6 +188,32 @@ def test_a_second_probe_waits_for_the_gpu_lock(work):
     assert a["waited_s"] < 1 and b["waited_s"] > 1 and b["waited_for"]["id"] == a["id"]
 
 
+def test_a_probe_cannot_delete_or_rewrite_its_own_log(work):
+    """Hostile (2026-12-03): a probe printed a line, then deleted its ``log.txt`` (in its own
+    writable run folder) and wrote a harmless one; the audit searches the logs. The log now lies
+    beside the run folder (``runs/probe-<k>.log``), read-only inside, with its hash in the receipt."""
+    rk(work, "explore", "soup", "--name", "logs")
+    ex = work / "explore/soup/logs"
+    script = (
+        "import os, pathlib, sys, time; print('PRINTED-LINE digit-0079', flush=True); time.sleep(0.5)\n"
+        "run = pathlib.Path(os.environ['REPLAYKIT_RUN_DIR'])\n"
+        "for log in (run / 'log.txt', run.parent / (run.name + '.log')):\n"
+        "    for act in (log.unlink, lambda: log.write_text('all fine')):\n"
+        "        try:\n"
+        "            act(); print('CHANGED', log.name, flush=True)\n"
+        "        except OSError as e:\n"
+        "            print('refused', log.name, e.errno, flush=True)\n"
+    )
+    rk(work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c", script)
+    (probe,) = [r for r in receipts(ex) if r["kind"] == "probe"]
+    log = ex / probe["log"]
+    assert probe["log"] == f"runs/{probe['id']}.log" and probe["log_sha256"] == sha256_file(log)
+    text = log.read_text()
+    assert "PRINTED-LINE digit-0079" in text and "CHANGED probe-1.log" not in text, text
+    assert "refused probe-1.log 30" in text  # EROFS: runs/ is shown read-only
+    assert not (ex / "runs" / probe["id"] / "log.txt").exists() or "CHANGED log.txt" in text
+
+
 # a probe that marks its start inside the sandbox (so the host knows it holds the lock), sleeps
 # and writes its own clock
 TIMED = (

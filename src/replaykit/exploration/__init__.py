@@ -6,7 +6,8 @@ Layout of one exploration, ``explore/<task>/<name>/``::
     exploration.json   paths, budget (s), start time (unix s), isolation, lock, recipe hash
     frozen-code.json   SHA-256 of the frozen package at the start (scoring verifies it)
     workspace/         fresh copy of recipes/<task>/: the editable workspace
-    runs/probe-<k>/    one probe: request.json, log.txt, publish/, state/ (writable in it)
+    runs/probe-<k>/    one probe: request.json, publish/, state/ (writable in it)
+    runs/probe-<k>.log its output (written by the host; read-only inside)
     proxy/<k>/         one proxy score: marker.json, summary.json, rows.jsonl, .complete
     receipts.jsonl     one JSON line per probe and per proxy score (appended, never rewritten)
     submission.json    written by submit (then also patches/<task>-<name>.exploration.json)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..harness.errors import InputError
-from ..harness.hashing import sha256_tree
+from ..harness.hashing import sha256_file, sha256_tree
 from ..harness.launch import start_group, training_env, wait_until
 from ..harness.limits import Confinement, failure_line, tail_lines
 from ..harness.lock import FileLock
@@ -129,7 +129,8 @@ def run_probe(
     with ``publish_dir``/``state_dir`` in ``runs/probe-<k>/``. Inside, ``REPLAYKIT_RUN_DIR``
     names the probe's run directory and ``REPLAYKIT_REQUEST`` its request, and
     ``CUDA_VISIBLE_DEVICES`` the GPU slot it holds (:mod:`replaykit.harness.slots`). Receipt: id,
-    command, the sandbox's plan (every path shown), the lock's fields (:func:`lock_receipt`),
+    command, the sandbox's plan (every path shown), the lock's fields (:func:`lock_receipt`), the
+    log (``runs/probe-<k>.log``, outside the probe's writable folder) and its SHA-256,
     returncode, stop (``exit`` or ``budget``), the checkpoints it left (path, SHA-256; none
     that is, holds or lies under a symbolic link), ``special_files`` (what it left in its run
     folder that is no regular file or folder: named, never read), ``gpu_slot``, budget used and
@@ -160,11 +161,15 @@ def run_probe(
             info["threads"], REPLAYKIT_RUN_DIR=str(run_dir), REPLAYKIT_REQUEST=str(request_path), **slot.environ()
         )
         workspace = ex.workspace.resolve()
+        # the log lies beside the probe's writable folder, not in it: the probe reads it (runs/
+        # is shown read-only) but cannot delete, replace or rewrite it (a hostile probe of
+        # 2026-12-03 rewrote its own log.txt to hide what it printed)
+        log = run_dir.parent / f"{run_dir.name}.log"
         code, stop, limits = run_logged(
             sandbox.argv(command, chdir=workspace),
             cwd=workspace,
             env=sandbox.environment(env),
-            log=run_dir / "log.txt",
+            log=log,
             ends_unix=info["ends_unix"],
             echo=echo,
             confinement=sandbox.confine(),
@@ -186,5 +191,5 @@ def run_probe(
     receipt.update(sandbox={**sandbox.describe(), "limits": limits}, returncode=code, stop=stop)
     receipt.update(special_files=special)
     receipt.update(checkpoints=checkpoints, limit_hit=limits["hit"], fingerprint=fingerprint())
-    receipt.update(log=str(run_dir.relative_to(ex.dir) / "log.txt"), gpu_slot=slot.record())
+    receipt.update(log=str(log.relative_to(ex.dir)), log_sha256=sha256_file(log), gpu_slot=slot.record())
     return ex.add_receipt({**receipt, **lock_receipt(lock), **ex.budget_at(lock.released_unix)})
