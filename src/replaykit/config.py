@@ -406,8 +406,7 @@ def check_config(
 
     Args:
         config: the merged workflow config.
-        schema_file: ``config/schema.yaml`` (the blocks of registered tasks are added to it:
-            :func:`config_schema`).
+        schema_file: ``config/schema.yaml`` (plus registered tasks' blocks: :func:`config_schema`).
         source: the name used when ``layers`` cannot tell where a value came from.
         layers: ``(source name, mapping)`` of each config source, lowest priority first, so
             that an error names the file (or ``--config``) its value came from.
@@ -422,9 +421,7 @@ def check_config(
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise _schema_error(error, layers, source)
-    workdir = config.get("workdir")
-    if isinstance(workdir, str) and Path(workdir).exists() and not Path(workdir).is_dir():
-        raise InputError(source_of(["workdir"], layers, source), "workdir", f"{workdir!r} is a file, not a folder")
+    _check_workdir_and_seeds(config, layers, source)
     from .tasks import get_task
 
     for name, task in config["tasks"].items():
@@ -464,13 +461,6 @@ def check_config(
             )
         if plugin.check_fixed_start is not None and fixed_start not in config.get("models", {}):
             plugin.check_fixed_start(fixed_start)  # InputError naming the fixed start's file
-        for i, seed in enumerate(task.get("seeds", [])):
-            if isinstance(seed, bool) or not isinstance(seed, int):  # the schema's integer takes 42.0
-                raise InputError(
-                    src("seeds"),
-                    f"tasks.{name}.seeds.{i}",
-                    f"{seed!r}: write a whole number without a decimal point (it names the run)",
-                )
         candidate = task.get("candidate", "shipped")
         if candidate != "shipped" and candidate not in task.get("candidates", {}):
             raise InputError(
@@ -485,6 +475,22 @@ def check_config(
                 keys = exc.field.split(".")[2:] if (exc.field or "").startswith("tasks.") else []
                 raise InputError(src(*keys) if keys else exc.path, exc.field, exc.message) from None
     check_campaign(config, layers, source)
+
+
+def _check_workdir_and_seeds(config: dict, layers: list[Layer], source: str) -> None:
+    """What the schema lets through: a ``workdir`` that is a file, a seed written ``42.0``
+    (JSON Schema's integer takes a whole-number float; the run would be ``...-seed42.0``)."""
+    workdir = config.get("workdir")
+    if isinstance(workdir, str) and Path(workdir).exists() and not Path(workdir).is_dir():
+        raise InputError(source_of(["workdir"], layers, source), "workdir", f"{workdir!r} is a file, not a folder")
+    for name, task in config["tasks"].items():
+        for i, seed in enumerate(task.get("seeds", [])):
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise InputError(
+                    source_of(["tasks", name, "seeds"], layers, source),
+                    f"tasks.{name}.seeds.{i}",
+                    f"{seed!r}: write a whole number without a decimal point (it names the run)",
+                )
 
 
 def check_campaign(config: dict, layers: list[Layer], source: str) -> None:
