@@ -273,7 +273,8 @@ def test_exploration_walkthrough_runs_as_written(tmp_path):
         refused = run_as_written(["python", "-m", "replaykit", *argv, "-e", "explore/soup/trial"], work)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
         assert refused.stderr.startswith("error: ") and expected in refused.stderr
-    assert sorted(p.name for p in (ex / "runs").iterdir()) == ["probe-1"]
+    # one probe: its run folder and its log beside it (written by the host, read-only inside)
+    assert sorted(p.name for p in (ex / "runs").iterdir()) == ["probe-1", "probe-1.log"]
     # without --configfile the embedded default's assets are named, which were not built here
     missing = run_as_written(["python", "-m", "replaykit", "explore", "soup", "--name", "other"], work)
     assert missing.returncode == 2 and missing.stderr == (
