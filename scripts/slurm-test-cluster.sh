@@ -23,8 +23,8 @@ die() { echo "error: slurm-test-cluster: $*" >&2; exit 1; }
 install_packages() {
   [ "$(id -u)" = 0 ] || die "needs root to install slurm-wlm and munge"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null \
-    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null; } \
+  apt-get install -o DPkg::Lock::Timeout=300 -y -q --no-install-recommends slurm-wlm munge >/dev/null \
+    || { apt-get update -q >/dev/null && apt-get install -o DPkg::Lock::Timeout=300 -y -q --no-install-recommends slurm-wlm munge >/dev/null; } \
     || die "apt-get install slurm-wlm munge failed"
 }
 
