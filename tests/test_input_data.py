@@ -117,7 +117,7 @@ def test_soup_assets_refuse_shifted_heads_and_record_alignment(tmp_path):
     assert err.value.path.endswith("ingredient_00.safetensors") and err.value.field == "head.weight"
     aligned = _soup_start(tmp_path / "aligned")
     soup.check_fixed_start(aligned)
-    info = soup.model.check_heads(aligned)
+    info = soup.heads.check_heads(aligned)
     assert info["reference"] == "zeroshot.safetensors" and min(info["worst"].values()) > 0.9
 
 
@@ -234,3 +234,51 @@ def test_cli_strings_are_read_back_only_where_the_schema_wants_another_type():
     assert digress["threads"] == "a: b: c"  # not a number: left for the schema's error
     assert digress["candidate"] == "007"  # a string where the schema wants one: kept as given
     assert ddpo["evaluation"]["diversity_reference"] is False
+
+
+def test_soup_head_check_runs_without_torch_and_agrees_with_torch(tmp_path):
+    """The workflow-start head check (every snakemake invocation on a local soup fixed start)
+    imports no torch, and its least cosines are torch's ``normalize`` of the centred rows,
+    recomputed here; a bfloat16 head (NumPy cannot read it) and a ``.pt`` ingredient go
+    through torch and give the same verdict."""
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from test_input_table import _soup_start
+
+    from replaykit.tasks import soup
+
+    start = _soup_start(tmp_path / "aligned")
+    code = (
+        "import sys; from replaykit.tasks import soup; "
+        f"soup.check_fixed_start({str(start)!r}); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+    def centred(w):
+        return torch.nn.functional.normalize(w - w.mean(0, keepdim=True), dim=1)
+
+    reference = centred(load_file(str(start / "zeroshot.safetensors"))["head.weight"])
+    info = soup.heads.check_heads(start)
+    for name, least in info["worst"].items():
+        head = load_file(str(start / "ingredients" / name))["head.weight"]
+        expected = (centred(head) @ reference.T).diag().min().item()
+        assert least == pytest.approx(expected, abs=1e-4)  # rounded to 4 decimals
+    # the first ingredient as bfloat16 safetensors, the second as a torch .pt file
+    first, second = start / "ingredients/ingredient_00.safetensors", start / "ingredients/ingredient_01.safetensors"
+    state = load_file(str(first))
+    save_file({k: v.to(torch.bfloat16) for k, v in state.items()}, str(first))
+    torch.save(load_file(str(second)), start / "ingredients/ingredient_01.pt")
+    config = json.loads((start / "config.json").read_text())
+    config["ingredients"][1] = "ingredients/ingredient_01.pt"
+    (start / "config.json").write_text(json.dumps(config))
+    again = soup.heads.check_heads(start)
+    assert list(again["worst"]) == ["ingredient_00.safetensors", "ingredient_01.pt", *list(info["worst"])[2:]]
+    # bfloat16 keeps 8 bits of mantissa: a cosine moves by about 2**-8 at most
+    assert again["worst"]["ingredient_00.safetensors"] == pytest.approx(
+        info["worst"]["ingredient_00.safetensors"], abs=4e-3
+    )
+    assert again["worst"]["ingredient_01.pt"] == info["worst"]["ingredient_01.safetensors"]

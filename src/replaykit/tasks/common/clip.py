@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 CONFIG = "config.json"
 MODEL_NAME = "digits-vit-tiny"
@@ -42,6 +44,8 @@ def create_clip(fixed_start: str | Path, config: dict | None = None):
 def load_state(path: str | Path) -> dict[str, torch.Tensor]:
     """A state dict from ``.safetensors`` or a torch ``.pt`` file (loaded with
     ``weights_only=True``: tensors only, no pickled code)."""
+    import torch
+
     path = Path(path)
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
@@ -60,6 +64,8 @@ def pretrain(clip, tokenizer, images: torch.Tensor, labels: torch.Tensor, epochs
     :data:`TEMPLATES`, every image of the same class in the batch counted as a positive (soft
     targets, since captions repeat); AdamW lr 1e-3, weight decay 0.1; ``log`` gets one line
     per epoch."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(clip.parameters(), lr=1e-3, weight_decay=0.1)
     captions = {c: tokenizer([t.format(CLASS_NAMES[c]) for t in TEMPLATES]) for c in range(len(CLASS_NAMES))}

@@ -63,9 +63,9 @@ def check_data(data: dict) -> None:
 
 def check_fixed_start(fixed_start: str | Path) -> None:
     """Workflow-start check of a local fixed start (before any rule replaces built assets):
-    the ingredients' heads are aligned (:func:`.model.check_heads`, heads only). Raises
+    the ingredients' heads are aligned (:func:`.heads.check_heads`, heads only, without torch). Raises
     :class:`InputError` naming the ingredient file and ``head.weight``."""
-    from .model import check_heads
+    from .heads import check_heads
 
     if not (Path(fixed_start) / "config.json").is_file():
         return
@@ -138,12 +138,13 @@ def build_assets(cfg: dict, fixed_start: str | Path, public_dir: str | Path, hid
 
     Raises :class:`InputError` naming an ingredient whose keys or shapes differ from the
     first one's, whose classification head is not aligned with the zero-shot head
-    (:func:`.model.check_heads`), or a split that cannot hold ``proxy_per_class`` images of
+    (:func:`.heads.check_heads`), or a split that cannot hold ``proxy_per_class`` images of
     every class.
     """
     import shutil
 
-    from .model import check_heads, check_ingredients, read_config
+    from .heads import check_heads
+    from .model import check_ingredients, read_config
 
     try:
         info = check_ingredients(fixed_start)
