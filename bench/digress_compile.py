@@ -86,7 +86,8 @@ def main() -> int:
     p.add_argument("--json")
     a = p.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="digress-compile-"))
-    public = public_split(Path(a.public), a.graphs, scratch)
+    # absolute: the recipe runs in recipes/digress/, where a relative --public names nothing
+    public = public_split(Path(a.public).resolve(), a.graphs, scratch)
     rows = []
     for scope in a.scopes.split(","):
         overrides = {"epochs": a.epochs, "save_every": a.epochs, "cuda_graph": True, "compile": True}
