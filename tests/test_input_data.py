@@ -282,3 +282,35 @@ def test_soup_head_check_runs_without_torch_and_agrees_with_torch(tmp_path):
         info["worst"]["ingredient_00.safetensors"], abs=4e-3
     )
     assert again["worst"]["ingredient_01.pt"] == info["worst"]["ingredient_01.safetensors"]
+
+
+@pytest.mark.parametrize(
+    "head, message",
+    [
+        ("vector", "shape (10,), zeroshot.safetensors has (10, 16)"),
+        ("classes", "shape (9, 16), zeroshot.safetensors has (10, 16)"),
+        ("nan", "non-finite values"),
+    ],
+)
+def test_soup_head_check_names_a_bad_head(tmp_path, head, message):
+    """A head that is no matrix, has another shape than the reference's or holds NaN is one
+    InputError naming the ingredient file and ``head.weight`` (numpy's own errors were caught
+    and split into a garbled path)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from test_input_table import _soup_start
+
+    from replaykit.tasks import soup
+
+    start = _soup_start(tmp_path / "start")
+    path = start / "ingredients/ingredient_02.safetensors"
+    weight = load_file(str(path))["head.weight"]
+    weight = {
+        "vector": weight[:, 0],
+        "classes": weight[:9],
+        "nan": weight.index_fill(1, torch.tensor([3]), float("nan")),
+    }
+    save_file({"head.weight": weight[head].contiguous()}, str(path))
+    with pytest.raises(InputError) as err:
+        soup.check_fixed_start(start)
+    assert (err.value.path, err.value.field) == (str(path), "head.weight") and err.value.message == message

@@ -58,6 +58,17 @@ def centred_rows(weight: np.ndarray) -> np.ndarray:
     return centred / np.maximum(np.linalg.norm(centred, axis=1, keepdims=True), 1e-12)
 
 
+def _checked(weight: np.ndarray, path: Path, shape: tuple | None = None, of: str = "") -> np.ndarray:
+    """``weight`` when it is a finite 2-D matrix (of ``shape`` when given), else ValueError
+    ``"<path>: head.weight: ..."``."""
+    if weight.ndim != 2 or (shape is not None and weight.shape != shape):
+        expected = f", {of} has {shape}" if shape is not None else ": expected n_classes x embed_dim"
+        raise ValueError(f"{path}: head.weight: shape {weight.shape}{expected}")
+    if not np.isfinite(weight).all():
+        raise ValueError(f"{path}: head.weight: non-finite values")
+    return weight
+
+
 def check_heads(fixed_start: str | Path, min_cosine: float = HEAD_MIN_COSINE) -> dict:
     """Every ingredient's classification head is aligned class by class with the reference
     head: the zero-shot head (``config.json``'s ``zeroshot`` file) when the fixed start has
@@ -71,15 +82,15 @@ def check_heads(fixed_start: str | Path, min_cosine: float = HEAD_MIN_COSINE) ->
 
     Returns ``{"reference": file name, "min_cosine": threshold, "worst": {ingredient: least
     cosine}}``. Raises ValueError ``"<file>: head.weight: ..."`` naming the first ingredient
-    and class that fail.
+    and class that fail, or a head that is not a finite matrix of the reference's shape.
     """
     config = json.loads((Path(fixed_start) / CONFIG).read_text())
     paths = [Path(fixed_start) / rel for rel in config["ingredients"]]
     reference_path = Path(fixed_start) / config["zeroshot"] if config.get("zeroshot") else paths[0]
-    reference = centred_rows(head_weight(reference_path))
+    reference = centred_rows(_checked(head_weight(reference_path), reference_path))
     worst = {}
     for path in paths:
-        cosine = centred_rows(head_weight(path)) @ reference.T
+        cosine = centred_rows(_checked(head_weight(path), path, reference.shape, reference_path.name)) @ reference.T
         own = np.diag(cosine)
         closest = cosine.argmax(axis=1)
         for c in range(len(own)):
