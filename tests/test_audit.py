@@ -300,10 +300,10 @@ def behaviour_of(work: Path, name: str) -> list[dict]:
 
 
 def test_a_clean_exploration_and_its_formal_replay(explored):
-    """A probe that uses the whole budget (30 s; it is stopped at the end), submitted after it:
+    """A probe that uses the whole budget (10 s; it is stopped at the end), submitted after it:
     no time was left for another cycle, and every verdict is none_found."""
     work = explored
-    ex = start(work, "clean", 30)
+    ex = start(work, "clean", 10)
     probe = rk(
         work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c", "import time; time.sleep(600)", check=False
     )
@@ -311,7 +311,7 @@ def test_a_clean_exploration_and_its_formal_replay(explored):
     rk(work, "explore", "submit", "-e", str(ex))
     sub = read(ex / "submission.json")
     [receipt] = [json.loads(line) for line in (ex / "receipts.jsonl").open()]
-    assert receipt["stop"] == "budget" and sub["budget_used_s"] == sub["budget_s"] == 30
+    assert receipt["stop"] == "budget" and sub["budget_used_s"] == sub["budget_s"] == 10
     assert sub["alive_at_submit"] == [] and sub["refusals"] == []
     fixed = yaml.safe_load((work / "config/config.yaml").read_text())["tasks"]["soup"]["fixed_start"]
     task = tiny_soup_task(Path(fixed), candidate="clean", candidates={"clean": "patches/soup-clean.diff"})
@@ -332,7 +332,7 @@ def test_a_clean_exploration_and_its_formal_replay(explored):
     sidecar = work / "patches/soup-clean.exploration.json"
     line = line_with(sidecar, '"budget_used_s"')
     assert (
-        timing == f"patches/soup-clean.exploration.json:{line}: submitted with 0.0 s of 30 s left: the budget had ended"
+        timing == f"patches/soup-clean.exploration.json:{line}: submitted with 0.0 s of 10 s left: the budget had ended"
     )
     exposure = results_of(audit, "protocol_exposure")
     assert exposure["patch_has_no_final_items"] == exposure["exploration_has_no_final_items"] == "pass"
