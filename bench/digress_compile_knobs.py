@@ -148,22 +148,9 @@ def run_variant(
 ) -> dict:
     """The recipe (as bench/digress_recipe_smoke.run asks it: seed 42, 30 s export reserve; training
     stops itself at ``until``) through :func:`child`; its history, wall and the child's report."""
-    (work / "state").mkdir(parents=True)
-    request = {
-        "fixed_start": "",
-        "public_dir": str(public),
-        "publish_dir": str(work / "pub"),
-        "state_dir": str(work / "state"),
-        "seed": 42,
-        "deadline_unix": until + 30,
-        "export_reserve_s": 30,
-        "profile": "full",
-        "overrides": overrides,
-        "threads": 8,
-        "keep": 3,
-        "resume": False,
-    }
-    (work / "state/request.json").write_text(json.dumps(request))
+    from digress_recipe_smoke import write_request
+
+    write_request(public, work, until + 30, "full", overrides)
     spec = {"config": config, "report": str(work / "report.json")}
     (work / "spec.json").write_text(json.dumps(spec))
     path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)

@@ -29,6 +29,28 @@ class RecipeFailed(RuntimeError):
     """The recipe exited without ``state/train_result.json``; the message ends with its own error."""
 
 
+def write_request(public: Path, work: Path, deadline_unix: float, profile: str, overrides: dict) -> dict:
+    """``<work>/state/request.json`` as the replay driver writes it for the digress recipe: seed
+    42, 30 s export reserve, 8 threads, keep 3, a fresh start; publications in ``<work>/pub``."""
+    (work / "state").mkdir(parents=True)
+    request = {
+        "fixed_start": "",
+        "public_dir": str(public),
+        "publish_dir": str(work / "pub"),
+        "state_dir": str(work / "state"),
+        "seed": 42,
+        "deadline_unix": deadline_unix,
+        "export_reserve_s": 30,
+        "profile": profile,
+        "overrides": overrides,
+        "threads": 8,
+        "keep": 3,
+        "resume": False,
+    }
+    (work / "state/request.json").write_text(json.dumps(request))
+    return request
+
+
 def run(
     public: Path, work: Path, overrides: dict, seconds: float, profile: str = "full", until: float | None = None
 ) -> dict:
@@ -39,23 +61,8 @@ def run(
     (``history`` from ``train_result.json``). Raises :class:`RecipeFailed` naming the exit
     status and the recipe's last stderr lines when it wrote no ``train_result.json`` (it
     failed before training: a missing public file, an import, a bad knob)."""
-    (work / "state").mkdir(parents=True)
     deadline = time.time() + seconds if until is None else min(until, time.time() + seconds)
-    request = {
-        "fixed_start": "",
-        "public_dir": str(public),
-        "publish_dir": str(work / "pub"),
-        "state_dir": str(work / "state"),
-        "seed": 42,
-        "deadline_unix": deadline,
-        "export_reserve_s": 30,
-        "profile": profile,
-        "overrides": overrides,
-        "threads": 8,
-        "keep": 3,
-        "resume": False,
-    }
-    (work / "state/request.json").write_text(json.dumps(request))
+    write_request(public, work, deadline, profile, overrides)
     started = time.time()
     # the recipe imports replaykit from src/; carried wheels (PYTHONPATH, e.g. /tmp/site) stay visible
     path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
