@@ -482,9 +482,10 @@ def campaign_config(work: Path, soup_start: Path, tiny_llama: Path) -> dict:
     ``single``: the shipped runs shared between them) and rm with one (learning rate ``lr4``),
     seeds 42 and 43, at most one replay at a time. Kept cheap: soup publishes one checkpoint per
     run, rm's tiny recipe is cut to 2 steps with one checkpoint, and rm's second candidate (16 of
-    the campaign's jobs, about 80 s of the suite) is left out: soup's two show the sharing. soup's official candidate is ``greedy``, so its final and its
-    report (read by tests/test_report.py) hold a candidate patch over two seeds and the shipped
-    reference, and the report shows the ``greedy`` ablation. Patches are written into ``work``."""
+    the campaign's jobs, about 80 s of the suite) is left out: soup's two show the sharing.
+    soup's official candidate is ``greedy``, so its final and its report (read by
+    tests/test_report.py) hold a candidate patch over two seeds and the shipped reference, and
+    the report shows the ``greedy`` ablation. Patches are written into ``work``."""
     soup = soup_task(
         soup_start,
         candidate="greedy",

@@ -342,3 +342,60 @@ def test_a_shipped_run_without_a_valid_checkpoint_and_a_short_split_are_task_def
     assert c["result"] == "fail" and f"{manifest}:" in " ".join(c["evidence"])
     atomic_write_json(manifest, {"config": {"n_final": 7}, "data": {"n_final": 7}})
     assert split_size_check(split, str(manifest), {"n_final": 7}, None)["result"] == "pass"
+
+
+def _exploration(tmp_path: Path, log: bytes) -> tuple[Path, list]:
+    """An exploration folder with one probe whose log holds ``log``; its receipt as the probe
+    wrote it (``log``, ``log_sha256``), as (file, line, receipt)."""
+    import hashlib
+
+    ex = tmp_path / "explore/dpo/x"
+    (ex / "runs/probe-1").mkdir(parents=True)
+    (ex / "runs/probe-1.log").write_bytes(log)
+    receipt = {"id": "probe-1", "log": "runs/probe-1.log", "log_sha256": hashlib.sha256(log).hexdigest()}
+    write_jsonl(ex / "receipts.jsonl", [receipt])
+    return ex, [(str(ex / "receipts.jsonl"), 1, receipt)]
+
+
+def test_a_final_item_behind_a_nul_byte_or_raw_bytes_is_found(tmp_path):
+    """A probe printed a NUL first, which made its log "binary" and unsearched (hostile test,
+    2026-12-04), or wrapped an id in NULs or invalid UTF-8, which no separator split: each is
+    found, on the line it is on."""
+    from replaykit.harness.audit.exposure import exploration_check
+
+    items, public = dpo_like(tmp_path)
+    for log, line in (
+        (b"\0\nleak hidden-0001\n", 2),
+        (b"ok\n\0hidden-0001\0\n", 2),
+        (b"\xff\xfehidden-0001\x80\n", 1),
+    ):
+        ex, receipts = _exploration(tmp_path / str(line) / log.hex()[:8], log)
+        result = exploration_check(ex, items, public, receipts)
+        assert result["result"] == "fail", (log, result)
+        assert result["evidence"] == [f"{ex / 'runs/probe-1.log'}:{line}: final item hidden-0001 (token: hidden-0001)"]
+
+
+def test_a_probe_log_changed_since_its_probe_or_too_large_leaves_the_search_inconclusive(tmp_path, monkeypatch):
+    """The log's SHA-256 in the receipt is checked: an edited log is not what the probe printed,
+    so its clean search proves nothing; a log over the log size limit (the probe chooses its
+    size) is not passed with a note either."""
+    import hashlib
+
+    from replaykit.harness.audit import exposure
+
+    items, public = dpo_like(tmp_path)
+    ex, receipts = _exploration(tmp_path / "a", b"step 1 loss 0.7\n")
+    assert exposure.exploration_check(ex, items, public, receipts)["result"] == "pass"
+    (ex / "runs/probe-1.log").write_text("all fine\n")
+    changed = exposure.exploration_check(ex, items, public, receipts)
+    now = hashlib.sha256(b"all fine\n").hexdigest()[:12]
+    was = receipts[0][2]["log_sha256"][:12]
+    assert changed["result"] == "unknown" and changed["evidence"] == [
+        f"{ex / 'receipts.jsonl'}:1: {ex / 'runs/probe-1.log'}: sha256 {now}, recorded {was} when the probe ended"
+    ]
+    ex, receipts = _exploration(tmp_path / "b", b"x" * 100 + b"\n")
+    monkeypatch.setattr(exposure, "MAX_LOG_SEARCH_BYTES", 50)
+    large = exposure.exploration_check(ex, items, public, receipts)
+    assert large["result"] == "unknown" and large["evidence"] == [
+        f"{ex / 'runs/probe-1.log'} (101 bytes): a probe log too large to search (over 50 bytes)"
+    ]

@@ -135,7 +135,14 @@ def _exposure(inp: AuditInputs, record_path: Path, record: dict, ex: Exploration
             )
         )
     checks += patch_check(patch, items, public)
-    checks.append(exploration_check(ex.directory if ex.linked else None, items, public))
+    receipts = list(ex.receipts)
+    if ex.submission and ex.sidecar is not None and all(file != str(ex.sidecar) for file, _, _ in ex.receipts):
+        receipts += [
+            (str(ex.sidecar), line_of(ex.sidecar, f'"id": "{r.get("id")}"'), r)
+            for r in ex.submission.get("receipts", [])
+            if isinstance(r, dict)
+        ]
+    checks.append(exploration_check(ex.directory if ex.linked else None, items, public, receipts))
     if items:
         checks.append(replay_outputs_check(inp.workdir, inp.run_dir, record_path, record, items, public))
     return checks

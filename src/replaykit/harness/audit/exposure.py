@@ -14,6 +14,12 @@ from .checks import check, key_line, read_json_or_none, where
 from .items import Haystack, Item, Public, find_items
 
 MAX_SEARCH_BYTES = 4 << 20  # larger exploration files are listed as not searched
+# A log (a probe's, a replay attempt's) is searched up to this size: its writer chooses its size,
+# so a larger one leaves the check inconclusive instead of passing it with a note
+MAX_LOG_SEARCH_BYTES = 64 << 20
+# Control characters and undecodable bytes separate words and tokens: a NUL (a "binary" file)
+# or raw bytes around a final item must not hide it from the search
+_SEPARATORS = re.compile("[\x00-\x08\x0b-\x1f\x7f\ufffd]+")
 BLOB_CHARS = 2000  # an added line this long is a blob
 ENTROPY_BITS = 5.0  # bits per character over BLOB_MIN characters: base64 / hex / compressed data
 BLOB_MIN = 200
@@ -145,18 +151,20 @@ def patch_check(patch: Path | None, items: list[Item], public: Public) -> list[d
     return [items_check, blob_check]
 
 
-def _searchable(files: list[Path]) -> tuple[list[Path], list[str]]:
-    """The plain files of ``files`` that exist, and those left out as too large (named with
-    their size)."""
-    kept, skipped = [], []
+def _searchable(files: list[Path], logs: frozenset[Path] = frozenset()) -> tuple[list[Path], list[str], list[str]]:
+    """The plain files of ``files`` that exist; those left out as too large (named with their
+    size: over :data:`MAX_SEARCH_BYTES`); and the ``logs`` among them left out (over
+    :data:`MAX_LOG_SEARCH_BYTES`), which leave a check inconclusive."""
+    kept, skipped, skipped_logs = [], [], []
     for p in files:
         if not p.is_file() or p.is_symlink():
             continue
-        if p.stat().st_size > MAX_SEARCH_BYTES:
-            skipped.append(f"{p} ({p.stat().st_size} bytes)")
+        size = p.stat().st_size
+        if size > (MAX_LOG_SEARCH_BYTES if p in logs else MAX_SEARCH_BYTES):
+            (skipped_logs if p in logs else skipped).append(f"{p} ({size} bytes)")
         else:
             kept.append(p)
-    return kept, skipped
+    return kept, skipped, skipped_logs
 
 
 def decoded_lines(text: str) -> list[tuple[int, str]]:
@@ -187,15 +195,13 @@ def _utf8(raw: bytes) -> str:
 
 
 def _found_in(files: list[Path], items: list[Item], public: Public) -> list[str]:
-    """Evidence lines (``file:line: final item ...``) of the final-split items in the text files
-    of ``files``, as written or encoded (:func:`decoded_lines`); a file whose first 4 KiB hold
-    a NUL byte is binary (e.g. weights) and is not read."""
+    """Evidence lines (``file:line: final item ...``) of the final-split items in ``files``, as
+    written or encoded (:func:`decoded_lines`). Every file is read as UTF-8 with control
+    characters and undecodable bytes as separators, binary ones too: a probe that printed a NUL
+    before a final item once made its log "binary" and unsearched (hostile test, 2026-12-04)."""
     ev = []
     for path in files:
-        raw = path.read_bytes()
-        if b"\0" in raw[:4096]:
-            continue
-        text = raw.decode("utf-8", errors="replace")
+        text = _SEPARATORS.sub(" ", path.read_bytes().decode("utf-8", errors="replace"))
         found = find_items(Haystack.of_text(str(path), text), items, public)
         seen = {f["item"] for f in found}
         decoded = Haystack(str(path), decoded_lines(text))
@@ -209,28 +215,56 @@ def _found_in(files: list[Path], items: list[Item], public: Public) -> list[str]
     return ev
 
 
-def exploration_files(ex_dir: Path) -> tuple[list[Path], list[str]]:
-    """The exploration's files searched (workspace, probe run folders' text files, receipts
-    with their commands) and those left out (too large)."""
+def exploration_files(ex_dir: Path) -> tuple[list[Path], list[str], list[str]]:
+    """The exploration's files searched (workspace, probe run folders and their logs, receipts
+    with their commands), those left out as too large, and the probe logs left out (see
+    :func:`_searchable`)."""
     roots = [ex_dir / "workspace", ex_dir / "runs"]
     files = [ex_dir / "receipts.jsonl", ex_dir / "submission.json"]
     files += sorted(p for r in roots if r.is_dir() for p in r.rglob("*") if p.is_file() and not p.is_symlink())
-    return _searchable(files)
+    return _searchable(files, frozenset((ex_dir / "runs").glob("*.log")))
 
 
-def exploration_check(ex_dir: Path | None, items: list[Item], public: Public) -> dict:
-    """The exploration's files, commands and logs searched for final-split items."""
+def changed_logs(ex_dir: Path, receipts: list[tuple[str, int, dict]]) -> list[str]:
+    """Evidence lines for the probe logs that are not what the probes printed: each receipt's
+    ``log`` (relative to ``ex_dir``) against its ``log_sha256``, from the exploration's
+    ``receipts.jsonl`` and the submitted sidecar's copy (either may be given)."""
+    from ..hashing import sha256_file
+
+    out = []
+    for file, line, receipt in receipts:
+        rel, digest = receipt.get("log"), receipt.get("log_sha256")
+        if not isinstance(rel, str) or not isinstance(digest, str):
+            continue
+        log = ex_dir / rel
+        now = sha256_file(log) if log.is_file() and not log.is_symlink() else "missing"
+        if now != digest:
+            out.append(f"{file}:{line}: {log}: sha256 {now[:12]}, recorded {digest[:12]} when the probe ended")
+    return sorted(set(out))
+
+
+def exploration_check(
+    ex_dir: Path | None, items: list[Item], public: Public, receipts: list[tuple[str, int, dict]] = ()
+) -> dict:
+    """The exploration's files, commands and logs searched for final-split items; *unknown*
+    when a probe log is not what the probe printed (``receipts``' ``log_sha256``) or too large
+    to search."""
     name = "exploration_has_no_final_items"
     if ex_dir is None:
         return check(name, "skipped", "the run did not come from an exploration")
     if not ex_dir.is_dir():
         gone = f"{ex_dir}: the exploration folder is not here (its files and logs were not searched)"
         return check(name, "unknown", gone, [gone])
-    files, skipped = exploration_files(ex_dir)
+    files, skipped, skipped_logs = exploration_files(ex_dir)
     ev = _found_in(files, items, public)
     note = f"; not searched (too large): {', '.join(skipped)}" if skipped else ""
     if ev:
         return check(name, "fail", f"{len(ev)} final-split items in the exploration's files{note}", ev)
+    changed = changed_logs(ex_dir, list(receipts))
+    unsearched = [f"{log}: a probe log too large to search (over {MAX_LOG_SEARCH_BYTES} bytes)" for log in skipped_logs]
+    if changed or unsearched:
+        why = f"{len(changed)} probe logs changed since their probe, {len(unsearched)} too large to search"
+        return check(name, "unknown", why + note, changed + unsearched)
     return check(
         name,
         "pass",
@@ -253,13 +287,16 @@ def replay_outputs_check(
     logs = [workdir / a["log"] for a in record.get("attempts") or [] if isinstance(a, dict) and a.get("log")]
     missing = [f"{where(record_path, key_line(record_path, 'log'))}: {p} is not here" for p in logs if not p.is_file()]
     published = sorted(p for c in (run_dir / "replay").glob("checkpoint-*") if c.is_dir() for p in c.rglob("*"))
-    files, skipped = _searchable([*logs, *published])
+    files, skipped, skipped_logs = _searchable([*logs, *published], frozenset(logs))
     ev = _found_in(files, items, public)
     note = f"; not searched (too large): {', '.join(skipped)}" if skipped else ""
     if ev:
         return check(name, "fail", f"{len(ev)} final-split items in the replay's logs or checkpoints{note}", ev)
+    missing += [
+        f"{log}: an attempt log too large to search (over {MAX_LOG_SEARCH_BYTES} bytes)" for log in skipped_logs
+    ]
     if missing:
-        return check(name, "unknown", f"{len(missing)} attempt logs are not here{note}", missing)
+        return check(name, "unknown", f"{len(missing)} attempt logs are not here or not searched{note}", missing)
     return check(
         name,
         "pass",
