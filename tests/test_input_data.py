@@ -111,13 +111,14 @@ def test_soup_assets_refuse_shifted_heads_and_record_alignment(tmp_path):
     from test_input_table import _soup_start
 
     from replaykit.tasks import soup
+    from replaykit.tasks.soup import heads
 
     with pytest.raises(InputError) as err:
         soup.check_fixed_start(_soup_start(tmp_path / "shifted", shifted=1))
     assert err.value.path.endswith("ingredient_00.safetensors") and err.value.field == "head.weight"
     aligned = _soup_start(tmp_path / "aligned")
     soup.check_fixed_start(aligned)
-    info = soup.heads.check_heads(aligned)
+    info = heads.check_heads(aligned)
     assert info["reference"] == "zeroshot.safetensors" and min(info["worst"].values()) > 0.9
 
 
@@ -248,7 +249,7 @@ def test_soup_head_check_runs_without_torch_and_agrees_with_torch(tmp_path):
     from safetensors.torch import load_file, save_file
     from test_input_table import _soup_start
 
-    from replaykit.tasks import soup
+    from replaykit.tasks.soup import heads
 
     start = _soup_start(tmp_path / "aligned")
     code = (
@@ -262,7 +263,7 @@ def test_soup_head_check_runs_without_torch_and_agrees_with_torch(tmp_path):
         return torch.nn.functional.normalize(w - w.mean(0, keepdim=True), dim=1)
 
     reference = centred(load_file(str(start / "zeroshot.safetensors"))["head.weight"])
-    info = soup.heads.check_heads(start)
+    info = heads.check_heads(start)
     for name, least in info["worst"].items():
         head = load_file(str(start / "ingredients" / name))["head.weight"]
         expected = (centred(head) @ reference.T).diag().min().item()
@@ -275,7 +276,7 @@ def test_soup_head_check_runs_without_torch_and_agrees_with_torch(tmp_path):
     config = json.loads((start / "config.json").read_text())
     config["ingredients"][1] = "ingredients/ingredient_01.pt"
     (start / "config.json").write_text(json.dumps(config))
-    again = soup.heads.check_heads(start)
+    again = heads.check_heads(start)
     assert list(again["worst"]) == ["ingredient_00.safetensors", "ingredient_01.pt", *list(info["worst"])[2:]]
     # bfloat16 keeps 8 bits of mantissa: a cosine moves by about 2**-8 at most
     assert again["worst"]["ingredient_00.safetensors"] == pytest.approx(
@@ -314,3 +315,80 @@ def test_soup_head_check_names_a_bad_head(tmp_path, head, message):
     with pytest.raises(InputError) as err:
         soup.check_fixed_start(start)
     assert (err.value.path, err.value.field) == (str(path), "head.weight") and err.value.message == message
+
+
+def _break_start(start, how: str):
+    """Make the soup fixed start ``start`` bad in one way; returns (file, field) the error names."""
+    import os
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config_path, first = start / "config.json", start / "ingredients/ingredient_01.safetensors"
+    config = json.loads(config_path.read_text())
+    weight = load_file(str(first))["head.weight"]
+    if how in ("list", "not json"):
+        config_path.write_text("[]" if how == "list" else "{'ingredients': 1")
+        return config_path, None
+    if how in ("string", "empty", "absolute", "escape"):
+        value = {"string": "ingredients", "empty": [], "absolute": [str(first)], "escape": ["../x.safetensors"]}[how]
+        config_path.write_text(json.dumps({**config, "ingredients": value}))
+        return config_path, "ingredients" if how in ("string", "empty") else "ingredients[0]"
+    if how in ("missing", "fifo", "folder"):
+        first.unlink()
+        {"missing": lambda: None, "fifo": lambda: os.mkfifo(first), "folder": first.mkdir}[how]()
+        return first, None
+    if how == "truncated":
+        first.write_bytes(first.read_bytes()[:20])
+    elif how in ("float8", "int8", "no rows"):
+        head = {"float8": weight.to(torch.float8_e4m3fn), "int8": weight.to(torch.int8), "no rows": weight[:0]}[how]
+        save_file({"head.weight": head.contiguous()}, str(first))
+        if how == "float8":  # a float: read through torch, aligned still
+            return None, None
+    else:  # a .pt holding nn.Parameter (accepted) or a list (refused)
+        pt = first.with_suffix(".pt")
+        torch.save({"head.weight": torch.nn.Parameter(weight) if how == "parameter" else [1, 2]}, pt)
+        config_path.write_text(
+            json.dumps({**config, "ingredients": [*config["ingredients"][:1], "ingredients/ingredient_01.pt"]})
+        )
+        return (None, None) if how == "parameter" else (pt, "head.weight")
+    return first, "head.weight"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "list",
+        "not json",
+        "string",
+        "empty",
+        "absolute",
+        "escape",
+        "missing",
+        "fifo",
+        "folder",
+        "truncated",
+        "float8",
+        "int8",
+        "no rows",
+        "parameter",
+        "pt list",
+    ],
+)
+def test_a_bad_soup_fixed_start_is_one_line_naming_the_file_and_field(tmp_path, how):
+    """Hostile fixed starts of 2026-12-04 (each was a Snakemake traceback, a garbled line, a
+    hang on a FIFO, or a refusal of a head the torch-based check took): one InputError naming
+    ``config.json`` and its field, or the ingredient file (and ``head.weight``); a float8 head
+    or a ``.pt`` of ``nn.Parameter`` passes."""
+    from test_input_table import _soup_start
+
+    from replaykit.tasks import soup
+
+    start = _soup_start(tmp_path / "start")
+    path, field = _break_start(start, how)
+    if path is None:
+        soup.check_fixed_start(start)
+        return
+    with pytest.raises(InputError) as err:
+        soup.check_fixed_start(start)
+    assert (err.value.path, err.value.field) == (str(path), field) and "\n" not in str(err.value), str(err.value)

@@ -15,30 +15,85 @@ from pathlib import Path
 
 import numpy as np
 
+from ...harness.errors import InputError
 from ..common.clip import CONFIG
 
 HEAD_MIN_COSINE = 0.5  # least centred cosine of an ingredient's class row with the reference's
+NUMPY_DTYPES = {"F16", "F32", "F64"}  # safetensors dtypes NumPy reads; other floats (BF16, F8_*) go through torch
+
+
+def _head_file(fixed_start: Path, config_path: Path, field: str, rel) -> Path:
+    """``fixed_start / rel`` for ``config.json``'s ``field``: a relative path inside the fixed
+    start naming a regular file (a FIFO would hang the reader). Raises InputError naming
+    ``config.json`` and the field, or the file."""
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise InputError(config_path, field, f"{rel!r}: not a relative path inside the fixed start")
+    path = fixed_start / rel
+    if not path.exists():
+        raise InputError(path, None, f"missing (named by {config_path.name}'s {field})")
+    if not path.is_file():
+        raise InputError(path, None, f"not a regular file (named by {config_path.name}'s {field})")
+    return path
+
+
+def head_files(fixed_start: str | Path) -> tuple[list[Path], Path]:
+    """(the ingredient files, the reference head's file) that ``config.json`` names: its
+    ``ingredients`` (a non-empty list) and its optional ``zeroshot``, else the first ingredient.
+    Raises InputError naming ``config.json`` (not a JSON object) or its field."""
+    fixed_start = Path(fixed_start)
+    config_path = fixed_start / CONFIG
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(config_path, None, f"not readable as JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise InputError(config_path, None, "not a JSON object")
+    listed = config.get("ingredients")
+    if not isinstance(listed, list) or not listed:
+        raise InputError(config_path, "ingredients", "a non-empty list of files is needed")
+    paths = [_head_file(fixed_start, config_path, f"ingredients[{i}]", rel) for i, rel in enumerate(listed)]
+    if config.get("zeroshot") is not None:
+        return paths, _head_file(fixed_start, config_path, "zeroshot", config["zeroshot"])
+    return paths, paths[0]
 
 
 def head_weight(path: str | Path) -> np.ndarray:
     """``head.weight`` (``n_classes × embed_dim``, float32) of a state dict file, read without
     loading the rest (safetensors: one tensor; torch zip files: memory-mapped), so that
     checking the heads of many large ingredients at workflow start stays cheap. Raises
-    ValueError ``"<file>: head.weight: missing"`` when the key is missing."""
+    InputError ``<file>: head.weight: ...`` when the key is missing, not a floating-point
+    tensor, or the file is no state dict."""
     path = Path(path)
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
+    try:
+        weight = _safetensors_head(path) if path.suffix == ".safetensors" else _torch_head(path)
+    except InputError:
+        raise
+    except Exception as exc:  # a truncated file, a pickle of other things: the library's own error
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise InputError(
+            path, "head.weight", f"not readable as a state dict ({type(exc).__name__}: {detail})"
+        ) from None
+    if weight is None:
+        raise InputError(path, "head.weight", "missing")
+    return weight
 
-        with safe_open(str(path), framework="np") as handle:
-            if "head.weight" not in handle.keys():
-                raise ValueError(f"{path}: head.weight: missing")
-            if handle.get_slice("head.weight").get_dtype() != "BF16":  # NumPy has no bfloat16
-                return handle.get_tensor("head.weight").astype(np.float32)
-        import torch
-        from safetensors import safe_open
 
-        with safe_open(str(path), framework="pt") as handle:
-            return handle.get_tensor("head.weight").float().numpy()
+def _safetensors_head(path: Path) -> np.ndarray | None:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="np") as handle:
+        if "head.weight" not in handle.keys():
+            return None
+        dtype = handle.get_slice("head.weight").get_dtype()
+        if dtype in NUMPY_DTYPES:
+            return handle.get_tensor("head.weight").astype(np.float32)
+    if dtype != "BF16" and not dtype.startswith("F"):  # F8_E4M3, F8_E5M2, ...: floats; I*, U*, BOOL, C*: not
+        raise InputError(path, "head.weight", f"dtype {dtype}: a floating-point head is needed")
+    with safe_open(str(path), framework="pt") as handle:  # torch only for what NumPy cannot read
+        return handle.get_tensor("head.weight").float().numpy()
+
+
+def _torch_head(path: Path) -> np.ndarray | None:
     import torch
 
     try:
@@ -46,8 +101,11 @@ def head_weight(path: str | Path) -> np.ndarray:
     except RuntimeError:  # not a zip-format file: no memory map
         state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict) or "head.weight" not in state:
-        raise ValueError(f"{path}: head.weight: missing")
-    return state["head.weight"].float().numpy().copy()
+        return None
+    head = state["head.weight"]
+    if not isinstance(head, torch.Tensor) or not head.is_floating_point():
+        raise InputError(path, "head.weight", "not a floating-point tensor")
+    return head.detach().float().to_dense().numpy().copy()
 
 
 def centred_rows(weight: np.ndarray) -> np.ndarray:
@@ -59,13 +117,15 @@ def centred_rows(weight: np.ndarray) -> np.ndarray:
 
 
 def _checked(weight: np.ndarray, path: Path, shape: tuple | None = None, of: str = "") -> np.ndarray:
-    """``weight`` when it is a finite 2-D matrix (of ``shape`` when given), else ValueError
-    ``"<path>: head.weight: ..."``."""
+    """``weight`` when it is a finite 2-D matrix with class rows (of ``shape`` when given), else
+    InputError ``<path>: head.weight: ...``."""
     if weight.ndim != 2 or (shape is not None and weight.shape != shape):
         expected = f", {of} has {shape}" if shape is not None else ": expected n_classes x embed_dim"
-        raise ValueError(f"{path}: head.weight: shape {weight.shape}{expected}")
+        raise InputError(path, "head.weight", f"shape {weight.shape}{expected}")
+    if weight.shape[0] == 0:
+        raise InputError(path, "head.weight", f"shape {weight.shape}: no class rows")
     if not np.isfinite(weight).all():
-        raise ValueError(f"{path}: head.weight: non-finite values")
+        raise InputError(path, "head.weight", "non-finite values")
     return weight
 
 
@@ -81,12 +141,11 @@ def check_heads(fixed_start: str | Path, min_cosine: float = HEAD_MIN_COSINE) ->
     rows shifted by one class <= -0.26.
 
     Returns ``{"reference": file name, "min_cosine": threshold, "worst": {ingredient: least
-    cosine}}``. Raises ValueError ``"<file>: head.weight: ..."`` naming the first ingredient
-    and class that fail, or a head that is not a finite matrix of the reference's shape.
+    cosine}}``. Raises InputError ``<file>: head.weight: ...`` naming the first ingredient and
+    class that fail, or a head that is not a finite matrix of the reference's shape, and
+    ``config.json``'s field when it names no file of the fixed start (:func:`head_files`).
     """
-    config = json.loads((Path(fixed_start) / CONFIG).read_text())
-    paths = [Path(fixed_start) / rel for rel in config["ingredients"]]
-    reference_path = Path(fixed_start) / config["zeroshot"] if config.get("zeroshot") else paths[0]
+    paths, reference_path = head_files(fixed_start)
     reference = centred_rows(_checked(head_weight(reference_path), reference_path))
     worst = {}
     for path in paths:
@@ -95,11 +154,13 @@ def check_heads(fixed_start: str | Path, min_cosine: float = HEAD_MIN_COSINE) ->
         closest = cosine.argmax(axis=1)
         for c in range(len(own)):
             if own[c] < min_cosine or int(closest[c]) != c:
-                raise ValueError(
-                    f"{path}: head.weight: class row {c} is not aligned with "
+                raise InputError(
+                    path,
+                    "head.weight",
+                    f"class row {c} is not aligned with "
                     f"{reference_path.name}'s (centred cosine {float(own[c]):.3f}, threshold "
                     f"{min_cosine}; closest row {int(closest[c])}): the ingredients' class order "
-                    "differs, averaging them mixes classes"
+                    "differs, averaging them mixes classes",
                 )
         worst[path.name] = round(float(own.min()), 4)
     return {"reference": reference_path.name, "min_cosine": min_cosine, "worst": worst}
