@@ -393,6 +393,38 @@ def test_supersede_moves_every_file_and_deletes_nothing(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_supersede_refuses_a_superseded_that_is_a_link_or_a_file_and_moves_nothing(tmp_path, kind):
+    """A ``superseded`` that is a link (hostile test: the old checkpoints left the run folder
+    for the link's target, said to be in the run) or a file (a raw NotADirectoryError) is one
+    InputError naming it; the old replay stays where it is. A state's identity.json that is no
+    JSON object with a string ``identity`` (the candidate writes the state) reads as none."""
+    from replaykit.harness.errors import InputError
+    from replaykit.harness.replay import recorded_identity, supersede
+
+    run = tmp_path / "run"
+    pub, state, attempts = run / "replay", run / "replay-state", run / "replay-attempts.json"
+    (pub / "checkpoint-3").mkdir(parents=True)
+    (pub / "checkpoint-3/adapter_model.safetensors").write_bytes(b"w3")
+    state.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if kind == "link":
+        (run / "superseded").symlink_to(outside)
+    else:
+        (run / "superseded").write_text("")
+    before = _files(run)
+    with pytest.raises(InputError) as err:
+        supersede(pub, state, attempts, now=0.0)
+    assert err.value.path == str(run / "superseded") and "link or a file" in err.value.message
+    assert _files(run) == before and list(outside.iterdir()) == []
+    for text in ("[]", "not json", '{"identity": 5}'):
+        (state / "identity.json").write_text(text)
+        assert recorded_identity(state) == ""
+    (state / "identity.json").write_text('{"identity": "ab12"}')
+    assert recorded_identity(state) == "ab12" and recorded_identity(tmp_path / "none") == ""
+
+
 def run_env(work, env: dict, *args) -> subprocess.CompletedProcess:
     cmd = [str(VENV_BIN / "snakemake"), "--workflow-profile", "none", *args]
     full = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env)

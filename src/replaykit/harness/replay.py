@@ -69,6 +69,16 @@ class ReplayError(RuntimeError):
 SUPERSEDED = "superseded"  # <run>/superseded/<UTC time>-<identity>/: a replay a newer one replaced
 
 
+def recorded_identity(state_dir: Path) -> str:
+    """The identity ``state_dir/identity.json`` records, or "" when there is none or it is not
+    a JSON object with a string ``identity`` (a candidate may have written anything there)."""
+    try:
+        identity = read_json(state_dir / "identity.json").get("identity", "")
+    except (InputError, OSError, ValueError, AttributeError):  # none, or not a JSON object
+        return ""
+    return identity if isinstance(identity, str) else ""
+
+
 def supersede(publish_dir: Path, state_dir: Path, attempts_file: Path, now: float | None = None) -> Path | None:
     """A formal replay starts from nothing, and nothing of the replay it replaces is lost.
 
@@ -79,18 +89,22 @@ def supersede(publish_dir: Path, state_dir: Path, attempts_file: Path, now: floa
     killed thus costs none of the old one's checkpoints; moving the folders back and rerunning
     with the old config resumes the old replay at its end, without training. Empty folders are
     just removed. Returns the folder they went to, or None when there was nothing to keep;
-    ``publish_dir`` and ``state_dir`` exist and are empty afterwards. I/O errors pass."""
+    ``publish_dir`` and ``state_dir`` exist and are empty afterwards. Raises InputError, moving
+    nothing, when ``<run>/superseded`` is a link or a file; other I/O errors pass."""
     old = [p for p in (publish_dir, state_dir, attempts_file) if p.is_symlink() or p.exists()]
     keep = [p for p in old if p.is_symlink() or not p.is_dir() or any(p.iterdir())]
     kept = None
     if keep:
-        try:  # what the state says it was (a candidate may have written anything there)
-            ident = str(read_json(state_dir / "identity.json").get("identity", ""))
-        except (InputError, OSError, ValueError, AttributeError):  # none, or not a JSON object
-            ident = ""
-        ident = "".join(c for c in ident if c in "0123456789abcdef")[:12] or "unknown"
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
         root = publish_dir.parent / SUPERSEDED
+        if root.is_symlink() or (root.exists() and not root.is_dir()):
+            raise InputError(
+                root,
+                None,
+                "not a folder of this run (a link or a file): the replay it would keep the old one in "
+                "refuses it; move it away and rerun (the old replay is left where it is)",
+            )
+        ident = "".join(c for c in recorded_identity(state_dir) if c in "0123456789abcdef")[:12] or "unknown"
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
         kept = root / f"{stamp}-{ident}"
         n = 1
         while kept.exists():
@@ -211,7 +225,7 @@ def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, star
     # an earlier attempt's candidate code could have planted links the driver would follow:
     # such directories are never resumed from
     planted = [p for d in (publish_dir, state_dir) if d.is_dir() for p in special_entries(d)]
-    resume = not planted and identity_file.exists() and read_json(identity_file).get("identity") == identity
+    resume = not planted and recorded_identity(state_dir) == identity
     if planted:
         print(
             f"[replay] {planted[0]}: not a regular file in the replay's directories: starting a fresh formal replay",
