@@ -283,6 +283,7 @@ def test_the_budget_stops_probes_and_only_submit_works_after_it(work):
         work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c", "import time; time.sleep(60)", check=False
     )
     assert result.returncode == 1 and time.time() - t0 < 30
+    assert result.stdout.startswith("[explore] probe-1: stopped at the budget's end, exit "), result.stdout
     probe = receipts(ex)[-1]
     assert probe["stop"] == "budget" and probe["budget_left_s"] == 0
     assert "budget" in one_error_line(rk(work, "explore", "run", "-e", str(ex), check=False))

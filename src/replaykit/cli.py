@@ -394,15 +394,18 @@ def cmd_explore_start(a) -> None:
     )
 
 
+STOPS = {"exit": "ended by itself", "budget": "stopped at the budget's end"}  # a probe receipt's `stop`
+
+
 def cmd_explore_run(a) -> None:
     from .exploration import find_exploration, run_probe
 
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     r = run_probe(find_exploration(a.exploration), command or None, wait=not a.no_wait)
     print(
-        f"[explore] {r['id']}: {r['stop']}, exit {r['returncode']}, {r['seconds']:.1f} s, waited "
-        f"{r['waited_s']:.1f} s; checkpoints: {', '.join(r['checkpoints']) or 'none'}; budget left "
-        f"{r['budget_left_s']:.0f} s"
+        f"[explore] {r['id']}: {STOPS.get(r['stop'], r['stop'])}, exit {r['returncode']} after "
+        f"{r['seconds']:.1f} s, waited {r['waited_s']:.1f} s; checkpoints: "
+        f"{', '.join(r['checkpoints']) or 'none'}; budget left {r['budget_left_s']:.0f} s"
     )
     if r["returncode"] != 0:
         raise SystemExit(1)
