@@ -770,3 +770,40 @@ def test_status_of_an_unknown_task_or_folder_is_refused_and_a_known_task_without
         out.returncode == 2
         and out.stderr.strip() == "error: elsewhere: --results: not a folder (the workflow's results/)"
     )
+
+
+def test_status_says_final_is_stale_when_its_run_is_not_verified_or_the_workflow_marked_it(tmp_path, monkeypatch):
+    """New user (2026-12-04): with its official run's record deleted, ``status`` said the run
+    missing and ``final/`` verified; with the workflow's stale stamp for ``final/`` written (a
+    later invocation found it made from another official.json), still verified. Both now make
+    ``final/`` stale; a stamp older than ``final/``'s ``.complete`` (rebuilt since) does not."""
+    import os
+
+    from replaykit.harness.verify import status_lines
+
+    run = fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert status_lines("results", ["t"]) == (
+        ["t/shipped-seed1: verified (5 of 5 receipts verified)", "t/final: verified (1 of 1 receipts verified)"],
+        True,
+    )
+    stamp = Path("results/t/.receipts/final")
+    stamp.parent.mkdir()
+    stamp.write_text(json.dumps({"stale_since": "then", "receipts": ["results/t/final: stale: made from another x"]}))
+    done = Path("results/t/final/.complete")
+    os.utime(stamp, ns=(done.stat().st_mtime_ns - 10**9,) * 2)  # older: final/ rebuilt since
+    assert status_lines("results", ["t"])[1] is True
+    os.utime(stamp, ns=(done.stat().st_mtime_ns + 10**9,) * 2)
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[1:] == [
+        "t/final: stale (0 of 1 receipts verified)",
+        f"  results/t/final: stale: marked stale by the workflow ({stamp}): "
+        "results/t/final: stale: made from another x",
+    ], lines
+    stamp.unlink()
+    (run / "replay/record.json").unlink()
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[-2:] == [
+        "t/final: stale (0 of 1 receipts verified)",
+        "  results/t/final: stale: built from results/t/shipped-seed1, whose receipts are not verified",
+    ], lines

@@ -352,6 +352,32 @@ def reverify(runs, finals: dict, *, say=print) -> list[str]:
     return products
 
 
+def _final_status(final_dir: Path, runs: dict[str, list[Finding]], results: Path) -> Finding:
+    """``final/``'s finding for ``status``: :func:`check_final` against the ``official.json``
+    files its summary names (relative to the workflow's folder, ``results``' parent); stale
+    also when a run those files belong to is not verified (``runs``: ``<task>/<run>`` -> its
+    findings), or when the workflow marked it stale (:func:`stamp_of`, newer than its
+    ``.complete``) and has not rebuilt it since."""
+    names = list((_json(final_dir / SUMMARY) or {}).get("officials_sha256") or {})
+    if not names:
+        return Finding(str(final_dir), "stale", "its summary names no official.json hashes", [str(final_dir)])
+    verdict = check_final(final_dir, names, root=results.parent)
+    if verdict.state != "verified":
+        return verdict
+    for name in names:
+        run = Path(name).parent
+        findings = runs.get(f"{run.parent.name}/{run.name}", [])
+        if any(f.state != "verified" for f in findings):
+            return Finding(
+                str(final_dir), "stale", f"built from {run}, whose receipts are not verified", [str(final_dir)]
+            )
+    stamp, done = stamp_of(final_dir), final_dir / RECEIPT
+    if stamp.is_file() and done.is_file() and stamp.stat().st_mtime_ns > done.stat().st_mtime_ns:
+        why = (_json(stamp) or {}).get("receipts") or ["(no reason recorded)"]
+        return Finding(str(final_dir), "stale", f"marked stale by the workflow ({stamp}): {why[0]}", [str(final_dir)])
+    return verdict
+
+
 def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[list[str], bool]:
     """What is verified, stale or missing, per run and per ``final/``, from the receipts alone
     (nothing is rebuilt, removed or cached; every file is hashed, the runs' hash caches unread).
@@ -380,19 +406,7 @@ def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[l
             )
         final_dir = task_dir / "final"
         if final_dir.exists():
-            summary = _json(final_dir / SUMMARY) or {}
-            names = list(summary.get("officials_sha256") or {})
-            verdict = (
-                check_final(final_dir, names, root=results.parent)  # the names: from the workflow's folder
-                if names
-                else Finding(
-                    str(final_dir),
-                    "stale",
-                    "its summary names no official.json hashes",
-                    [str(final_dir)],
-                )
-            )
-            entries.append((f"{task_dir.name}/final", [verdict]))
+            entries.append((f"{task_dir.name}/final", [_final_status(final_dir, dict(entries), results)]))
         for name, findings in entries:
             bad = [f for f in findings if f.state != "verified"]
             states = {f.state for f in bad}
