@@ -399,3 +399,62 @@ def test_a_probe_log_changed_since_its_probe_or_too_large_leaves_the_search_inco
     assert large["result"] == "unknown" and large["evidence"] == [
         f"{ex / 'runs/probe-1.log'} (101 bytes): a probe log too large to search (over 50 bytes)"
     ]
+
+
+def test_ids_in_ordinary_log_forms_and_colour_codes_are_found_and_weights_give_no_label_pairs(tmp_path):
+    """Hostile re-test (2026-12-04): ``item_id=hidden-0001``, a path, a call, brackets, bars, upper
+    case and terminal colour codes around an id or each word of a prompt hid it from the
+    whole-token search; and with binary files searched, the label-pair rule (an id's number
+    beside its label digit, three items) fired on float bytes of real soup weights. Now each
+    log form is found, and a file holding a NUL gives no label pairs (its ids and texts are
+    still searched)."""
+    from replaykit.harness.audit.exposure import _found_in
+
+    items, public = dpo_like(tmp_path)
+    forms = [
+        "item_id=hidden-0001",
+        "Processing hidden-0001.",
+        "/data/hidden-0001.json",
+        "GET /item?id=hidden-0001",
+        "f(hidden-0001)",
+        "x[hidden-0001]=1",
+        "|hidden-0001|",
+        "HIDDEN-0001",
+        "leak \x1b[1mhidden-0001\x1b[0m",
+    ]
+    for k, form in enumerate(forms):
+        log = tmp_path / f"form-{k}.log"
+        log.write_text(f"start\n{form}\n")
+        assert _found_in([log], items, public) == [f"{log}:2: final item hidden-0001 (token: hidden-0001)"], form
+    coloured = tmp_path / "coloured.log"
+    coloured.write_text(" ".join(f"\x1b[31m{w}\x1b[0m" for w in PROMPTS[2].split()) + "\n")
+    assert [e.split(" (")[0] for e in _found_in([coloured], items, public)] == [f"{coloured}:1: final item hidden-0002"]
+    # label pairs: three ids beside their labels, as text they are found, inside binary not
+    labelled = write_jsonl(tmp_path / "l.jsonl", [{"id": f"digit-{i:04d}", "label": i % 10} for i in range(40)])
+    digits = read_items(labelled, ItemFields.of({"label": "label"}))
+    text = "".join(f"{i} {i % 10}\n" for i in (11, 12, 13))
+    plain, binary = tmp_path / "pairs.txt", tmp_path / "pairs.bin"
+    plain.write_text(text)
+    binary.write_bytes(b"\0\x01" + text.encode())
+    nobody = read_public(None, ItemFields())
+    assert len(_found_in([plain], digits, nobody)) == 3 and _found_in([binary], digits, nobody) == []
+
+
+def test_a_linked_or_malformed_attempt_log_leaves_the_replay_search_inconclusive(tmp_path):
+    """A symlinked attempt log passed as "0 files searched"; an attempt whose ``log`` is not a
+    string was a TypeError. Now the link is *unknown* and a malformed entry is skipped."""
+    from replaykit.harness.audit.exposure import replay_outputs_check
+
+    items, public = dpo_like(tmp_path)
+    run = tmp_path / "results/dpo/c-seed1"
+    (run / "replay").mkdir(parents=True)
+    record_path = run / "replay/record.json"
+    leaky = tmp_path / "elsewhere.log"
+    leaky.write_text("hidden-0001\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs/a1.log").symlink_to(leaky)
+    record = {"attempts": [{"log": "logs/a1.log"}, {"log": 5}, "x"]}
+    record_path.write_text(json.dumps(record))
+    result = replay_outputs_check(tmp_path, run, record_path, record, items, public)
+    assert result["result"] == "unknown" and "logs/a1.log is not here (or is a link)" in result["evidence"][0]
+    assert replay_outputs_check(tmp_path, run, record_path, {"attempts": 5}, items, public)["result"] == "pass"

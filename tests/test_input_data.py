@@ -288,7 +288,7 @@ def test_soup_head_check_runs_without_torch_and_agrees_with_torch(tmp_path):
 @pytest.mark.parametrize(
     "head, message",
     [
-        ("vector", "shape (10,), zeroshot.safetensors has (10, 16)"),
+        ("vector", "shape (10,): expected n_classes x embed_dim"),
         ("classes", "shape (9, 16), zeroshot.safetensors has (10, 16)"),
         ("nan", "non-finite values"),
     ],
@@ -327,9 +327,19 @@ def _break_start(start, how: str):
     config_path, first = start / "config.json", start / "ingredients/ingredient_01.safetensors"
     config = json.loads(config_path.read_text())
     weight = load_file(str(first))["head.weight"]
-    if how in ("list", "not json"):
-        config_path.write_text("[]" if how == "list" else "{'ingredients': 1")
+    if how in ("list", "not json", "deep json"):
+        config_path.write_text({"list": "[]", "not json": "{'ingredients': 1", "deep json": "[" * 100000}[how])
         return config_path, None
+    if how == "long name":
+        config_path.write_text(json.dumps({**config, "ingredients": ["a" * 5000]}))
+        return config_path, "ingredients[0]"
+    if how == "huge":  # a sparse file whose header claims a 1 GiB head: refused before it is read
+        header = json.dumps({"head.weight": {"dtype": "F32", "shape": [1, 1 << 28], "data_offsets": [0, 1 << 30]}})
+        header += " " * (-len(header) % 8)
+        with first.open("wb") as f:
+            f.write(len(header).to_bytes(8, "little") + header.encode())
+            f.truncate(8 + len(header) + (1 << 30))
+        return first, "head.weight"
     if how in ("string", "empty", "absolute", "escape"):
         value = {"string": "ingredients", "empty": [], "absolute": [str(first)], "escape": ["../x.safetensors"]}[how]
         config_path.write_text(json.dumps({**config, "ingredients": value}))
@@ -360,6 +370,9 @@ def _break_start(start, how: str):
     [
         "list",
         "not json",
+        "deep json",
+        "long name",
+        "huge",
         "string",
         "empty",
         "absolute",

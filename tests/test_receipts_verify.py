@@ -418,9 +418,16 @@ def test_supersede_refuses_a_superseded_that_is_a_link_or_a_file_and_moves_nothi
         supersede(pub, state, attempts, now=0.0)
     assert err.value.path == str(run / "superseded") and "link or a file" in err.value.message
     assert _files(run) == before and list(outside.iterdir()) == []
-    for text in ("[]", "not json", '{"identity": 5}'):
+    for text in ("[]", "not json", '{"identity": 5}', "[" * 100000):
         (state / "identity.json").write_text(text)
         assert recorded_identity(state) == ""
+    (state / "identity.json").unlink()  # a FIFO (would hang the reader) or a link to /dev/zero: not read
+    os.mkfifo(state / "identity.json")
+    assert recorded_identity(state) == ""
+    (state / "identity.json").unlink()
+    (state / "identity.json").symlink_to("/dev/zero")
+    assert recorded_identity(state) == ""
+    (state / "identity.json").unlink()
     (state / "identity.json").write_text('{"identity": "ab12"}')
     assert recorded_identity(state) == "ab12" and recorded_identity(tmp_path / "none") == ""
 
@@ -807,3 +814,29 @@ def test_status_says_final_is_stale_when_its_run_is_not_verified_or_the_workflow
         "t/final: stale (0 of 1 receipts verified)",
         "  results/t/final: stale: built from results/t/shipped-seed1, whose receipts are not verified",
     ], lines
+
+
+def test_status_vouches_for_a_final_only_through_runs_of_its_own_task(tmp_path, monkeypatch):
+    """Hostile re-test (2026-12-04): final/'s summary repointed (hashes unchanged) at a copy of
+    its run under another task's folder, then the real run's record deleted: status said the
+    final verified. Now a named run outside ``results/<task>/`` makes it stale; an
+    ``officials_sha256`` that is not a mapping is stale too (was an AttributeError)."""
+    from replaykit.harness.verify import status_lines
+
+    fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree("results/t/shipped-seed1", "results/u/shipped-seed1")
+    summary_path = Path("results/t/final/summary.json")
+    text = summary_path.read_text().replace("results/t/shipped-seed1", "results/u/shipped-seed1")
+    summary_path.write_text(text)
+    Path("results/t/shipped-seed1/replay/record.json").unlink()
+    lines, ok = status_lines("results", ["t"])
+    assert (
+        not ok and lines[-1] == "  results/t/final: stale: built from results/u/shipped-seed1, not a run of results/t"
+    )
+    summary = json.loads(text)
+    summary["officials_sha256"] = ["results/u/shipped-seed1/official.json"]
+    summary_path.write_text(json.dumps(summary))
+    assert status_lines("results", ["t"])[0][-1] == (
+        "  results/t/final: stale: its summary names no official.json hashes"
+    )

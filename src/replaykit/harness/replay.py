@@ -72,9 +72,13 @@ SUPERSEDED = "superseded"  # <run>/superseded/<UTC time>-<identity>/: a replay a
 def recorded_identity(state_dir: Path) -> str:
     """The identity ``state_dir/identity.json`` records, or "" when there is none or it is not
     a JSON object with a string ``identity`` (a candidate may have written anything there)."""
+    path = state_dir / "identity.json"
+    # not followed or opened unless a small regular file: a FIFO would hang, /dev/zero fill memory
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+        return ""
     try:
-        identity = read_json(state_dir / "identity.json").get("identity", "")
-    except (InputError, OSError, ValueError, AttributeError):  # none, or not a JSON object
+        identity = read_json(path).get("identity", "")
+    except (InputError, OSError, ValueError, AttributeError, RecursionError):  # not a JSON object
         return ""
     return identity if isinstance(identity, str) else ""
 
@@ -107,7 +111,7 @@ def supersede(publish_dir: Path, state_dir: Path, attempts_file: Path, now: floa
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
         kept = root / f"{stamp}-{ident}"
         n = 1
-        while kept.exists():
+        while kept.exists() or kept.is_symlink():
             n += 1
             kept = root / f"{stamp}-{ident}-{n}"
         kept.mkdir(parents=True)

@@ -358,19 +358,22 @@ def _final_status(final_dir: Path, runs: dict[str, list[Finding]], results: Path
     also when a run those files belong to is not verified (``runs``: ``<task>/<run>`` -> its
     findings), or when the workflow marked it stale (:func:`stamp_of`, newer than its
     ``.complete``) and has not rebuilt it since."""
-    names = list((_json(final_dir / SUMMARY) or {}).get("officials_sha256") or {})
-    if not names:
+    recorded = (_json(final_dir / SUMMARY) or {}).get("officials_sha256")
+    if not isinstance(recorded, dict) or not recorded:
         return Finding(str(final_dir), "stale", "its summary names no official.json hashes", [str(final_dir)])
+    names = list(recorded)
     verdict = check_final(final_dir, names, root=results.parent)
     if verdict.state != "verified":
         return verdict
+    task = final_dir.parent
     for name in names:
         run = Path(name).parent
-        findings = runs.get(f"{run.parent.name}/{run.name}", [])
-        if any(f.state != "verified" for f in findings):
-            return Finding(
-                str(final_dir), "stale", f"built from {run}, whose receipts are not verified", [str(final_dir)]
-            )
+        # a run of this task under these results, checked above: one elsewhere is not vouched for
+        inside = (results.parent / run).resolve().parent == task.resolve()
+        findings = runs.get(f"{task.name}/{run.name}") if inside else None
+        if not findings or any(f.state != "verified" for f in findings):
+            why = "whose receipts are not verified" if inside else f"not a run of {task}"
+            return Finding(str(final_dir), "stale", f"built from {run}, {why}", [str(final_dir)])
     stamp, done = stamp_of(final_dir), final_dir / RECEIPT
     if stamp.is_file() and done.is_file() and stamp.stat().st_mtime_ns > done.stat().st_mtime_ns:
         why = (_json(stamp) or {}).get("receipts") or ["(no reason recorded)"]

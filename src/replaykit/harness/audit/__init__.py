@@ -106,9 +106,11 @@ def find_exploration(record: dict) -> Exploration:
     log = ex.directory / "receipts.jsonl" if ex.directory else None
     if log is not None and log.is_file():
         ex.receipts = [(str(log), k, r) for k, r in enumerate(read_jsonl(log), 1)]
-    elif submission:
+    elif isinstance(submission, dict) and isinstance(submission.get("receipts"), list):
         ex.receipts = [
-            (str(sidecar), line_of(sidecar, f'"id": "{r.get("id")}"'), r) for r in submission.get("receipts", [])
+            (str(sidecar), line_of(sidecar, f'"id": "{r.get("id")}"'), r)
+            for r in submission["receipts"]
+            if isinstance(r, dict)
         ]
     return ex
 
@@ -136,10 +138,11 @@ def _exposure(inp: AuditInputs, record_path: Path, record: dict, ex: Exploration
         )
     checks += patch_check(patch, items, public)
     receipts = list(ex.receipts)
-    if ex.submission and ex.sidecar is not None and all(file != str(ex.sidecar) for file, _, _ in ex.receipts):
+    sidecar_receipts = ex.submission.get("receipts") if isinstance(ex.submission, dict) else None
+    if isinstance(sidecar_receipts, list) and all(file != str(ex.sidecar) for file, _, _ in ex.receipts):
         receipts += [
             (str(ex.sidecar), line_of(ex.sidecar, f'"id": "{r.get("id")}"'), r)
-            for r in ex.submission.get("receipts", [])
+            for r in sidecar_receipts
             if isinstance(r, dict)
         ]
     checks.append(exploration_check(ex.directory if ex.linked else None, items, public, receipts))

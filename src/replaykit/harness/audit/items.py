@@ -46,6 +46,10 @@ MIN_PAIRS = 3  # items whose (id, label) pair is present
 PAIR_GAP = 6  # at most this many separator characters between an id and its label
 WORD_RE = re.compile(r"[a-z0-9]+")
 TOKEN_SPLIT = re.compile(r"[\s\"'`,:;{}<>]+")
+# A second, lower-cased reading of each line for ids: split on everything but letters, digits,
+# `_` and `-`, so that `item_id=hidden-0001`, `/data/hidden-0001.json`, `f(hidden-0001)` and
+# `HIDDEN-0001` hold the id (hostile test, 2026-12-04); a SMILES keeps its whole-token reading
+ID_SPLIT = re.compile(r"[^A-Za-z0-9_\-]+")
 HEX_RE = re.compile(r"[0-9a-f]{16,}")
 # A lookahead, so that matches overlap: in ``{79: 0, 1078: 0}`` the label 0 of one pair is not
 # taken as the key of the next (finditer's matches would otherwise pair each label with the next id)
@@ -172,6 +176,8 @@ class Haystack:
             for tok in TOKEN_SPLIT.split(text):
                 self.tokens.setdefault(tok, no)
                 self.tokens.setdefault(tok.strip("()[]"), no)
+            for tok in ID_SPLIT.split(text.lower()):
+                self.tokens.setdefault(tok, no)
             for run in HEX_RE.findall(text.lower()):
                 self.tokens.setdefault(run[:16], no)
             for m in PAIR_RE.finditer(text):
@@ -235,6 +241,7 @@ def _token_hit(hay: Haystack, item: Item, public: Public) -> dict | None:
         if tok in public.tokens:
             continue
         key = tok[:16] if re.fullmatch(r"[0-9a-f]{64}", tok) else tok
-        if key in hay.tokens:
-            return {"how": "token", "line": hay.tokens[key], "detail": tok}
+        for k in (key, key.lower()):
+            if k in hay.tokens:
+                return {"how": "token", "line": hay.tokens[k], "detail": tok}
     return None

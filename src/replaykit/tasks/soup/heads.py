@@ -19,6 +19,7 @@ from ...harness.errors import InputError
 from ..common.clip import CONFIG
 
 HEAD_MIN_COSINE = 0.5  # least centred cosine of an ingredient's class row with the reference's
+MAX_HEAD_VALUES = 1 << 28  # n_classes x embed_dim read at most (1 GiB of float32): a header can claim any shape
 NUMPY_DTYPES = {"F16", "F32", "F64"}  # safetensors dtypes NumPy reads; other floats (BF16, F8_*) go through torch
 
 
@@ -29,6 +30,12 @@ def _head_file(fixed_start: Path, config_path: Path, field: str, rel) -> Path:
     if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
         raise InputError(config_path, field, f"{rel!r}: not a relative path inside the fixed start")
     path = fixed_start / rel
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a link loop
+        raise InputError(config_path, field, f"{rel[:80]!r}: {exc.strerror}") from None
     if not path.exists():
         raise InputError(path, None, f"missing (named by {config_path.name}'s {field})")
     if not path.is_file():
@@ -44,8 +51,8 @@ def head_files(fixed_start: str | Path) -> tuple[list[Path], Path]:
     config_path = fixed_start / CONFIG
     try:
         config = json.loads(config_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(config_path, None, f"not readable as JSON ({exc})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(config_path, None, f"not readable as JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(config, dict):
         raise InputError(config_path, None, "not a JSON object")
     listed = config.get("ingredients")
@@ -84,7 +91,10 @@ def _safetensors_head(path: Path) -> np.ndarray | None:
     with safe_open(str(path), framework="np") as handle:
         if "head.weight" not in handle.keys():
             return None
-        dtype = handle.get_slice("head.weight").get_dtype()
+        head = handle.get_slice("head.weight")
+        dtype, shape = head.get_dtype(), head.get_shape()
+        if len(shape) != 2 or shape[0] * shape[1] > MAX_HEAD_VALUES:
+            raise InputError(path, "head.weight", f"shape {tuple(shape)}: expected n_classes x embed_dim")
         if dtype in NUMPY_DTYPES:
             return handle.get_tensor("head.weight").astype(np.float32)
     if dtype != "BF16" and not dtype.startswith("F"):  # F8_E4M3, F8_E5M2, ...: floats; I*, U*, BOOL, C*: not
