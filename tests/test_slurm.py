@@ -55,12 +55,16 @@ TEST_RESOURCES = [
 TIMEOUT_RUNTIME = "replay:runtime=6*attempt-5"
 
 
-def jobs_in(workdir: Path) -> list[dict]:
-    """Job-completion records of jobs whose working directory is ``workdir``."""
+def jobs_in(workdir: Path, since: float) -> list[dict]:
+    """Job-completion records of jobs whose working directory is ``workdir`` that started at
+    ``since`` (Unix time) or later: the history outlives pytest's numbered folders, and an earlier
+    session's run in a folder of the same name (``/tmp/pytest-of-root`` removed in between) is
+    not this one's."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))  # slurmctld's local time, as it logs
     records = []
     for line in JOBCOMP.read_text().splitlines():
         fields = dict(re.findall(r"(\w+)=(\S*)", line))
-        if fields.get("WorkDir") == str(workdir):
+        if fields.get("WorkDir") == str(workdir) and fields.get("StartTime", "") >= start:
             records.append(fields)
     return records
 
@@ -94,7 +98,7 @@ def cluster_run(tiny_llama, tmp_path_factory):
         check=True,
     )
     print(f"SLURM DAG with one TIMEOUT: {time.time() - started:.0f} s")
-    jobs = jobs_in(work)
+    jobs = jobs_in(work, started)
     for job in jobs:  # what SLURM was asked for (scontrol keeps finished jobs for MinJobAge = 1 h)
         shown = dict(
             re.findall(
