@@ -178,13 +178,19 @@ def write_config(workdir: Path, config: dict) -> Path:
 
 
 def snakemake(
-    workdir: Path, *args: str, timeout: float = 1200, check: bool = False, env: dict | None = None
+    workdir: Path,
+    *args: str,
+    timeout: float = 1200,
+    check: bool = False,
+    env: dict | None = None,
+    program: list[str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run the venv's snakemake in ``workdir`` (no default profile) and capture its output;
-    ``env`` adds or replaces environment variables. ``timeout`` catches a hang: two-seed DAGs
-    took 500–665 s beside the other worker in the fresh-clone run of 2026-12-02, so the default
-    is twice the 600 s that left them 10 % of margin."""
-    cmd = [str(VENV_BIN / "snakemake"), "--workflow-profile", "none", *args]
+    ``env`` adds or replaces environment variables; ``program`` replaces the ``snakemake``
+    command (tests/slurm_snakemake.py). ``timeout`` catches a hang: two-seed DAGs took 500–665 s
+    beside the other worker in the fresh-clone run of 2026-12-02, so the default is twice the
+    600 s that left them 10 % of margin."""
+    cmd = [*(program or [str(VENV_BIN / "snakemake")]), "--workflow-profile", "none", *args]
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {}))
     result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:

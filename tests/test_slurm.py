@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -70,6 +71,8 @@ def jobs_in(workdir: Path, since: float) -> list[dict]:
 
 
 GPU_RULES = {"replay", "validate", "score", "reference_fixed_start"}
+# the plug-in with its status back-off capped at 3 s (the module says why)
+SLURM_SNAKEMAKE = [sys.executable, str(Path(__file__).with_name("slurm_snakemake.py"))]
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +99,7 @@ def cluster_run(tiny_llama, tmp_path_factory):
         TIMEOUT_RUNTIME,
         timeout=1500,
         check=True,
+        program=SLURM_SNAKEMAKE,
     )
     print(f"SLURM DAG with one TIMEOUT: {time.time() - started:.0f} s")
     jobs = jobs_in(work, started)
