@@ -287,10 +287,13 @@ def build_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> 
 
     root = shared_dir(tmp_path_factory)
     dest, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
+    asked = time.time()
     with FileLock(root / f"{name}.lock"):
         if failed.exists():
             raise RuntimeError(f"{name}: its build failed in another test (once per session):\n{failed.read_text()}")
+        role = "reused"
         if not done.exists():
+            role = "built"
             if dest.exists():
                 shutil.rmtree(dest)
             started = time.time()
@@ -300,8 +303,22 @@ def build_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> 
                 failed.write_text(traceback.format_exc())
                 raise
             done.write_text(json.dumps({"seconds": time.time() - started, "files": _snapshot(dest)}))
+    _log_build(root, name, role, asked)
     _BUILT.append((dest, done))
     return dest
+
+
+BUILDS_LOG = "builds.jsonl"
+
+
+def _log_build(root: Path, name: str, role: str, asked: float) -> None:
+    """One line of ``<shared_dir>/builds.jsonl`` per worker's first ask of a shared tree: who
+    built it, and how long a worker that reused it waited for the lock (a worker that waits
+    runs nothing: ``pytest_terminal_summary`` lists those waits)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    line = {"name": name, "worker": worker, "role": role, "seconds": round(time.time() - asked, 1)}
+    with (root / BUILDS_LOG).open("a") as out:
+        out.write(json.dumps(line) + "\n")
 
 
 def build_seconds(tree: Path) -> float:
@@ -693,3 +710,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return self.groups.get(nodeid, nodeid)
 
     return GroupScheduling(config, log)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Each shared tree's build and every wait for one (``build_once``'s ``builds.jsonl``):
+    seconds in which a worker held the lock's queue instead of running tests."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    log = shared_dir(config._tmp_path_factory) / BUILDS_LOG
+    if not log.exists():
+        return
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    terminalreporter.section("shared runs (build_once)")
+    for line in lines:
+        what = "built in" if line["role"] == "built" else "waited"
+        terminalreporter.write_line(f"{line['name']}: {line['worker']} {what} {line['seconds']:.1f} s")
+    waited = sum(line["seconds"] for line in lines if line["role"] == "reused")
+    terminalreporter.write_line(f"waits for another worker's build: {waited:.0f} s in all")
