@@ -83,6 +83,23 @@ def recorded_identity(state_dir: Path) -> str:
     return identity if isinstance(identity, str) else ""
 
 
+COMPILE_CACHE = "compile-cache"  # under state_dir: torch.compile's caches, kept across attempts
+
+
+def compile_cache_env(state_dir: Path) -> dict[str, str]:
+    """``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` under ``<state_dir>/compile-cache``.
+
+    torch.compile's caches default to ``/tmp/torchinductor_<user>``, and the sandbox gives each
+    attempt an empty ``/tmp``, so a resumed attempt compiled again from nothing: 67–89 s for
+    digress's model at full scale against 9 s from a kept cache, with the same losses
+    (bench/results-2026-12-04-digress-knobs.md). In the run's own state they last as long as the
+    replay they belong to: a fresh formal replay moves the state aside (:func:`supersede`) and
+    starts cold, and no other run reads them. Nothing is written there unless the recipe compiles.
+    """
+    root = (state_dir / COMPILE_CACHE).resolve()
+    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
+
+
 def supersede(publish_dir: Path, state_dir: Path, attempts_file: Path, now: float | None = None) -> Path | None:
     """A formal replay starts from nothing, and nothing of the replay it replaces is lost.
 
@@ -310,7 +327,7 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
     slot_env = spec.slot.environ() if spec.slot is not None else {}  # CUDA_VISIBLE_DEVICES: its one device
     confinement = plan.confine()
     try:
-        env = plan.environment(training_env(spec.threads, **slot_env))
+        env = plan.environment(training_env(spec.threads, **slot_env, **compile_cache_env(spec.state_dir)))
         proc = start_group(argv, cwd=workspace, env=env, preexec=confinement.preexec)
     except BaseException:
         confinement.close()
