@@ -82,6 +82,8 @@ for task in "$@"; do
     work=$WORK/$task
     rm -rf "$work" && mkdir -p "$work"
     cp -r Snakefile rules config recipes envs report "$work/"
+    # the sandbox shows the Python environment and sandbox_show only: the carried packages too
+    [ "$INSTALL" = 1 ] && [ -d "$SITE" ] && printf 'sandbox_show: [%s]\n' "$SITE" >>"$work/config/config.yaml"
     t0=$(date +%s)
     "$PY" bench/full_dag.py "$task" --size "$SIZE" --out "$work/assets" --qm9 "$REPO/.whl/qm9-slim" --shared "$WORK" \
         >"$RESULTS/$task-prepare.log" 2>&1
