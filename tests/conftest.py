@@ -200,6 +200,19 @@ def snakemake(
     return result
 
 
+def jobs_run(out: subprocess.CompletedProcess) -> dict[str, int]:
+    """Snakemake's job stats table: rule -> count (empty when nothing was done)."""
+    text = out.stdout + out.stderr
+    if "Job stats:" not in text:
+        return {}
+    table = text.split("Job stats:")[1].split("total")[0]
+    return {
+        line.split()[0]: int(line.split()[1])
+        for line in table.splitlines()
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    }
+
+
 def config_patch(workdir, name, key, value):
     """A candidate patch that sets ``key: value`` in the recipe's embedded profile."""
     import difflib
@@ -316,7 +329,7 @@ def _log_build(root: Path, name: str, role: str, asked: float) -> None:
     built it, and how long a worker that reused it waited for the lock (a worker that waits
     runs nothing: ``pytest_terminal_summary`` lists those waits)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    line = {"name": name, "worker": worker, "role": role, "seconds": round(time.time() - asked, 1)}
+    line = {"name": name, "worker": worker, "role": role, "seconds": round(time.time() - asked, 1), "asked": asked}
     with (root / BUILDS_LOG).open("a") as out:
         out.write(json.dumps(line) + "\n")
 
@@ -721,9 +734,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not log.exists():
         return
     lines = [json.loads(line) for line in log.read_text().splitlines()]
+    start = min(line["asked"] for line in lines)
     terminalreporter.section("shared runs (build_once)")
     for line in lines:
         what = "built in" if line["role"] == "built" else "waited"
-        terminalreporter.write_line(f"{line['name']}: {line['worker']} {what} {line['seconds']:.1f} s")
+        at = f"{line['asked'] - start:.0f} s after the first ask"
+        terminalreporter.write_line(f"{line['name']}: {line['worker']} {what} {line['seconds']:.1f} s ({at})")
     waited = sum(line["seconds"] for line in lines if line["role"] == "reused")
     terminalreporter.write_line(f"waits for another worker's build: {waited:.0f} s in all")

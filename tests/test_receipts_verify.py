@@ -23,6 +23,7 @@ from conftest import (
     VENV_BIN,
     copy_run,
     copy_workflow,
+    jobs_run,
     orphans_after,
     snakemake,
     tiny_config,
@@ -119,19 +120,6 @@ def assert_receipts_agree(
 
 def build(work, target, *args, check=True):
     return snakemake(work, target, *GPU, *args, check=check)
-
-
-def jobs_run(out: subprocess.CompletedProcess) -> dict[str, int]:
-    """Snakemake's job stats table: rule -> count (empty when nothing was done)."""
-    text = out.stdout + out.stderr
-    if "Job stats:" not in text:
-        return {}
-    table = text.split("Job stats:")[1].split("total")[0]
-    return {
-        line.split()[0]: int(line.split()[1])
-        for line in table.splitlines()
-        if len(line.split()) == 2 and line.split()[1].isdigit()
-    }
 
 
 # ---------------------------------------------------------------- the hash cache
