@@ -12,7 +12,8 @@ call carries at most 64 MiB, so the whole list (126 MB with bitsandbytes) goes i
 ``bitsandbytes`` (rm's and dpo's ``full`` profiles: ``paged_adamw_32bit``, dpo's NF4 base) is
 in every set that runs rm or dpo, repacked with only its CPU and CUDA 13.0 libraries (3.6 MB
 instead of 43 MB; the device has CUDA 13.0). 2026-12-01's second full-DAG set lacked it, so its
-rm DAG would have failed when the trainer built its optimizer, before its first step (``bench/results-2026-12-01-full-dag.md``).
+rm DAG would have failed when the trainer built its optimizer, before its first step
+(``bench/results-2026-12-01-full-dag.md``).
 Packages without a wheel for the platform are built with ``pip wheel --no-deps``.
 """
 
