@@ -733,7 +733,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     log = shared_dir(config._tmp_path_factory) / BUILDS_LOG
     if not log.exists():
         return
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines = []
+    for text in log.read_text().splitlines():  # a line cut short (a worker killed mid-append) is left out
+        try:
+            lines.append(json.loads(text))
+        except ValueError:
+            continue
+    keys = {"name", "worker", "role", "seconds", "asked"}
+    lines = [line for line in lines if isinstance(line, dict) and keys <= line.keys()]
+    if not lines:
+        return
     start = min(line["asked"] for line in lines)
     terminalreporter.section("shared runs (build_once)")
     for line in lines:

@@ -407,7 +407,8 @@ def test_only_allowed_environment_variables_reach_the_sandbox(tmp_path):
 def test_torch_compile_caches_live_in_the_replay_state(tmp_path):
     """A replay's training process finds torch.compile's caches under
     ``<state_dir>/compile-cache`` (their default, ``/tmp``, is empty at each attempt in the
-    sandbox): the installed torch's Inductor and Triton, asked inside the sandbox, name them."""
+    sandbox): the installed torch's Inductor and Triton, asked inside the sandbox, name them;
+    and the interpreter's ``Python.h``, which compiling needs, is shown."""
     from replaykit.harness import replay
 
     ws = one_file_workspace(
@@ -415,7 +416,9 @@ def test_torch_compile_caches_live_in_the_replay_state(tmp_path):
         "import json, sys\nfrom pathlib import Path\n"
         "from torch._inductor.runtime.cache_dir_utils import cache_dir, triton_cache_dir\n"
         "r = json.loads(Path(sys.argv[2]).read_text())\n"
-        "dirs = {'inductor': cache_dir(), 'triton': triton_cache_dir(0)}\n"
+        "import os, sysconfig\n"
+        "header = os.path.join(sysconfig.get_paths()['include'], 'Python.h')\n"
+        "dirs = {'inductor': cache_dir(), 'triton': triton_cache_dir(0), 'Python.h': os.path.isfile(header)}\n"
         "(Path(r['state_dir']) / 'caches.json').write_text(json.dumps(dirs))\n"
         "(Path(r['state_dir']) / 'train_result.json').write_text(json.dumps({'stop_reason': 'max_steps'}))\n",
     )
@@ -423,7 +426,11 @@ def test_torch_compile_caches_live_in_the_replay_state(tmp_path):
         bare_replay(tmp_path, ws, isolation="bwrap")
     state = (tmp_path / "state").resolve()
     caches = json.loads((state / "caches.json").read_text())
-    assert caches == {"inductor": str(state / "compile-cache/inductor"), "triton": str(state / "compile-cache/triton")}
+    assert caches == {
+        "inductor": str(state / "compile-cache/inductor"),
+        "triton": str(state / "compile-cache/triton"),
+        "Python.h": True,  # what the compiled kernels build against (a pyenv keeps it outside /usr)
+    }
     assert (state / "compile-cache/inductor").is_dir()  # created by cache_dir(), inside the sandbox
 
 

@@ -1,5 +1,7 @@
 """Candidate patches: applied when they stay inside the workspace, refused otherwise."""
 
+import os
+
 import pytest
 
 from replaykit.harness.errors import InputError
@@ -173,3 +175,36 @@ def test_applied_tree_is_judged_even_when_the_text_check_misses(tmp_path, recipe
     with pytest.raises(InputError, match="link.py: a symlink in the applied workspace"):
         build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json", patch)
     assert not (tmp_path / "ws").exists()
+
+
+def test_special_entries_walks_a_tree_of_any_depth(tmp_path, monkeypatch):
+    """A candidate can leave folders nested 1,100 deep in its replay state (the compile cache is
+    a natural place): the link at the bottom is found, a folder whose path passes PATH_MAX (4,096
+    bytes on Linux) is reported itself as not checkable, and neither raises RecursionError
+    (Python 3.11's ``Path.rglob`` recursed once per level)."""
+    import subprocess
+
+    from replaykit.harness.workspace import special_entries
+
+    try:
+        _deep_trees_are_walked(tmp_path, monkeypatch, special_entries)
+    finally:  # shutil.rmtree (pytest's own clean-up of old tmp folders) recurses once per level too
+        subprocess.run(["rm", "-rf", str(tmp_path / "deep"), str(tmp_path / "deeper")], check=True)
+
+
+def _deep_trees_are_walked(tmp_path, monkeypatch, special_entries) -> None:
+    for name, depth in (("deep", 1100), ("deeper", 1500)):  # 3 bytes a level: 3,300 and 4,500
+        monkeypatch.chdir(tmp_path)
+        os.mkdir(name)
+        os.chdir(name)
+        for _ in range(depth):
+            os.mkdir("dd")
+            os.chdir("dd")
+        os.symlink("/etc", "link")
+    monkeypatch.chdir(tmp_path)
+    found = special_entries(tmp_path)
+    assert len(found) == 2
+    assert found[0] == "deep/" + "dd/" * 1100 + "link"
+    # the folder whose entries' paths reach PATH_MAX (the kernel refuses to stat them)
+    assert found[1] == "deeper" + "/dd" * found[1].count("/") and len(str(tmp_path / found[1]) + "/dd") >= 4096
+    assert special_entries(tmp_path / "missing") == []

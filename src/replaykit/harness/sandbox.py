@@ -51,6 +51,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,9 +180,11 @@ def inside(path: Path, folder: Path) -> bool:
 
 def python_paths() -> list[Path]:
     """The Python environment this interpreter runs in, as real paths: its prefix (a venv, a
-    conda environment); of the base interpreter a venv is made from, only the interpreter itself
-    and its ``lib`` folders (the standard library and shared libraries, not its ``bin``, its
-    other environments or package caches); and every ``sys.path`` entry that exists (folders and
+    conda environment); of the base interpreter a venv is made from, only the interpreter itself,
+    its ``lib`` folders (the standard library and shared libraries, not its ``bin``, its other
+    environments or package caches) and its C headers (``sysconfig``'s ``include``: a pyenv or
+    python.org build keeps ``Python.h`` outside ``/usr``, and torch.compile could not build its
+    kernels in the sandbox without it); and every ``sys.path`` entry that exists (folders and
     zip files) -- but no entry that is, holds or lies inside the working directory (``''``, a
     ``PYTHONPATH`` of the checkout: what the sandbox needs from there is shown by name) except
     the prefix (a ``.venv`` inside the checkout), and no ``PYTHONPATH`` entry at all
@@ -194,6 +197,8 @@ def python_paths() -> list[Path]:
     out = [prefix]
     if base != prefix:
         out += [(base / d).resolve() for d in ("lib", "lib64") if (base / d).is_dir()]
+    # the C headers (Python.h): torch.compile's C++ kernels and Triton's launcher build against them
+    out += [Path(h).resolve() for h in {sysconfig.get_paths().get(k) for k in ("include", "platinclude")} if h]
     out.append(Path(sys.executable).resolve())
     cwd = Path.cwd().resolve()
     for path in environment_path_entries():

@@ -79,16 +79,29 @@ def patch_paths(patch: str | Path) -> list[str]:
 
 def special_entries(root: str | Path) -> list[str]:
     """Paths under ``root`` (relative, sorted) that are neither regular files nor directories,
-    judged with ``lstat``: symlinks, FIFOs, sockets, character and block devices."""
+    judged with ``lstat``: symlinks, FIFOs, sockets, character and block devices.
+
+    The walk keeps its own stack of folders: a tree any depth deep (a candidate's 1,100 nested
+    folders in its replay state) is walked, where ``Path.rglob`` of Python 3.11 recursed and
+    raised RecursionError in the replay driver at every later attempt. A folder that cannot be
+    listed (no permission, a path over ``PATH_MAX``) is returned as special itself."""
     import stat
 
     root = Path(root)
-    out = []
-    for path in sorted(root.rglob("*")):
-        mode = path.lstat().st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            out.append(path.relative_to(root).as_posix())
-    return out
+    out, folders = [], [root] if root.is_dir() else []
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if stat.S_ISDIR(mode):
+                        folders.append(Path(entry.path))
+                    elif not stat.S_ISREG(mode):
+                        out.append(Path(entry.path).relative_to(root).as_posix())
+        except OSError:  # unreadable, or its path too long to open (ENAMETOOLONG): not checkable
+            out.append(folder.relative_to(root).as_posix())
+    return sorted(out)
 
 
 def _git_apply(workspace: Path, patch: Path, check: bool) -> subprocess.CompletedProcess:
