@@ -1,6 +1,8 @@
 """Candidate patches: applied when they stay inside the workspace, refused otherwise."""
 
+import hashlib
 import os
+from pathlib import Path
 
 import pytest
 
@@ -201,10 +203,16 @@ def _deep_trees_are_walked(tmp_path, monkeypatch, special_entries) -> None:
             os.mkdir("dd")
             os.chdir("dd")
         os.symlink("/etc", "link")
+        Path("weights.bin").write_bytes(b"x")
     monkeypatch.chdir(tmp_path)
+    # the checkpoint hash over the deep tree: one file, recomputed here from its definition
+    line = "dd/" * 1100 + f"weights.bin\0{hashlib.sha256(b'x').hexdigest()}\n"
+    assert sha256_tree(tmp_path / "deep") == hashlib.sha256(line.encode()).hexdigest()
     found = special_entries(tmp_path)
     assert len(found) == 2
     assert found[0] == "deep/" + "dd/" * 1100 + "link"
     # the folder whose entries' paths reach PATH_MAX (the kernel refuses to stat them)
     assert found[1] == "deeper" + "/dd" * found[1].count("/") and len(str(tmp_path / found[1]) + "/dd") >= 4096
+    with pytest.raises(OSError):  # the hash of a tree it cannot list is an error, not a partial hash
+        sha256_tree(tmp_path / "deeper")
     assert special_entries(tmp_path / "missing") == []

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..harness.errors import InputError
+from ..harness.fileio import tree_paths
 from ..harness.hashing import sha256_file, sha256_tree
 from ..harness.launch import start_group, training_env, wait_until
 from ..harness.limits import Confinement, failure_line, tail_lines
@@ -184,7 +185,7 @@ def run_probe(
 
     checkpoints = {
         str(p.relative_to(ex.dir)): sha256_tree(p)
-        for p in sorted(run_dir.rglob("checkpoint-*"))
+        for p in sorted(tree_paths(run_dir, "checkpoint-*"))
         if p.is_dir() and regular(p.relative_to(run_dir).as_posix())
     }
     receipt = {"kind": "probe", "id": run_dir.name, "command": command, "isolation": info["isolation"]}

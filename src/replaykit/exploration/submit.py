@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..harness.errors import InputError
-from ..harness.fileio import atomic_write_json
+from ..harness.fileio import atomic_write_json, tree_paths
 from ..harness.hashing import sha256_file, sha256_tree, tree_files
 from ..harness.provenance import utc_now
 from ..harness.submission import sidecar
@@ -33,7 +33,7 @@ def not_code(root: Path, after_unix: float | None = None) -> list[str]:
     config (:data:`CODE_SUFFIXES`) or larger than :data:`MAX_CODE_BYTES`, and files changed
     after ``after_unix`` (the budget's end)."""
     bad = [f"{rel} (not a regular file)" for rel in special_entries(root)]
-    for path in sorted(root.rglob("*")):
+    for path in sorted(tree_paths(root)):
         rel = path.relative_to(root)
         if path.is_symlink() or any(part in CACHE_DIRS for part in rel.parts[:-1]):
             continue

@@ -101,6 +101,36 @@ def read_jsonl(
     return rows
 
 
+def tree_paths(root: str | Path, pattern: str = "*", unlistable: list[Path] | None = None) -> list[Path]:
+    """Every path under ``root`` whose name matches ``pattern`` (``fnmatch``, as
+    ``Path.rglob(pattern)``), at any depth; symbolic links are listed, never entered.
+
+    The walk keeps its own stack of folders: Python 3.11's ``rglob`` recurses once per folder
+    level and raised RecursionError on a tree about 1,000 deep, which a candidate can leave in
+    the folders it writes (its replay state, its checkpoints, an exploration's run folder).
+    A folder that cannot be listed (no permission, its entries' paths over ``PATH_MAX``) raises
+    OSError, or is appended to ``unlistable`` when that list is given (as
+    :func:`.workspace.special_entries` does, to report it)."""
+    import fnmatch
+
+    root = Path(root)
+    out, folders = [], [root] if root.is_dir() else []
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if fnmatch.fnmatchcase(entry.name, pattern):
+                        out.append(Path(entry.path))
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(Path(entry.path))
+        except OSError:
+            if unlistable is None:
+                raise
+            unlistable.append(folder)
+    return out
+
+
 def wait_for_paths(paths: Iterable[str | Path], latency_s: float, poll_s: float = 0.5, on_wait=None) -> list[Path]:
     """Wait up to ``latency_s`` seconds until every path exists; return those still missing.
 

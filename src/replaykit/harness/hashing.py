@@ -8,6 +8,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from .fileio import tree_paths
+
 _CHUNK = 1 << 20  # bytes read at a time
 _SKIP = {"__pycache__", ".snakemake_timestamp"}
 
@@ -37,7 +39,7 @@ def tree_files(
     """
     root = Path(root)
     out: dict[str, str] = {}
-    for path in sorted(_walk(root) if follow_links else root.rglob("*")):
+    for path in sorted(_walk(root) if follow_links else tree_paths(root)):
         rel = path.relative_to(root)
         if any(part.startswith(".tmp") or part in _SKIP for part in rel.parts):
             continue

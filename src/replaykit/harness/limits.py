@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import InputError
+from .fileio import tree_paths
 
 GIB = 1024**3
 MIN_FILE_BYTES = GIB  # the derived file-size limit is never below this
@@ -146,7 +147,7 @@ def tree_bytes(path: Path | None) -> int:
     path = Path(path)
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    return sum(p.stat().st_size for p in tree_paths(path) if p.is_file() and not p.is_symlink())
 
 
 def _own_cgroups() -> list[tuple[str, Path]]:

@@ -23,7 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .fileio import atomic_write_text
+from .fileio import atomic_write_text, tree_paths
 from .hashing import sha256_tree
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -95,7 +95,7 @@ def _fsync_tree(root: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(root, 0o777 & ~umask)
-    for path in root.rglob("*"):
+    for path in tree_paths(root):
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
         if path.is_file():
             with open(path, "rb") as handle:

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from .errors import InputError
-from .fileio import atomic_write_json
+from .fileio import atomic_write_json, tree_paths
 from .hashing import sha256_file, sha256_tree
 
 _PATH = r'("(?:[^"\\]|\\.)*"|\S+)'  # a path, or a git C-quoted one with spaces / escapes
@@ -79,29 +79,25 @@ def patch_paths(patch: str | Path) -> list[str]:
 
 def special_entries(root: str | Path) -> list[str]:
     """Paths under ``root`` (relative, sorted) that are neither regular files nor directories,
-    judged with ``lstat``: symlinks, FIFOs, sockets, character and block devices.
-
-    The walk keeps its own stack of folders: a tree any depth deep (a candidate's 1,100 nested
-    folders in its replay state) is walked, where ``Path.rglob`` of Python 3.11 recursed and
-    raised RecursionError in the replay driver at every later attempt. A folder that cannot be
-    listed (no permission, a path over ``PATH_MAX``) is returned as special itself."""
+    judged with ``lstat``: symlinks, FIFOs, sockets, character and block devices; and the
+    folders that cannot be listed (no permission, a path over ``PATH_MAX``), which cannot be
+    checked. Walked at any depth (:func:`.fileio.tree_paths`: a candidate's 1,100 nested
+    folders in its replay state had raised RecursionError in the replay driver at every later
+    attempt)."""
     import stat
 
     root = Path(root)
-    out, folders = [], [root] if root.is_dir() else []
-    while folders:
-        folder = folders.pop()
+    unlistable: list[Path] = []
+    out = []
+    for path in tree_paths(root, unlistable=unlistable):
         try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    mode = entry.stat(follow_symlinks=False).st_mode
-                    if stat.S_ISDIR(mode):
-                        folders.append(Path(entry.path))
-                    elif not stat.S_ISREG(mode):
-                        out.append(Path(entry.path).relative_to(root).as_posix())
-        except OSError:  # unreadable, or its path too long to open (ENAMETOOLONG): not checkable
-            out.append(folder.relative_to(root).as_posix())
-    return sorted(out)
+            mode = path.lstat().st_mode
+        except OSError:  # gone meanwhile, or its path too long to name
+            out.append(path)
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            out.append(path)
+    return sorted({p.relative_to(root).as_posix() for p in [*out, *unlistable]})
 
 
 def _git_apply(workspace: Path, patch: Path, check: bool) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from ..fileio import tree_paths
 from .checks import check, key_line, read_json_or_none, where
 from .items import Haystack, Item, Public, find_items
 
@@ -228,7 +229,7 @@ def exploration_files(ex_dir: Path) -> tuple[list[Path], list[str], list[str]]:
     :func:`_searchable`)."""
     roots = [ex_dir / "workspace", ex_dir / "runs"]
     files = [ex_dir / "receipts.jsonl", ex_dir / "submission.json"]
-    files += sorted(p for r in roots if r.is_dir() for p in r.rglob("*") if p.is_file() and not p.is_symlink())
+    files += sorted(p for r in roots for p in tree_paths(r) if p.is_file() and not p.is_symlink())
     return _searchable(files, frozenset((ex_dir / "runs").glob("*.log")))
 
 
@@ -301,7 +302,7 @@ def replay_outputs_check(
         for p in logs
         if not p.is_file() or p.is_symlink()
     ]
-    published = sorted(p for c in (run_dir / "replay").glob("checkpoint-*") if c.is_dir() for p in c.rglob("*"))
+    published = sorted(p for c in (run_dir / "replay").glob("checkpoint-*") if c.is_dir() for p in tree_paths(c))
     files, skipped, skipped_logs = _searchable([*logs, *published], frozenset(logs))
     ev = _found_in(files, items, public)
     note = f"; not searched (too large): {', '.join(skipped)}" if skipped else ""

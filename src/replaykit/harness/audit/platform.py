@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..fileio import tree_paths
 from .behaviour import overlaps
 from .checks import check, key_line, line_of, read_json_or_none, where
 
@@ -157,7 +158,7 @@ def stale_check(run_dir: Path, record: dict, record_path: str) -> dict:
     finished replay is left without an end."""
     name = "no_stale_status"
     bad = []
-    for path in sorted(run_dir.rglob("*.json")):
+    for path in sorted(tree_paths(run_dir, "*.json")):
         rel = path.relative_to(run_dir)
         if any(p.startswith("checkpoint-") or p == "workspace" for p in rel.parts[:-1]) or rel.name in CANDIDATE_FILES:
             continue
