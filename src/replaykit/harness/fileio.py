@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fnmatch
 import json
 import os
 import shutil
@@ -111,8 +112,6 @@ def tree_paths(root: str | Path, pattern: str = "*", unlistable: list[Path] | No
     A folder that cannot be listed (no permission, its entries' paths over ``PATH_MAX``) raises
     OSError, or is appended to ``unlistable`` when that list is given (as
     :func:`.workspace.special_entries` does, to report it)."""
-    import fnmatch
-
     root = Path(root)
     out, folders = [], [root] if root.is_dir() else []
     while folders:

@@ -94,7 +94,8 @@ def compile_cache_env(state_dir: Path) -> dict[str, str]:
     digress's model at full scale against 9 s from a kept cache, with the same losses
     (bench/results-2026-12-04-digress-knobs.md). In the run's own state they last as long as the
     replay they belong to: a fresh formal replay moves the state aside (:func:`supersede`) and
-    starts cold, and no other run reads them. Nothing is written there unless the recipe compiles.
+    starts cold, and no other run reads them. A recipe that does not compile leaves at most an
+    empty ``inductor/`` folder there (torch creates it when ``torch._dynamo`` is imported).
     """
     root = (state_dir / COMPILE_CACHE).resolve()
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
