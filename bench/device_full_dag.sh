@@ -15,7 +15,8 @@
 # needs .whl/qm9-slim (here, with PyPI: `python bench/full_dag.py qm9-slim --out .whl/qm9-slim`).
 # Writes to $RESULTS (kept between calls; `wait` packs it into $OUT): <task>-config.yaml (the
 # config that ran), <task>-prepare.log, <task>-snakemake.log, <task>-bench.md (bench/collect.py:
-# per-rule times), <task>-logs.txt (the end of each rule's log), <task>-summary.json, gpu.csv
+# per-rule times), <task>-logs.txt (the end of each rule's log), <task>-summary.json,
+# <task>-<run>-replay.log, -record.json and -replay-attempts.json (each replay whole), gpu.csv
 # (GPU memory every 2 s; bench/gpu_peaks.py reads it) and summary.txt (one line per step).
 #
 # Environment: PY (the Python, default python3); RESULTS (default results/full-dag-out);
@@ -23,7 +24,11 @@
 # .whl/*.whl, the packages the machine lacks, into SITE first; default 1 for `full`, 0 for
 # `tiny`); SITE (default /opt/site: outside /tmp, which the sandbox replaces with its own, so
 # that the replay sees the packages too); KEEP (1: keep the full-size stand-ins, tens of GB;
-# default 0); DEADLINE (unix time after which no further task starts; default none).
+# default 0); DEADLINE (unix time after which no further task starts; default none); SET
+# (space-separated DOTTED=YAML changes to each task block, after bench/full_dag.py's own, e.g.
+# "recipe.profile=full-nogc recipe.overrides.max_steps=10"); TARGET (what Snakemake builds,
+# relative to results/<task>/; default final; e.g. shipped-seed42/replay/record.json stops after
+# the replay); SNAKEMAKE_ARGS (more Snakemake options, e.g. "--retries 1").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -85,15 +90,18 @@ for task in "$@"; do
     # the sandbox shows the Python environment and sandbox_show only: the carried packages too
     [ "$INSTALL" = 1 ] && [ -d "$SITE" ] && printf 'sandbox_show: [%s]\n' "$SITE" >>"$work/config/config.yaml"
     t0=$(date +%s)
+    sets=()
+    for setting in ${SET:-}; do sets+=(--set "$setting"); done
     "$PY" bench/full_dag.py "$task" --size "$SIZE" --out "$work/assets" --qm9 "$REPO/.whl/qm9-slim" --shared "$WORK" \
-        >"$RESULTS/$task-prepare.log" 2>&1
+        "${sets[@]}" >"$RESULTS/$task-prepare.log" 2>&1
     rc=$?
     say "$task prepare rc=$rc $(( $(date +%s) - t0 )) s (stand-ins: $(du -sh "$work/assets" | cut -f1), shared ones not counted)"
     [ $rc = 0 ] || continue
     cp "$work/assets/$task.yaml" "$RESULTS/$task-config.yaml"
     t0=$(date +%s)
-    (cd "$work" && "$PY" -m snakemake "results/$task/final" --configfile "assets/$task.yaml" \
-        --cores "$(nproc)" --resources gpu=1 --scheduler greedy) >"$RESULTS/$task-snakemake.log" 2>&1
+    # shellcheck disable=SC2086  # SNAKEMAKE_ARGS: words on purpose
+    (cd "$work" && "$PY" -m snakemake "results/$task/${TARGET:-final}" --configfile "assets/$task.yaml" \
+        --cores "$(nproc)" --resources gpu=1 --scheduler greedy ${SNAKEMAKE_ARGS:-}) >"$RESULTS/$task-snakemake.log" 2>&1
     say "$task DAG rc=$? wall $(( $(date +%s) - t0 )) s"
     "$PY" bench/collect.py "$work/benchmarks" >"$RESULTS/$task-bench.md" 2>&1
     for f in $(cd "$work" && find logs -name '*.log' | sort); do
@@ -101,6 +109,14 @@ for task in "$@"; do
         tail -n 60 "$work/$f"
     done >"$RESULTS/$task-logs.txt" 2>&1
     [ -f "$work/results/$task/final/summary.json" ] && cp "$work/results/$task/final/summary.json" "$RESULTS/$task-summary.json"
+    # each replay whole: its log (every attempt), the record and the attempts' ledger
+    for run in "$work"/results/"$task"/*/replay-attempts.json; do
+        [ -f "$run" ] || continue
+        name=$(basename "$(dirname "$run")")
+        cp "$run" "$RESULTS/$task-$name-replay-attempts.json"
+        cp "$work/logs/$task/$name/replay.log" "$RESULTS/$task-$name-replay.log" 2>/dev/null
+        cp "$(dirname "$run")/replay/record.json" "$RESULTS/$task-$name-record.json" 2>/dev/null
+    done
     [ "$SIZE" = full ] && [ "${KEEP:-0}" = 0 ] && rm -rf "$work/assets"  # tens of GB: free the disk for the next task
 done
 exit 0

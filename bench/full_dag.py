@@ -411,9 +411,17 @@ def task_block(task: str, size: str, paths: dict) -> dict:
     return block
 
 
-def prepare(task: str, size: str, out: Path, qm9: Path | None, shared: Path | None = None) -> Path:
-    """:func:`stand_ins` and :func:`task_block`, written to ``out/<task>.yaml`` (returned)."""
+def prepare(
+    task: str, size: str, out: Path, qm9: Path | None, shared: Path | None = None, settings: list[str] = ()
+) -> Path:
+    """:func:`stand_ins` and :func:`task_block`, then each ``DOTTED=YAML`` of ``settings`` (for
+    example ``recipe.overrides.max_steps=16``), written to ``out/<task>.yaml`` (returned)."""
     block = task_block(task, size, stand_ins(task, size, out, qm9, shared))
+    for setting in settings:
+        dotted, sep, value = setting.partition("=")
+        if not sep or not dotted:
+            raise SystemExit(f"--set {setting!r}: expected DOTTED.KEY=YAML_VALUE")
+        set_path(block, dotted, yaml.safe_load(value))
     config = out / f"{task}.yaml"
     config.write_text(yaml.safe_dump({"tasks": {task: block}}, sort_keys=False))
     return config
@@ -484,11 +492,14 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--qm9", type=Path, help="digress: the folder `qm9-slim` wrote")
     p.add_argument("--shared", type=Path, help="dpo, rm: where their model is built once for both")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="DOTTED=YAML", help="one more change to the task block, last"
+    )
     a = p.parse_args()
     if a.task == "qm9-slim":
         print(qm9_slim(a.out))
     else:
-        print(prepare(a.task, a.size, a.out, a.qm9, a.shared))
+        print(prepare(a.task, a.size, a.out, a.qm9, a.shared, a.set))
 
 
 if __name__ == "__main__":
