@@ -411,17 +411,24 @@ def task_block(task: str, size: str, paths: dict) -> dict:
     return block
 
 
-def prepare(
-    task: str, size: str, out: Path, qm9: Path | None, shared: Path | None = None, settings: list[str] = ()
-) -> Path:
-    """:func:`stand_ins` and :func:`task_block`, then each ``DOTTED=YAML`` of ``settings`` (for
-    example ``recipe.overrides.max_steps=16``), written to ``out/<task>.yaml`` (returned)."""
-    block = task_block(task, size, stand_ins(task, size, out, qm9, shared))
+def apply_settings(block: dict, settings: list[str]) -> dict:
+    """``block`` with each ``DOTTED=YAML`` of ``settings`` set in turn (``--set``; the value
+    read as YAML: ``null``, ``16``, ``full-nogc``). Raises SystemExit for a setting without
+    ``=`` or a key."""
     for setting in settings:
         dotted, sep, value = setting.partition("=")
         if not sep or not dotted:
             raise SystemExit(f"--set {setting!r}: expected DOTTED.KEY=YAML_VALUE")
         set_path(block, dotted, yaml.safe_load(value))
+    return block
+
+
+def prepare(
+    task: str, size: str, out: Path, qm9: Path | None, shared: Path | None = None, settings: list[str] = ()
+) -> Path:
+    """:func:`stand_ins` and :func:`task_block`, then each ``DOTTED=YAML`` of ``settings`` (for
+    example ``recipe.overrides.max_steps=16``), written to ``out/<task>.yaml`` (returned)."""
+    block = apply_settings(task_block(task, size, stand_ins(task, size, out, qm9, shared)), settings)
     config = out / f"{task}.yaml"
     config.write_text(yaml.safe_dump({"tasks": {task: block}}, sort_keys=False))
     return config

@@ -93,3 +93,20 @@ def test_full_size_is_the_full_scale_config_but_for_the_listed_changes(task):
             assert set(value) <= set(profile), sorted(set(value) - set(profile))
         else:
             assert dotted in flat(full), dotted
+
+
+def test_set_changes_the_block_last_with_yaml_values():
+    """``--set`` (``bench/device_full_dag.sh``'s SET): the values are YAML, keys nest, and the
+    change lands over ``DEVICE_CHANGES``."""
+    block = full_dag.task_block("rm", "full", paths("rm"))
+    assert block["recipe"]["overrides"]["max_steps"] == 2
+    out = full_dag.apply_settings(
+        block, ["recipe.overrides.max_steps=16", "recipe.overrides.micro_batch_tokens=null", "recipe.profile=full-nogc"]
+    )
+    assert out["recipe"]["overrides"]["max_steps"] == 16
+    overrides = out["recipe"]["overrides"]
+    assert "micro_batch_tokens" in overrides and overrides["micro_batch_tokens"] is None
+    assert out["recipe"]["profile"] == "full-nogc"
+    for bad in ("recipe.profile", "=3"):
+        with pytest.raises(SystemExit, match="DOTTED.KEY=YAML_VALUE"):
+            full_dag.apply_settings(block, [bad])
