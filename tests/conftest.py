@@ -646,9 +646,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       that marks its own ``xdist_group`` (an exclusive resource) keeps it. Tiny runs read by
       several modules are session fixtures (``build_once``), built once across workers.
     * Ordered, longest first, so that the long ones overlap and short ones fill the end: the
-      main job, ``LONG_POLES``, groups holding slow tests, slow tests, the rest. Slow tests
-      that read a shared run take turns by run (dpo, rm, soup, other, dpo, ...), so that the
-      two workers' first readers build different runs instead of one waiting for the other.
+      main job, ``LONG_POLES``, the first slow reader of each of ``SHARED_RUNS`` (it builds the
+      run, on the worker that does not hold the main job, while the main job runs), groups
+      holding slow tests, the other slow tests, the rest. Those other slow readers of a shared
+      run take turns by run (dpo, rm, soup, campaign, other, dpo, ...). On 2026-12-04 the first
+      readers came after the groups, and a worker waited 60 s for the other's ``dpo_run``.
       File order otherwise, except that units 3 and 4 are two quick tests (see below).
     """
     group_of: dict[pytest.Item, str] = {}
@@ -677,12 +679,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     turn: dict[pytest.Item, int] = {}
     seen: dict[str, int] = {}
+    builders: set[pytest.Item] = set()
     for item in items:
         if rank(item) == 3:
             run = next((name for name in SHARED_RUNS if name in item.fixturenames), "")
             turn[item] = seen.get(run, 0)
             seen[run] = turn[item] + 1
-    items.sort(key=lambda item: (rank(item), turn.get(item, 0)))  # stable: file order otherwise
+            if run and turn[item] == 0:
+                builders.add(item)
+
+    def key(item: pytest.Item) -> tuple[int, int, int]:
+        if item in builders:  # right after the long poles, so each run exists before its other readers
+            return (1, 1, 0)
+        return (rank(item), 0, turn.get(item, 0))
+
+    items.sort(key=key)  # stable: file order otherwise
     # pytest-xdist hands each worker two units at the start (a worker runs a test only once it
     # holds the next one), so the second unit a worker gets waits behind its long first one:
     # units 3 and 4 are two quick tests of the fast tier, which then wait for nothing much.

@@ -1,7 +1,8 @@
 """The exploration phase (issue 20): a budgeted sandboxed workspace, proxy receipts, a GPU
 lock, submit as a candidate patch, and the formal replay that records where it came from.
 
-One tiny soup work directory (3 ingredients, assets built by Snakemake) serves every test;
+One tiny soup work directory (a copy of conftest's ``soup_run``: 3 ingredients, assets built by
+Snakemake, the shipped run) serves every test;
 each test starts its own exploration in it. Values are checked against independent
 computations: the proxy receipt against a direct call of the frozen evaluator, the patch
 hash against ``sha256`` of the file, lock intervals against the probes' own clocks.
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, copy_workflow, snakemake, write_config
+from conftest import ROOT, copy_run, snakemake, write_config
 from conftest import soup_task as tiny_soup_task
 from replaykit.harness.hashing import sha256_file, sha256_tree, tree_files
 
@@ -34,16 +35,13 @@ def soup_task(fixed_start: Path, **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def work(soup_start, tmp_path_factory):
-    """A workflow copy with the tiny soup's assets built (``results/soup/assets``) on
-    conftest's shared ``soup_start``."""
-    start = soup_start
-    base = tmp_path_factory.mktemp("explore")
-    work = base / "work"
-    work.mkdir()
-    copy_workflow(work)
-    write_config(work, {"models": {}, "tasks": {"soup": soup_task(start)}})
-    snakemake(work, "results/soup/assets/manifest.json", "--cores", "1", check=True)
+def work(soup_run, soup_start, tmp_path_factory):
+    """A copy of conftest's shared tiny soup run (``soup_run``: its assets, built by Snakemake,
+    and its shipped run), configured with the shipped candidate named. A formal replay of a
+    submitted patch then replays the candidate only: the shipped run it is compared with is
+    there already."""
+    work = copy_run(soup_run, tmp_path_factory.mktemp("explore") / "work")
+    write_config(work, {"models": {}, "tasks": {"soup": soup_task(soup_start)}})
     return work
 
 
