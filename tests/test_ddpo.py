@@ -655,10 +655,13 @@ def test_ddpo_dag_with_the_builder_and_a_wrong_target_candidate(tmp_path):
             )
         )
     )
-    task.update(candidates={"projin": str(patch)})
+    # one epoch is enough to be refused (the shipped run above is not in this target's DAG)
+    task.update(
+        candidates={"projin": str(patch)}, recipe={"profile": "embedded", "overrides": {**TINY_RECIPE, "num_epochs": 1}}
+    )
     write_config(work, {"models": {"ddpo-tiny": spec}, "tasks": {"ddpo": task}})
     snakemake(work, "results/ddpo/projin-seed42/official.json", "--cores", "2", "--resources", "gpu=1", check=True)
-    marker = json.loads((work / "results/ddpo/projin-seed42/validation/checkpoint-2.json").read_text())
+    marker = json.loads((work / "results/ddpo/projin-seed42/validation/checkpoint-1.json").read_text())
     assert not marker["valid"] and "target_modules ['proj_in'] are not UNet attention projections" in marker["reason"]
 
 
