@@ -16,7 +16,8 @@
 # Writes to $RESULTS (kept between calls; `wait` packs it into $OUT): <task>-config.yaml (the
 # config that ran), <task>-prepare.log, <task>-snakemake.log, <task>-bench.md (bench/collect.py:
 # per-rule times), <task>-logs.txt (the end of each rule's log), <task>-summary.json,
-# <task>-<run>-replay.log, -record.json and -replay-attempts.json (each replay whole), gpu.csv
+# <task>-<run>-replay.log, -replay.attempt-<n>.log, -record.json and -replay-attempts.json (each
+# replay whole: every attempt's log), gpu.csv
 # (GPU memory every 2 s; bench/gpu_peaks.py reads it) and summary.txt (one line per step).
 #
 # Environment: PY (the Python, default python3); RESULTS (default results/full-dag-out);
@@ -26,7 +27,8 @@
 # that the replay sees the packages too); KEEP (1: keep the full-size stand-ins, tens of GB;
 # default 0); DEADLINE (unix time after which no further task starts; default none); SET
 # (space-separated DOTTED=YAML changes to each task block, after bench/full_dag.py's own, e.g.
-# "recipe.profile=full-nogc recipe.overrides.max_steps=10"); TARGET (what Snakemake builds,
+# "recipe.profile=full-nogc recipe.overrides.max_steps=10"; a value holds no space:
+# "lora.target_modules=[q_proj,v_proj]"); TARGET (what Snakemake builds,
 # relative to results/<task>/; default final; e.g. shipped-seed42/replay/record.json stops after
 # the replay); SNAKEMAKE_ARGS (more Snakemake options, e.g. "--retries 1").
 set -uo pipefail
@@ -91,7 +93,9 @@ for task in "$@"; do
     [ "$INSTALL" = 1 ] && [ -d "$SITE" ] && printf 'sandbox_show: [%s]\n' "$SITE" >>"$work/config/config.yaml"
     t0=$(date +%s)
     sets=()
+    set -f  # SET's words are not globs
     for setting in ${SET:-}; do sets+=(--set "$setting"); done
+    set +f
     "$PY" bench/full_dag.py "$task" --size "$SIZE" --out "$work/assets" --qm9 "$REPO/.whl/qm9-slim" --shared "$WORK" \
         "${sets[@]}" >"$RESULTS/$task-prepare.log" 2>&1
     rc=$?
@@ -114,7 +118,9 @@ for task in "$@"; do
         [ -f "$run" ] || continue
         name=$(basename "$(dirname "$run")")
         cp "$run" "$RESULTS/$task-$name-replay-attempts.json"
-        cp "$work/logs/$task/$name/replay.log" "$RESULTS/$task-$name-replay.log" 2>/dev/null
+        for log in "$work/logs/$task/$name"/replay*.log; do  # replay.log and replay.attempt-<n>.log
+            [ -f "$log" ] && cp "$log" "$RESULTS/$task-$name-$(basename "$log")"
+        done
         cp "$(dirname "$run")/replay/record.json" "$RESULTS/$task-$name-record.json" 2>/dev/null
     done
     [ "$SIZE" = full ] && [ "${KEEP:-0}" = 0 ] && rm -rf "$work/assets"  # tens of GB: free the disk for the next task

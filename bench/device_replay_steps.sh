@@ -18,10 +18,13 @@
 #
 # Carry `.whl` (bench/carry_wheels.py): `full-dag-prefs` for rm; for digress the `full-dag-rest`
 # set and .whl/qm9-slim (`python bench/full_dag.py qm9-slim --out .whl/qm9-slim`). A device call
-# lasts at most 10 minutes: rm takes about 11 (wheels, the stand-in model, three replays), so
-# start it in one call and `wait` in the next.
+# lasts at most 10 minutes and the machine is given back 30 s after a call: start and wait in one
+# call (`bash bench/device_replay_steps.sh rm && bash bench/device_replay_steps.sh wait 560`);
+# rm takes about 11 minutes (wheels, the stand-in model, three replays), so call `wait` again at
+# once, in the next call, for the rest.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+SELF=$(realpath "$0")  # the background half runs this file again, after the cd
+cd "$(dirname "$SELF")/.."
 R=$PWD/results/replay-steps
 T=shipped-seed42/replay/record.json
 export WORK=$PWD/results/full-dag
@@ -48,13 +51,14 @@ case ${1:-} in
         mkdir -p "$R"
         rm -f "$R/done"
         # its own session, so that the runs go on after the device call that started them
-        setsid bash "$0" _run "$1" >"$R/$1.log" 2>&1 </dev/null &
+        setsid bash "$SELF" _run "$1" >"$R/$1.log" 2>&1 </dev/null &
         echo "started: $1 ($(runs_of "$1" | wc -l) replays); log $R/$1.log"
         ;;
     _run)
         [ "$2" = digress ] && export REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH=2  # the first attempt exits after checkpoint-2
         while IFS='|' read -r name set args; do
-            RESULTS=$R/$2-$name SET=$set TARGET=$T SNAKEMAKE_ARGS=$args bash bench/device_full_dag.sh "${SIZE:-full}" "$2"
+            RESULTS=$R/$2-$name SET=$set TARGET=$T SNAKEMAKE_ARGS=$args bash bench/device_full_dag.sh "${SIZE:-full}" "$2" \
+                </dev/null  # the loop reads the variants from stdin
         done < <(runs_of "$2")
         touch "$R/done"
         ;;

@@ -413,12 +413,20 @@ def task_block(task: str, size: str, paths: dict) -> dict:
 
 def apply_settings(block: dict, settings: list[str]) -> dict:
     """``block`` with each ``DOTTED=YAML`` of ``settings`` set in turn (``--set``; the value
-    read as YAML: ``null``, ``16``, ``full-nogc``). Raises SystemExit for a setting without
-    ``=`` or a key."""
+    read as YAML: ``null``, ``16``, ``full-nogc``). The last key may be new (a recipe override
+    the block does not set yet); the keys above it must be mappings of the block, so that a
+    misspelt one (``recipe.override.max_steps``) is refused instead of adding a subtree. Raises
+    SystemExit for a setting without ``=`` or a key, or with such a parent."""
     for setting in settings:
         dotted, sep, value = setting.partition("=")
         if not sep or not dotted:
             raise SystemExit(f"--set {setting!r}: expected DOTTED.KEY=YAML_VALUE")
+        *parents, _ = dotted.split(".")
+        node = block
+        for depth, key in enumerate(parents, start=1):
+            node = node.get(key) if isinstance(node, dict) else None
+            if not isinstance(node, dict):
+                raise SystemExit(f"--set {setting!r}: {'.'.join(parents[:depth])} is not a mapping of the task block")
         set_path(block, dotted, yaml.safe_load(value))
     return block
 

@@ -110,3 +110,7 @@ def test_set_changes_the_block_last_with_yaml_values():
     for bad in ("recipe.profile", "=3"):
         with pytest.raises(SystemExit, match="DOTTED.KEY=YAML_VALUE"):
             full_dag.apply_settings(block, [bad])
+    for bad, parent in (("recipe.override.max_steps=3", "recipe.override"), ("recipe.profile.x=1", "recipe.profile")):
+        with pytest.raises(SystemExit, match=f"{parent} is not a mapping of the task block"):
+            full_dag.apply_settings(block, [bad])
+    assert "override" not in block["recipe"]

@@ -52,7 +52,7 @@ def test_full_scale_config_on_tiny_mistral(workdir, tmp_path):
             "optim": "adamw_torch",
             "dtype": "float32",
             "max_steps": 2,
-            "save_steps": 2,  # one checkpoint: the full-scale path is the same for each one
+            "save_steps": 1,  # a step trained after a publication, under the full profile
             "max_length": 64,
             "per_device_train_batch_size": 2,
             "gradient_accumulation_steps": 2,
@@ -66,7 +66,7 @@ def test_full_scale_config_on_tiny_mistral(workdir, tmp_path):
     assert manifest["data"]["source"] == "local"
     assert (manifest["data"]["n_proxy"], manifest["data"]["n_final"]) == (3, 7)
     record = json.loads((workdir / "results/dpo/shipped-seed42/replay/record.json").read_text())
-    assert record["profile"] == "full" and record["retained"] == [2]
+    assert record["profile"] == "full" and record["retained"] == [1, 2]
     summary = json.loads((workdir / "results/dpo/final/summary.json").read_text())
     assert summary["metric"] == "ifeval_strict_accuracy_hidden7" and summary["n"] == 7
     assert summary["references"]["published"] == {"fixed_start": 0.397094, "shipped": 0.508475}

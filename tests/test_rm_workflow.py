@@ -159,7 +159,7 @@ def test_full_scale_config_on_tiny_mistral(tmp_path):
             "dtype": "float32",
             "optim": "adamw_torch",
             "max_steps": 2,
-            "save_steps": 2,  # one checkpoint: the full-scale path is the same for each one
+            "save_steps": 1,  # a step trained after a publication, under the full profile
             "max_length": 48,
             "gradient_accumulation_steps": 2,
             "lora": {"r": 4, "alpha": 8},
@@ -171,7 +171,7 @@ def test_full_scale_config_on_tiny_mistral(tmp_path):
     assert manifest["data"]["source"] == "local" and manifest["data"]["n_final"] == 46
     assert manifest["data"]["n_proxy"] == 23  # one per subset: exactly n_proxy
     record = read(work / RUN / "replay/record.json")
-    assert record["profile"] == "full" and record["retained"] == [2]
+    assert record["profile"] == "full" and record["retained"] == [1, 2]
     summary = read(work / "results/rm/final/summary.json")
     assert summary["n"] == 46 and summary["references"]["published"] == {"shipped": 74.568936}
     assert summary["diagnostics"]["decomposition"]["visible"]["n"] == 23
