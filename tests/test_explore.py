@@ -297,7 +297,7 @@ PROBE = r"""
 import json, os, socket, sys
 from pathlib import Path
 
-work, port = Path(sys.argv[1]), int(sys.argv[2])
+work, port, private = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 results = {}
 
 
@@ -312,7 +312,7 @@ hidden = work / "results/soup/assets/hidden"
 attempt("list_hidden", lambda: os.listdir(hidden) or 1 / 0)
 attempt("read_final", lambda: (hidden / "final.jsonl").read_text())
 attempt("read_manifest", lambda: (work / "results/soup/assets/manifest.json").read_text())
-attempt("read_private", lambda: next(work.parent.glob("*.private.json")).read_text())
+attempt("read_private", lambda: private.read_text())  # the fixed start's private file (final salt)
 attempt("read_config", lambda: (work / "config/config.yaml").read_text() or 1 / 0)
 attempt("read_receipts", lambda: (work / "explore/soup/hostile/receipts.jsonl").read_text())
 attempt("read_lock_holder", lambda: (work / "explore/.gpu.lock").read_text() or 1 / 0)
@@ -329,7 +329,9 @@ run.joinpath("probe.json").write_text(json.dumps(results))
 """
 
 
-def test_a_probe_finds_no_final_split_and_no_network(work):
+def test_a_probe_finds_no_final_split_and_no_network(work, soup_start):
+    private = Path(f"{soup_start}.private.json")  # beside the fixed start, as the model rule writes it
+    assert private.is_file()  # (the probe's read_private would fail for want of a file otherwise)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -362,6 +364,7 @@ def test_a_probe_finds_no_final_split_and_no_network(work):
             "probe.py",
             str(work),
             str(server.getsockname()[1]),
+            str(private),
         )
     finally:
         stop.set()
