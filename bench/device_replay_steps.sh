@@ -13,7 +13,7 @@
 #             inductor/triton cache that the first attempt left in replay-state/compile-cache/.
 #
 #   bash bench/device_replay_steps.sh rm|digress    # starts the runs (setsid) and returns
-#   bash bench/device_replay_steps.sh wait SECONDS  # waits for them, then packs $OUT/replay-steps.tar.gz
+#   bash bench/device_replay_steps.sh wait SECONDS  # waits for them, then packs $OUT/replay-steps.tar.gz (when $OUT is set)
 #   SIZE=tiny PY=.venv/bin/python bash bench/device_replay_steps.sh rm   # the same on toy stand-ins (CPU)
 #
 # Carry `.whl` (bench/carry_wheels.py): `full-dag-prefs` for rm; for digress the `full-dag-rest`
@@ -42,7 +42,7 @@ case ${1:-} in
     wait)
         end=$(( $(date +%s) + ${2:-560} ))
         while [ ! -e "$R/done" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
-        cat "$R"/*/summary.txt 2>/dev/null
+        for d in "$R"/*/; do [ -f "$d/summary.txt" ] && echo "== $(basename "$d")" && cat "$d/summary.txt"; done
         [ -e "$R/done" ] || echo "still running"
         [ -n "${OUT:-}" ] && tar -czf "$OUT/replay-steps.tar.gz" -C "$(dirname "$R")" "$(basename "$R")"
         exit 0
