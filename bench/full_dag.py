@@ -421,13 +421,13 @@ def apply_settings(block: dict, settings: list[str]) -> dict:
         dotted, sep, value = setting.partition("=")
         if not sep or not dotted:
             raise SystemExit(f"--set {setting!r}: expected DOTTED.KEY=YAML_VALUE")
-        *parents, _ = dotted.split(".")
+        *parents, last = dotted.split(".")
         node = block
         for depth, key in enumerate(parents, start=1):
-            node = node.get(key) if isinstance(node, dict) else None
+            node = node.get(key)
             if not isinstance(node, dict):
                 raise SystemExit(f"--set {setting!r}: {'.'.join(parents[:depth])} is not a mapping of the task block")
-        set_path(block, dotted, yaml.safe_load(value))
+        node[last] = yaml.safe_load(value)
     return block
 
 
