@@ -114,3 +114,32 @@ def test_set_changes_the_block_last_with_yaml_values():
         with pytest.raises(SystemExit, match=f"{parent} is not a mapping of the task block"):
             full_dag.apply_settings(block, [bad])
     assert "override" not in block["recipe"]
+
+
+def test_replay_steps_reads_step_times_and_tokens(tmp_path):
+    """``bench/replay_steps.py``: the mean step over steps 2..M from the progress lines' stamps,
+    and the real tokens of those steps from the running ``num_tokens`` (step 1's excluded)."""
+    import json
+
+    import replay_steps
+
+    folder = tmp_path / "rm-full"
+    folder.mkdir()
+    history = [
+        {"loss": 1.0, "num_tokens": 100.0},
+        {"loss": 0.9, "num_tokens": 250.0},
+        {"loss": 0.8, "num_tokens": 450.0},
+    ]
+    (folder / "rm-shipped-seed42-record.json").write_text(
+        json.dumps({"profile": "full", "overrides": {}, "train_history": history})
+    )
+    (folder / "rm-shipped-seed42-replay.log").write_text(
+        "[data] 3 pairs\n"
+        + "".join(
+            f"[train] step {n}/3 loss 1.0 accuracy 0.5 margin 0.1 elapsed {s} s\n"
+            for n, s in [(1, 10), (2, 20), (3, 35)]
+        )
+    )
+    v = replay_steps.variant(folder)
+    # steps 2 and 3: (35 - 10) s / 2 steps; (450 - 100) tokens over those 25 s
+    assert (v["steps"], v["step_s"], v["tokens_a_step"], v["tokens_per_s"]) == (3, 12.5, 175.0, 14.0)
