@@ -202,6 +202,17 @@ def test_overrides_spelled_as_strings_are_read_as_the_profiles_kind(tmp_path):
     assert overrides == {"lr": 2e-4, "steps": 128, "flag": True, "lora": {"r": 4}, "name": "5"}
 
 
+def test_an_override_string_that_yaml_1_1_reads_as_another_number_is_refused(tmp_path):
+    """``--config`` leaves ``042`` in a mapping as the string '042'; YAML 1.1 would read it as
+    octal 34, so it is left a string and refused as not a number, never run as 34."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "embedded.yaml").write_text("steps: 4\n")
+    for text in ("042", "0x2A", "1_000", "1:30"):
+        with pytest.raises(InputError) as exc:
+            check_overrides(tmp_path, "embedded", {"steps": text}, coerce=True)
+        assert exc.value.message.startswith(f"expected a number (the profile has 4), got {text!r}")
+
+
 def test_a_profile_that_is_not_yaml_is_named_with_its_line(tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "embedded.yaml").write_text("beta: 0.1\nlora: [r, \n")

@@ -207,6 +207,27 @@ def test_refused_spacing_breaks_the_fixed_stride_the_logprob_step_assumes():
         assert (strides == {1000 // 20}) is fixed, (spacing, strides)
 
 
+@pytest.mark.parametrize(
+    "text, value",
+    # what PyYAML's YAML 1.1 resolver makes of each (octal, hex, binary, digit groups,
+    # sexagesimal 1*60 + 30), worked out by hand
+    [("042", 34), ("0x2A", 42), ("0b101010", 42), ("1_000", 1000), ("1:30", 90), ("1_0.5", 10.5)],
+)
+def test_a_number_that_yaml_1_1_reads_as_another_is_refused_naming_file_and_line(tmp_path, text, value):
+    import yaml
+
+    from replaykit.config import load_yaml_strict
+
+    path = tmp_path / "seeds.yaml"
+    path.write_text(f"tasks:\n  soup:\n    seeds: [{text}]\n")
+    assert yaml.safe_load(path.read_text())["tasks"]["soup"]["seeds"] == [value]  # what would have run
+    with pytest.raises(InputError) as exc:
+        load_yaml_strict(path, "seeds.yaml")
+    assert str(exc.value).startswith(f"seeds.yaml: line 3: {text!r} is read by YAML 1.1 as {value!r}: ")
+    path.write_text(f"seeds: [42, -7, +3, 0, 2.5, -0.5, 1.0e-4, .inf, '{text}']\n")  # plain, or quoted: kept
+    assert load_yaml_strict(path)["seeds"] == [42, -7, 3, 0, 2.5, -0.5, 1.0e-4, float("inf"), text]
+
+
 def test_cli_strings_are_read_back_only_where_the_schema_wants_another_type():
     """What Snakemake's --config parser (YAML BaseLoader) leaves: every scalar a string."""
     import copy
@@ -235,6 +256,10 @@ def test_cli_strings_are_read_back_only_where_the_schema_wants_another_type():
     assert digress["threads"] == "a: b: c"  # not a number: left for the schema's error
     assert digress["candidate"] == "007"  # a string where the schema wants one: kept as given
     assert ddpo["evaluation"]["diversity_reference"] is False
+    cli = {"tasks": {"digress": {"seeds": ["042"]}}}  # YAML 1.1 would read octal 34
+    config["tasks"]["digress"]["seeds"] = ["042"]
+    with pytest.raises(InputError, match=r"^--config: tasks.digress.seeds.0: '042' is read by YAML 1.1 as 34: "):
+        coerce_cli_values(config, cli, schema)
 
 
 def test_soup_head_check_runs_without_torch_and_agrees_with_torch(tmp_path):

@@ -17,6 +17,7 @@ import yaml
 
 from .harness.budget import Budget
 from .harness.errors import InputError
+from .harness.yamlfile import load_yaml_strict, load_yaml_text
 
 CLI = "--config"  # the source name of values given on the command line
 
@@ -218,48 +219,6 @@ def fill_defaults(config: dict, schema: dict) -> dict:
     return config
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """A YAML loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
-
-
-def _mapping_without_duplicates(loader, node, deep=False):
-    seen = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: explicit keys override it
-            continue
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise InputError(
-                node.start_mark.name,
-                f"line {key_node.start_mark.line + 1}",
-                f"key {key!r} given twice in one mapping (first on line {seen[key]})",
-            )
-        seen[key] = key_node.start_mark.line + 1
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-
-
-def load_yaml_strict(path: str | Path, name: str | None = None):
-    """Parse a YAML file, refusing duplicate keys; errors name the file as ``name``
-    (default: ``path``).
-
-    Raises:
-        InputError: ``<path>: line <n>: key 'k' given twice ...`` or the parser's message
-            for YAML that does not parse.
-    """
-    name = str(path) if name is None else name
-    try:
-        with open(path) as handle:
-            return yaml.load(handle, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except InputError as exc:
-        raise InputError(name, exc.field, exc.message) from None
-    except yaml.MarkedYAMLError as exc:
-        line = f"line {exc.problem_mark.line + 1}" if exc.problem_mark else None
-        raise InputError(name, line, str(exc.problem)) from None
-
-
 def _lookup(mapping, path) -> bool:
     """Whether the key path (a sequence of keys / list indices) exists in ``mapping``."""
     node = mapping
@@ -290,8 +249,10 @@ def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
 
     Snakemake parses ``--config 'tasks={"digress": {"seeds": [42, 43]}}'`` with YAML's
     ``BaseLoader``, which makes every scalar a string (``["42", "43"]``). Each such string
-    is re-read with YAML's safe loader and kept only when the result is of a type the schema
-    expects at that place; both ``config`` (the merged config) and ``cli`` are updated.
+    is re-read with the strict loader (:func:`load_yaml_text`: plain decimal numbers only) and
+    kept only when the result is of a type the schema expects at that place; both ``config``
+    (the merged config) and ``cli`` are updated. Raises InputError for a number that YAML 1.1
+    would read as another (``[042]``).
     """
     validator = jsonschema.Draft202012Validator(schema)
     for _ in range(10_000):  # one fix per pass: the error list changes as values change
@@ -302,7 +263,9 @@ def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
                 if err.validator != "type" or not isinstance(err.instance, str) or not _lookup(cli, path):
                     continue
                 try:
-                    value = yaml.safe_load(err.instance)
+                    value = load_yaml_text(err.instance)
+                except InputError as exc:  # `[042]`: YAML 1.1 would read another number
+                    raise InputError(CLI, ".".join(map(str, path)), exc.message) from None
                 except yaml.YAMLError:
                     continue  # not a YAML scalar: left for the schema error
                 wanted = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]

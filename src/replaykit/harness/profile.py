@@ -55,11 +55,13 @@ def _coerced(default, value):
     strings, and YAML 1.1 reads ``2e-4`` (no dot) as a string. Anything else is returned as is."""
     import yaml
 
+    from .yamlfile import load_yaml_text
+
     if not isinstance(value, str) or isinstance(default, str) or default is None:
         return value
     try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
+        parsed = load_yaml_text(value)
+    except (yaml.YAMLError, InputError):  # InputError: `042`, which YAML 1.1 reads as 34
         return value
     if _kind(default) == "a number" and isinstance(parsed, str):
         try:
