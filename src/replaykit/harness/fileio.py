@@ -9,9 +9,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import fnmatch
+import glob
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterable
@@ -166,20 +168,58 @@ def _exchange(a: Path, b: Path) -> None:
         raise OSError(code, os.strerror(code), str(a))
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_asides(target: str | Path, kind: str) -> None:
+    """Remove the folders ``.<name>.<kind>-<pid>@<host>-*`` beside ``target`` (:func:`aside_dir`)
+    that a process of this host left and that is gone (killed before it cleaned up: SIGKILL,
+    power loss). A live process's, or another host's, are kept."""
+    target = Path(target)
+    host = socket.gethostname()
+    prefix = f".{target.name}.{kind}-"
+    for sibling in target.parent.glob(glob.escape(prefix) + "*"):
+        pid, _, where = sibling.name[len(prefix) :].rsplit("-", 1)[0].partition("@")
+        if where == host and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(sibling, ignore_errors=True)
+
+
+def aside_dir(target: str | Path, kind: str = "new") -> Path:
+    """A new empty sibling folder of ``target`` to build it in, ``.<name>.<kind>-<pid>@<host>-*``
+    (mode 0777 less the umask), after :func:`remove_dead_asides` of the same kind."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_asides(target, kind)
+    owner = f"{os.getpid()}@{socket.gethostname()}"
+    new = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{owner}-", dir=target.parent))
+    os.chmod(new, 0o777 & ~_UMASK)  # mkdtemp makes 0700; readers of results need more
+    return new
+
+
 @contextmanager
 def built_aside(target: str | Path):
     """Build the directory ``target`` aside, then swap it in whole.
 
-    Yields an empty sibling folder (``.<name>.new-*``) to build in. When the block ends
-    normally, the new folder replaces ``target`` in one atomic exchange (``renameat2``;
-    where the filesystem lacks it, two renames) and the previous one is removed; when it
-    raises, the new folder is removed and ``target`` is left byte for byte as it was.
+    Yields an empty sibling folder (``.<name>.new-<pid>@<host>-*``) to build in. When the
+    block ends normally, the new folder replaces ``target`` in one atomic exchange
+    (``renameat2``; where the filesystem lacks it, two renames) and the previous one is
+    removed; when it raises, the new folder is removed and ``target`` is left byte for byte
+    as it was. A builder killed before either leaves its folder; the next build of ``target``
+    on this host removes it once its process is gone (:func:`remove_dead_asides`).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    new = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+    remove_dead_asides(target, "old")  # the two-rename fallback's
+    new = aside_dir(target, "new")
     try:
-        os.chmod(new, 0o777 & ~_UMASK)  # mkdtemp makes 0700; readers of results need more
         yield new
         if not target.exists():
             os.rename(new, target)
@@ -189,7 +229,7 @@ def built_aside(target: str | Path):
         except OSError as exc:
             if exc.errno not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
                 raise
-            old = target.with_name(f".{target.name}.old-{new.name.rsplit('-', 1)[-1]}")
+            old = target.with_name(f".{target.name}.old-{new.name[len(f'.{target.name}.new-') :]}")
             os.rename(target, old)
             os.rename(new, target)
             new = old

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import InputError
-from .fileio import tree_paths
+from .fileio import process_alive, tree_paths
 
 GIB = 1024**3
 MIN_FILE_BYTES = GIB  # the derived file-size limit is never below this
@@ -245,21 +245,11 @@ def _sweep(parent: Path) -> None:
     """Remove the empty cgroups of jobs whose driver is gone (killed before it could)."""
     for child in parent.glob("replaykit-*-*"):
         pid = child.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             try:
                 child.rmdir()
             except OSError:
                 pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read(path: Path) -> str:

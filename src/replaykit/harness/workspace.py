@@ -15,11 +15,10 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path, PurePosixPath
 
 from .errors import InputError
-from .fileio import atomic_write_json, tree_paths
+from .fileio import aside_dir, atomic_write_json, tree_paths
 from .hashing import sha256_file, sha256_tree
 
 _PATH = r'("(?:[^"\\]|\\.)*"|\S+)'  # a path, or a git C-quoted one with spaces / escapes
@@ -132,7 +131,7 @@ def build_workspace(recipe: str | Path, out: str | Path, record: str | Path, pat
         touched = patch_paths(patch)
         patch_sha = sha256_file(patch)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
+    staging = aside_dir(out, "tmp")
     try:
         tmp = staging / "ws"
         if special := special_entries(recipe):
