@@ -70,8 +70,9 @@ def test_a_workdir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
     "change, field, start",
     [
         ({"workdir": "~/runs"}, "workdir", "'~/runs' starts with '~', which is not expanded here"),
-        ({"gpus": {"lock_dir": "~/locks"}}, "gpus.lock_dir", "'~/locks' is relative"),
-        ({"gpus": {"lock_dir": "locks"}}, "gpus.lock_dir", "'locks' is relative: every workflow"),
+        ({"gpus": {"lock_dir": "~/locks"}}, "gpus.lock_dir", "'~/locks' starts with '~', which is not expanded here"),
+        ({"gpus": {"lock_dir": "locks"}}, "gpus.lock_dir", "'locks' is not an absolute path: every workflow"),
+        ({"gpus": {"lock_dir": ""}}, "gpus.lock_dir", "'' is not an absolute path: every workflow"),
         ({"sandbox_show": ["/opt", "~"]}, "sandbox_show", "'~' starts with '~', which is not expanded here"),
         ({"sandbox_hide": ["~/data"]}, "sandbox_hide", "'~/data' starts with '~', which is not expanded here"),
     ],

@@ -448,19 +448,19 @@ def _check_workdir_and_seeds(config: dict, layers: list[Layer], source: str) -> 
     workdir = config.get("workdir")
     if isinstance(workdir, str) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise InputError(source_of(["workdir"], layers, source), "workdir", f"{workdir!r} is a file, not a folder")
-    lock_dir = (config.get("gpus") or {}).get("lock_dir")
-    if isinstance(lock_dir, str) and lock_dir and not Path(lock_dir).is_absolute():
-        raise InputError(
-            source_of(["gpus", "lock_dir"], layers, source),
-            "gpus.lock_dir",
-            f"{lock_dir!r} is relative: every workflow and exploration on the host must find the same "
-            "locks, so write an absolute path (a relative one is a separate lock folder per checkout, "
-            "and two of them would share a GPU)",
-        )
     for keys in (["workdir"], ["gpus", "lock_dir"]):
         value = functools.reduce(lambda node, key: (node or {}).get(key), keys, config)
         if isinstance(value, str) and value.startswith("~"):
             raise InputError(source_of(keys, layers, source), ".".join(keys), tilde_path(value))
+    lock_dir = (config.get("gpus") or {}).get("lock_dir")
+    if isinstance(lock_dir, str) and not Path(lock_dir).is_absolute():
+        raise InputError(
+            source_of(["gpus", "lock_dir"], layers, source),
+            "gpus.lock_dir",
+            f"{lock_dir!r} is not an absolute path: every workflow and exploration on the host must find "
+            "the same locks (a relative one is a separate lock folder per checkout, and two of them "
+            "would share a GPU); leave the key out for the default",
+        )
     for name, task in config["tasks"].items():
         for i, seed in enumerate(task.get("seeds", [])):
             if isinstance(seed, bool) or not isinstance(seed, int):
