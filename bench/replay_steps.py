@@ -35,12 +35,15 @@ STEP = re.compile(r"\[train\] step (\d+)/(\d+) .*elapsed (\d+) s")
 PAIRS_A_STEP = 64  # rm's full-scale step: 1 pair x 64 accumulation
 
 
-def variant(folder: Path) -> dict:
-    """Steps, mean step time (s) over steps 2..M and real tokens of one replay's folder."""
+def variant(folder: Path) -> dict | None:
+    """Steps, mean step time (s) over steps 2..M and real tokens of one replay's folder (None
+    for a replay without step lines, such as digress's epochs)."""
     record = json.loads(next(folder.glob("*-record.json")).read_text())
     log = next(p for p in folder.glob("*-replay.log"))
     elapsed = {int(m[1]): int(m[3]) for m in STEP.finditer(log.read_text())}
     steps = sorted(elapsed)
+    if len(steps) < 2:
+        return None
     running = [h["num_tokens"] for h in record["train_history"]]
     per_step = [running[0]] + [b - a for a, b in zip(running, running[1:])]
     span = elapsed[steps[-1]] - elapsed[steps[0]]
@@ -83,7 +86,10 @@ def main() -> None:
     print("| replay | profile, overrides | steps | step s (2..M) | real tokens a step | tokens/s | a pair |")
     print("|---|---|---|---|---|---|---|")
     for folder in sorted(p for p in args.dir.iterdir() if p.is_dir()):
-        v = rows[folder.name] = variant(folder)
+        v = variant(folder)
+        if v is None:
+            continue
+        rows[folder.name] = v
         print(
             f"| {folder.name} | {v['profile']} {v['overrides']} | {v['steps']} | {v['step_s']:.2f} "
             f"(±{1 / (v['steps'] - 1):.2f}) | {v['tokens_a_step']:,.0f} | {v['tokens_per_s']:,.0f} "
