@@ -16,10 +16,12 @@ from snakemake.settings.types import DeploymentMethod
 from replaykit.config import (
     CLI,
     check_config,
+    check_plain_numbers,
     coerce_cli_values,
     config_schema,
     fill_defaults,
     load_yaml_strict,
+    profile_files,
     rebase_paths,
     source_of,
 )
@@ -53,6 +55,10 @@ def config_layers():
         (os.path.relpath(f), load_yaml_strict(f, os.path.relpath(f)))
         for f in files + cli_files
     ]
+    # a profile's config: block arrives in --config as numbers YAML 1.1 has already read
+    # (`seeds: [042]` as 34): its file is checked as the config files are
+    for f in profile_files(sys.argv[1:], workflow.main_snakefile):
+        check_plain_numbers(f, "config", os.path.relpath(f))
     return layers + [(CLI, copy.deepcopy(dict(workflow.config_settings.config)))]
 
 

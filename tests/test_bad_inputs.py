@@ -38,6 +38,9 @@ def default_config():
         # hostile (2026-12-03): a whole-number float passed the schema's integer and named a run
         # shipped-seed42.0; a seed past 2**32-1 and an infinite budget ended in tracebacks
         (lambda t: t.update(seeds=[42.0]), "tasks.dpo.seeds.0", "42.0: write a whole number"),
+        # hostile (2026-12-05): JSON Schema's integer takes 500.0; --n-boot 500.0 failed after the replays
+        (lambda t: t["final"].update(n_boot=500.0), "tasks.dpo.final.n_boot", "500.0: write a whole number"),
+        (lambda t: t.update(threads=1.0), "tasks.dpo.threads", "1.0: write a whole number"),
         (lambda t: t.update(seeds=[42, True]), "tasks.dpo.seeds.1", "is not of type 'integer'"),
         (lambda t: t.update(seeds=[10**20]), "tasks.dpo.seeds.0", "greater than the maximum of 4294967295"),
         (
@@ -75,6 +78,10 @@ def test_a_workdir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
         ({"gpus": {"lock_dir": ""}}, "gpus.lock_dir", "'' is not an absolute path: every workflow"),
         ({"sandbox_show": ["/opt", "~"]}, "sandbox_show", "'~' starts with '~', which is not expanded here"),
         ({"sandbox_hide": ["~/data"]}, "sandbox_hide", "'~/data' starts with '~', which is not expanded here"),
+        ({"sandbox_hide": ["$HOME/data"]}, "sandbox_hide", "'$HOME/data' holds a '$' variable, which is not"),
+        ({"sandbox_show": ["/opt/${CUDA}"]}, "sandbox_show", "'/opt/${CUDA}' holds a '$' variable, which is not"),
+        ({"workdir": " ~/runs"}, "workdir", "' ~/runs' starts or ends with white space"),
+        ({"gpus": {"lock_dir": "$TMPDIR/l"}}, "gpus.lock_dir", "'$TMPDIR/l' holds a '$' variable"),
     ],
 )
 def test_a_path_nothing_expands_or_a_relative_lock_folder_is_refused(change, field, start):
@@ -89,7 +96,9 @@ def test_a_path_nothing_expands_or_a_relative_lock_folder_is_refused(change, fie
         check_shown_paths(config, lambda keys: "config/config.yaml")  # as the workflow does next
     assert (exc.value.path, exc.value.field) == ("config/config.yaml", field)
     assert exc.value.message.startswith(start), exc.value.message
-    check_config({**default_config(), "gpus": {"lock_dir": "/var/tmp/locks"}}, SCHEMA, "config/config.yaml")
+    fine = {**default_config(), "gpus": {"lock_dir": "/var/tmp/locks"}, "sandbox_show": ["/opt/~cuda", "/opt/a$"]}
+    check_config(fine, SCHEMA, "config/config.yaml")
+    check_shown_paths(fine, lambda keys: "config/config.yaml")
 
 
 def test_default_config_passes():
@@ -233,7 +242,7 @@ def test_an_override_string_that_yaml_1_1_reads_as_another_number_is_refused(tmp
     octal 34, so it is left a string and refused as not a number, never run as 34."""
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "embedded.yaml").write_text("steps: 4\n")
-    for text in ("042", "0x2A", "1_000", "1:30"):
+    for text in ("042", "0x2A", "1_000", "1:30", "1_0e-4", "nan", "!!int 1e5"):
         with pytest.raises(InputError) as exc:
             check_overrides(tmp_path, "embedded", {"steps": text}, coerce=True)
         assert exc.value.message.startswith(f"expected a number (the profile has 4), got {text!r}")

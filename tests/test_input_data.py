@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,6 +227,38 @@ def test_a_number_that_yaml_1_1_reads_as_another_is_refused_naming_file_and_line
     assert str(exc.value).startswith(f"seeds.yaml: line 3: {text!r} is read by YAML 1.1 as {value!r}: ")
     path.write_text(f"seeds: [42, -7, +3, 0, 2.5, -0.5, 1.0e-4, .inf, '{text}']\n")  # plain, or quoted: kept
     assert load_yaml_strict(path)["seeds"] == [42, -7, 3, 0, 2.5, -0.5, 1.0e-4, float("inf"), text]
+
+
+@pytest.mark.parametrize("text", ['!!int "1e5"', "!!float ''", "!!bool maybe", "!!timestamp x"])
+def test_a_tagged_value_that_is_no_such_value_is_one_line_naming_the_file(tmp_path, text):
+    from replaykit.config import load_yaml_strict
+
+    path = tmp_path / "tagged.yaml"
+    path.write_text(f"tasks:\n  soup:\n    seeds: [{text}]\n")
+    with pytest.raises(InputError) as exc:
+        load_yaml_strict(path, "tagged.yaml")
+    assert exc.value.path == "tagged.yaml" and "\n" not in str(exc.value)
+
+
+def test_a_profiles_config_block_is_checked_as_a_config_file(tmp_path, monkeypatch):
+    """Snakemake reads a profile's ``config:`` itself (YAML 1.1: ``042`` is 34) and passes the
+    numbers on, so the workflow finds the profile files as Snakemake does and checks that block."""
+    from replaykit.config import profile_files
+    from replaykit.harness.yamlfile import check_plain_numbers
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.yaml").write_text("cores: 010\nconfig:\n  tasks:\n    soup: {seeds: [7, 042]}\n")
+    (tmp_path / "profiles" / "default").mkdir(parents=True)
+    (tmp_path / "profiles" / "default" / "config.yaml").write_text("cores: 1\n")
+    found = profile_files(["--profile", "mine", "-n", "results/soup/final"], tmp_path / "Snakefile")
+    assert found == [Path("mine/config.yaml"), Path("profiles/default/config.yaml")]
+    assert profile_files(["--workflow-profile", "none"], tmp_path / "Snakefile") == []
+    with pytest.raises(InputError) as exc:
+        check_plain_numbers(found[0], "config", "mine/config.yaml")
+    # line 4 holds the seeds; `cores: 010` is Snakemake's own setting, outside `config:`
+    assert str(exc.value).startswith("mine/config.yaml: line 4: '042' is read by YAML 1.1 as 34: ")
+    check_plain_numbers(found[1], "config")  # no config block: nothing to refuse
 
 
 def test_cli_strings_are_read_back_only_where_the_schema_wants_another_type():

@@ -68,11 +68,12 @@ def test_a_killed_builders_aside_folder_is_removed_by_the_next_build(tmp_path):
     live = tmp_path / f".final.new-{os.getpid()}@{host}-live"
     other = tmp_path / f".final.new-{child.pid}@elsewhere.example-x"
     old = tmp_path / f".final.old-{child.pid}@{host}-y"
-    for folder in (live, other, old):
+    huge = tmp_path / f".final.new-{2**64}@{host}-z"  # no such pid can be asked about: kept
+    for folder in (live, other, old, huge):
         folder.mkdir()
     with built_aside(target) as new:
         (new / "summary.json").write_text("1")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["final", live.name, other.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["final", live.name, other.name, huge.name])
 
 
 def _umask() -> int:

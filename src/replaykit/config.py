@@ -16,8 +16,8 @@ import jsonschema
 import yaml
 
 from .harness.budget import Budget
-from .harness.errors import InputError, tilde_path
-from .harness.yamlfile import load_yaml_strict, load_yaml_text
+from .harness.errors import InputError, unexpanded_path
+from .harness.yamlfile import check_plain_numbers, load_yaml_strict, load_yaml_text  # noqa: F401 (re-exported)
 
 CLI = "--config"  # the source name of values given on the command line
 
@@ -284,6 +284,16 @@ def coerce_cli_values(config: dict, cli: dict, schema: dict) -> None:
             return
 
 
+# JSON Schema's `integer` takes a whole-number float (`500.0`): a count, a thread number or a
+# seed so written passes the schema and breaks a job later (`--n-boot 500.0`, OMP_NUM_THREADS=1.0)
+_ConfigValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+    ),
+)
+
+
 def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], default: str) -> InputError:
     """One InputError for a schema violation; an unknown key is named itself, with the keys
     its block defines (and the nearest one, for a typo)."""
@@ -297,6 +307,8 @@ def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], defaul
             close = difflib.get_close_matches(str(extra[0]), allowed, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             message = f"unknown key{hint} (this block takes: {', '.join(allowed)})"
+    elif error.validator == "type" and isinstance(error.instance, float) and error.instance.is_integer():
+        message = f"{error.instance!r}: write a whole number without a decimal point"
     elif error.validator == "type" and isinstance(error.instance, str) and source_of(path, layers, "") == CLI:
         message += (
             " (from --config: write numbers and booleans unquoted, e.g. "
@@ -381,7 +393,7 @@ def check_config(
     """
     layers = layers or [(source, config)]
     schema = config_schema(schema_file, config)
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    error = jsonschema.exceptions.best_match(_ConfigValidator(schema).iter_errors(config))
     if error is not None:
         raise _schema_error(error, layers, source)
     _check_workdir_and_seeds(config, layers, source)
@@ -443,15 +455,15 @@ def check_config(
 def _check_workdir_and_seeds(config: dict, layers: list[Layer], source: str) -> None:
     """What the schema lets through: a ``workdir`` that is a file, a seed written ``42.0``
     (JSON Schema's integer takes a whole-number float; the run would be ``...-seed42.0``), a
-    relative ``gpus.lock_dir`` (each checkout would lock its own copy of a GPU) and a ``~``
-    path, which nothing here expands."""
+    relative ``gpus.lock_dir`` (each checkout would lock its own copy of a GPU) and a ``~`` or
+    ``$HOME`` path, which nothing here expands (:func:`unexpanded_path`)."""
     workdir = config.get("workdir")
     if isinstance(workdir, str) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise InputError(source_of(["workdir"], layers, source), "workdir", f"{workdir!r} is a file, not a folder")
     for keys in (["workdir"], ["gpus", "lock_dir"]):
         value = functools.reduce(lambda node, key: (node or {}).get(key), keys, config)
-        if isinstance(value, str) and value.startswith("~"):
-            raise InputError(source_of(keys, layers, source), ".".join(keys), tilde_path(value))
+        if isinstance(value, str) and (problem := unexpanded_path(value)):
+            raise InputError(source_of(keys, layers, source), ".".join(keys), problem)
     lock_dir = (config.get("gpus") or {}).get("lock_dir")
     if isinstance(lock_dir, str) and not Path(lock_dir).is_absolute():
         raise InputError(
@@ -487,6 +499,25 @@ def check_campaign(config: dict, layers: list[Layer], source: str) -> None:
             raise InputError(where, "campaign.tasks", f"{name!r} has no candidates (tasks.{name}.candidates)")
     if len(set(listed)) != len(listed):
         raise InputError(where, "campaign.tasks", f"a task is listed twice: {listed}")
+
+
+def profile_files(argv: list[str], snakefile: str | Path) -> list[Path]:
+    """The profile files Snakemake reads for command line ``argv`` (``--profile`` entries or
+    ``$SNAKEMAKE_PROFILE``, then the workflow profile: ``--workflow-profile``, by default
+    ``profiles/default`` here or beside ``snakefile``), found as ``snakemake.cli.parse_args``
+    finds them, with its own ``get_profile_dir``. Their ``config:`` blocks reach the workflow
+    as values already read by YAML 1.1, so the Snakefile checks them as files
+    (:func:`~replaykit.harness.yamlfile.check_plain_numbers`)."""
+    from snakemake.cli import get_argument_parser, get_profile_dir
+
+    args, _ = get_argument_parser().parse_known_args(argv)
+    names = [str(p) for p in (args.profile or []) if str(p) != "none"]
+    if args.workflow_profile != "none":
+        wanted = Path(args.workflow_profile or "default")
+        candidates = [wanted, Path("profiles") / wanted, Path(snakefile).parent / "profiles" / wanted]
+        names += [str(c) for c in candidates if c.exists()][:1]
+    found = (get_profile_dir(name) for name in names)
+    return [hit[1] for hit in found if hit is not None]
 
 
 def load_workflow_config(configfiles: list[str | Path], schema_file: str | Path, recipes_root: Path | None = None):

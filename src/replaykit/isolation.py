@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .harness.errors import InputError, tilde_path
+from .harness.errors import InputError, unexpanded_path
 from .harness.frozen import package_dir
 from .harness.limits import LimitSettings
 from .harness.provenance import workflow_config_paths
@@ -194,9 +194,9 @@ def data_paths(task: str, data: dict) -> list[Path]:
 
 def _usable(value: str, key: str, source: str = "config") -> Path:
     """``value`` resolved, or :class:`InputError` naming ``key`` when it is no usable path (a
-    ``~`` path included: nothing expands it, so it would name a folder called ``~``)."""
-    if str(value).startswith("~"):
-        raise InputError(source, key, tilde_path(value))
+    ``~`` or ``$HOME`` path included: nothing expands it; :func:`unexpanded_path`)."""
+    if problem := unexpanded_path(str(value)):
+        raise InputError(source, key, problem)
     try:
         path = Path(value).resolve()
         path.exists()  # a name too long raises here

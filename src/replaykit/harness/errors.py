@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -23,9 +24,16 @@ class InputError(Exception):
         super().__init__(f"{self.path}: {field}: {message}" if field else f"{self.path}: {message}")
 
 
-def tilde_path(value: str) -> str:
-    """The message for a path written with ``~``, which the workflow does not expand."""
-    return (
-        f"{value!r} starts with '~', which is not expanded here (it would name a folder called '~'): "
-        "write the full path"
-    )
+def unexpanded_path(value: str) -> str | None:
+    """Why path ``value`` is not what its writer meant, or None: it starts with ``~`` or holds a
+    ``$NAME`` / ``${NAME}`` (a shell expands them; nothing here does, so they would name
+    folders called ``~`` or ``$HOME``), or starts or ends with white space."""
+    if value.startswith("~"):
+        what = "starts with '~'"
+    elif re.search(r"\$[A-Za-z_{(]", value):
+        what = "holds a '$' variable"
+    elif value != value.strip():
+        return f"{value!r} starts or ends with white space: write the path without it"
+    else:
+        return None
+    return f"{value!r} {what}, which is not expanded here (it would name a folder so called): write the full path"

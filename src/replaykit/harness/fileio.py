@@ -169,12 +169,13 @@ def _exchange(a: Path, b: Path) -> None:
 
 
 def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (one of another user counts)."""
+    """Whether process ``pid`` exists on this host (one of another user counts; so does a pid
+    too large to ask about: nothing is judged gone that could not be asked)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError):
         return True
     return True
 

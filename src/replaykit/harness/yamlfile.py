@@ -43,23 +43,58 @@ def _plain_number(loader, node):
     PyYAML follows YAML 1.1: ``042`` is octal 34, ``0x2A`` and ``0b101010`` are 42, ``1_000`` is
     1000 and ``1:30`` is sexagesimal 90 (floats too: ``1_0.5``, ``1:30.5``). A seed or a step
     count written so would silently become another number (``seeds: [042]`` ran seed 34), so
-    only plain decimal digits are accepted; a quoted value stays a string.
+    only plain decimal integers and floats without ``_`` or ``:`` are accepted; a quoted value
+    stays a string. A tagged value that is no number (``!!int "1e5"``) is an InputError too.
     """
     text = node.value
-    if node.tag.endswith(":int"):
-        value = loader.construct_yaml_int(node)
-        plain = bool(_PLAIN_INT.fullmatch(text))
-    else:
-        value = loader.construct_yaml_float(node)
-        plain = "_" not in text and ":" not in text
+    where = f"line {node.start_mark.line + 1}"
+    integer = node.tag.endswith(":int")
+    try:
+        value = loader.construct_yaml_int(node) if integer else loader.construct_yaml_float(node)
+    except (ValueError, IndexError) as exc:  # `!!int "1e5"`, `!!float ""`
+        raise InputError(node.start_mark.name, where, f"{text!r} is not a number ({exc})") from None
+    plain = bool(_PLAIN_INT.fullmatch(text)) if integer else "_" not in text and ":" not in text
     if not plain:
         raise InputError(
             node.start_mark.name,
-            f"line {node.start_mark.line + 1}",
+            where,
             f"{text!r} is read by YAML 1.1 as {value!r}: write the number in plain decimal digits "
             "(no leading zero, '_', ':', 0x or 0b), or quote it for a string",
         )
     return value
+
+
+def check_plain_numbers(path: str | Path, key: str, name: str | None = None) -> None:
+    """Refuse, as :func:`load_yaml_strict` would, the numbers under top-level ``key`` of YAML file
+    ``path`` that YAML 1.1 reads as another number: for files that another program parses (a
+    Snakemake profile's ``config:``, which reaches the workflow as numbers already read).
+
+    Raises:
+        InputError: ``<name>: line <n>: '042' is read by YAML 1.1 as 34 ...`` (``name``
+            defaults to ``path``), or the parser's message for YAML that does not parse.
+    """
+    name = str(path) if name is None else name
+    try:
+        with open(path) as handle:
+            root = yaml.compose(handle, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        line = f"line {exc.problem_mark.line + 1}" if exc.problem_mark else None
+        raise InputError(name, line, str(exc.problem)) from None
+    if not isinstance(root, yaml.MappingNode):
+        return
+    loader = _StrictLoader("")
+    todo = [value for k, value in root.value if isinstance(k, yaml.ScalarNode) and k.value == key]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, yaml.MappingNode):
+            todo.extend(n for pair in node.value for n in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+        elif node.tag.endswith((":int", ":float")):
+            try:
+                _plain_number(loader, node)
+            except InputError as exc:
+                raise InputError(name, exc.field, exc.message) from None
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
@@ -70,7 +105,10 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:float", _plain_number)
 def load_yaml_text(text: str):
     """``text`` parsed as :func:`load_yaml_strict` parses a file (no duplicate keys, plain
     decimal numbers only). Raises InputError (its path ``<unicode string>``) or YAMLError."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except (ValueError, KeyError, AttributeError, TypeError) as exc:  # a tag's constructor: `!!bool maybe`
+        raise InputError("<unicode string>", None, f"not valid YAML ({type(exc).__name__}: {exc})") from None
 
 
 def load_yaml_strict(path: str | Path, name: str | None = None):
@@ -90,3 +128,5 @@ def load_yaml_strict(path: str | Path, name: str | None = None):
     except yaml.MarkedYAMLError as exc:
         line = f"line {exc.problem_mark.line + 1}" if exc.problem_mark else None
         raise InputError(name, line, str(exc.problem)) from None
+    except (ValueError, KeyError, AttributeError, TypeError) as exc:  # a tag's constructor: `!!bool maybe`
+        raise InputError(name, None, f"not valid YAML for a config ({type(exc).__name__}: {exc})") from None
