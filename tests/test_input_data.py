@@ -254,6 +254,7 @@ def test_a_profiles_config_block_is_checked_as_a_config_file(tmp_path, monkeypat
     found = profile_files(["--profile", "mine", "-n", "results/soup/final"], tmp_path / "Snakefile")
     assert found == [Path("mine/config.yaml"), Path("profiles/default/config.yaml")]
     assert profile_files(["--workflow-profile", "none"], tmp_path / "Snakefile") == []
+    assert profile_files(["--cores", "abc"], tmp_path / "Snakefile") == []  # not Snakemake's command line
     with pytest.raises(InputError) as exc:
         check_plain_numbers(found[0], "config", "mine/config.yaml")
     # line 4 holds the seeds; `cores: 010` is Snakemake's own setting, outside `config:`

@@ -509,8 +509,12 @@ def profile_files(argv: list[str], snakefile: str | Path) -> list[Path]:
     as values already read by YAML 1.1, so the Snakefile checks them as files
     (:func:`~replaykit.harness.yamlfile.check_plain_numbers`)."""
     from snakemake.cli import get_argument_parser, get_profile_dir
+    from snakemake.exceptions import CliException
 
-    args, _ = get_argument_parser().parse_known_args(argv)
+    try:
+        args, _ = get_argument_parser().parse_known_args(argv)
+    except (SystemExit, CliException):  # not Snakemake's command line (run through its Python API)
+        return []
     names = [str(p) for p in (args.profile or []) if str(p) != "none"]
     if args.workflow_profile != "none":
         wanted = Path(args.workflow_profile or "default")
