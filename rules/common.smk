@@ -16,7 +16,6 @@ from snakemake.settings.types import DeploymentMethod
 from replaykit.config import (
     CLI,
     check_config,
-    check_plain_numbers,
     coerce_cli_values,
     config_schema,
     fill_defaults,
@@ -28,6 +27,7 @@ from replaykit.config import (
 from replaykit.harness.budget import Budget
 from replaykit.harness.checked import remembering
 from replaykit.harness.errors import InputError
+from replaykit.harness.yamlfile import check_plain_numbers
 from replaykit.harness.fileio import wait_for_paths
 from replaykit.harness.hashing import sha256_file
 from replaykit.harness.joblogs import failure_lines

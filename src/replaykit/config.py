@@ -17,7 +17,7 @@ import yaml
 
 from .harness.budget import Budget
 from .harness.errors import InputError, unexpanded_path
-from .harness.yamlfile import check_plain_numbers, load_yaml_strict, load_yaml_text  # noqa: F401 (re-exported)
+from .harness.yamlfile import load_yaml_strict, load_yaml_text
 
 CLI = "--config"  # the source name of values given on the command line
 
@@ -396,7 +396,7 @@ def check_config(
     error = jsonschema.exceptions.best_match(_ConfigValidator(schema).iter_errors(config))
     if error is not None:
         raise _schema_error(error, layers, source)
-    _check_workdir_and_seeds(config, layers, source)
+    _check_paths(config, layers, source)
     from .tasks import get_task
 
     for name, task in config["tasks"].items():
@@ -452,11 +452,11 @@ def check_config(
     check_campaign(config, layers, source)
 
 
-def _check_workdir_and_seeds(config: dict, layers: list[Layer], source: str) -> None:
-    """What the schema lets through: a ``workdir`` that is a file, a seed written ``42.0``
-    (JSON Schema's integer takes a whole-number float; the run would be ``...-seed42.0``), a
-    relative ``gpus.lock_dir`` (each checkout would lock its own copy of a GPU) and a ``~`` or
-    ``$HOME`` path, which nothing here expands (:func:`unexpanded_path`)."""
+def _check_paths(config: dict, layers: list[Layer], source: str) -> None:
+    """What the schema lets through: a ``workdir`` that is a file, a relative ``gpus.lock_dir``
+    (each checkout would lock its own copy of a GPU) and a ``~`` or ``$HOME`` path, which
+    nothing here expands (:func:`unexpanded_path`). A seed written ``42.0`` (it would name the
+    run ``...-seed42.0``) is refused by the schema check's integer type (``_ConfigValidator``)."""
     workdir = config.get("workdir")
     if isinstance(workdir, str) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise InputError(source_of(["workdir"], layers, source), "workdir", f"{workdir!r} is a file, not a folder")
@@ -473,14 +473,6 @@ def _check_workdir_and_seeds(config: dict, layers: list[Layer], source: str) -> 
             "the same locks (a relative one is a separate lock folder per checkout, and two of them "
             "would share a GPU); leave the key out for the default",
         )
-    for name, task in config["tasks"].items():
-        for i, seed in enumerate(task.get("seeds", [])):
-            if isinstance(seed, bool) or not isinstance(seed, int):
-                raise InputError(
-                    source_of(["tasks", name, "seeds"], layers, source),
-                    f"tasks.{name}.seeds.{i}",
-                    f"{seed!r}: write a whole number without a decimal point (it names the run)",
-                )
 
 
 def check_campaign(config: dict, layers: list[Layer], source: str) -> None:
