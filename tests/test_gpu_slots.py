@@ -195,6 +195,34 @@ def test_driver_devices_are_named_by_uuid_and_bound_by_their_minor(tmp_path, mon
     assert record["lock"] == str(tmp_path / "locks" / f"gpu-{uuids[0]}.lock")
 
 
+def test_one_device_named_two_ways_is_one_device_with_one_lock(tmp_path, monkeypatch):
+    # CUDA reads the index 01 as 1: two jobs given "01" and "1" must wait for each other
+    monkeypatch.setattr(slots, "PROC_GPUS", tmp_path / "none")
+    monkeypatch.setattr(slots.shutil, "which", lambda name: None)  # simulated devices: no driver
+    pool = DevicePool.find({"devices": ["01", 1, "1", "002"], "lock_dir": str(tmp_path / "locks")}, env={})
+    assert [(d.id, d.key, d.minor) for d in pool.devices] == [("1", "1", 1), ("2", "2", 2)]
+    first = GpuSlot.take(DevicePool.find({"devices": ["01"], "lock_dir": str(tmp_path / "locks")}, env={}), {"id": "a"})
+    second = GpuSlot.take(pool, {"id": "b"})
+    assert (first.device.id, second.device.id) == ("1", "2")  # device 1 was held
+    first.release(), second.release()
+    # with a driver: an index and the same GPU's UUID are one device; a GPU it lacks is refused
+    uuids = ["GPU-aaaa-0001", "GPU-bbbb-0002"]
+    monkeypatch.setattr(
+        slots,
+        "PROC_GPUS",
+        fake_driver(tmp_path / "gpus", [("0000:18:00.0", uuids[0], 0), ("0000:3b:00.0", uuids[1], 1)]),
+    )
+    pool = DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": "01,GPU-bbbb,0"})
+    assert [(d.id, d.key) for d in pool.devices] == [("1", uuids[1]), ("0", uuids[0])]
+    with pytest.raises(InputError, match=r"config: gpus.devices: 2: no such GPU; the driver shows 0 \(GPU-aaaa"):
+        DevicePool.find({"devices": [0, 2]}, env={})
+    with pytest.raises(InputError, match=r"CUDA_VISIBLE_DEVICES: gpus.devices: GPU-cccc: no such GPU"):
+        DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": "GPU-cccc"})
+    assert [d.minor for d in DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": "MIG-1"}).devices] == [
+        None
+    ]  # MIG: as given
+
+
 def test_a_cpu_only_slot_is_recorded_as_none():
     slot = GpuSlot.take(DevicePool((), "none", None), {"id": "t"})
     record = slot.release()

@@ -94,10 +94,23 @@ class Device:
     minor: int | None = None
 
 
-def _devices(ids: list[str], physical: list[str] | None = None) -> tuple[Device, ...]:
+def _canonical(dev: str) -> str:
+    """An index as CUDA reads it (``01`` and ``1`` name one device); a UUID as given."""
+    return str(int(dev)) if dev.isascii() and dev.isdigit() else dev
+
+
+def _devices(ids: list[str], physical: list[str] | None = None, source: str = "slurm") -> tuple[Device, ...]:
     """The :class:`Device` of each id, matched with the driver's GPUs (by index or UUID
-    prefix); ``physical``: the same devices' indices on the node (SLURM's), for the lock."""
+    prefix); ``physical``: the same devices' indices on the node (SLURM's), for the lock.
+    Indices are read as numbers (``01`` is ``1``: one device, one lock), and a device named
+    twice (``0,0``, or an index and its UUID) is in the pool once.
+
+    Raises:
+        InputError: with ``source`` ``config`` or ``CUDA_VISIBLE_DEVICES``, an index or a
+            ``GPU-`` UUID that none of the GPUs the driver shows answers to.
+    """
     gpus = driver_gpus()
+    ids = [_canonical(dev) for dev in ids]
     out = []
     for n, dev in enumerate(ids):
         gpu = next(
@@ -109,6 +122,10 @@ def _devices(ids: list[str], physical: list[str] | None = None) -> tuple[Device,
             None,
         )
         node = physical[n] if physical and len(physical) == len(ids) else dev
+        if gpu is None and gpus and source != "slurm" and (dev.isdigit() or dev.startswith("GPU-")):
+            shown = ", ".join(f"{g['index']} ({g['uuid']})" for g in gpus)
+            where = "config" if source == "config" else "$CUDA_VISIBLE_DEVICES"
+            raise InputError(where, "gpus.devices", f"{dev}: no such GPU; the driver shows {shown}")
         if gpu is None:  # simulated, MIG, or a driver that does not tell
             minor = int(dev) if dev.isdigit() else None
             out.append(Device(id=dev, key=node, visible=dev, minor=minor))
@@ -122,7 +139,10 @@ def _devices(ids: list[str], physical: list[str] | None = None) -> tuple[Device,
                     minor=gpu["minor"] if gpu["minor"] is not None else int(gpu["index"]),
                 )
             )
-    return tuple(out)
+    unique = {}
+    for device in out:
+        unique.setdefault(device.key, device)
+    return tuple(unique.values())
 
 
 def _split(text: str | None) -> list[str]:
@@ -156,7 +176,8 @@ class DevicePool:
             env: the environment to read (default ``os.environ``).
 
         Raises:
-            InputError: ``$REPLAYKIT_GPUS`` is not JSON, or ``gpus.devices`` is not a list.
+            InputError: ``$REPLAYKIT_GPUS`` is not JSON, ``gpus.devices`` is not a list, or a
+                device it (or ``CUDA_VISIBLE_DEVICES``) names is not among the driver's GPUs.
         """
         env = os.environ if env is None else env
         if settings is None:
@@ -181,7 +202,7 @@ class DevicePool:
             ids, source = [g["index"] for g in driver_gpus()], "driver"
         if not ids and source == "driver":
             source = "none"
-        return cls(_devices(ids), source, lock_dir if ids else None)
+        return cls(_devices(ids, source=source), source, lock_dir if ids else None)
 
 
 class GpuSlot:
