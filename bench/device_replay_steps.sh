@@ -7,12 +7,13 @@
 #             10 s; more steps say whether that run drew heavier pairs), `full-nogc` over 10 steps
 #             (GPUs with >= 80 GB; 7.9 s in the recipe bench), then the straightforward path
 #             (`full` with `micro_batch_tokens: null`, one pair per micro-batch) over 3 steps.
+#   rm-layers `full` with gradient_checkpointing_every_n_layers 2, 1 and 4, over 12 steps each.
 #   digress   `full` (compiled, CUDA graph) over 4 epochs, saving every 2, whose first attempt
 #             exits right after checkpoint-2 (publish.FAULT_ENV) and is retried by Snakemake
 #             (--retries 1): the resumed attempt's first epoch_s holds its compile, from the
 #             inductor/triton cache that the first attempt left in replay-state/compile-cache/.
 #
-#   bash bench/device_replay_steps.sh rm|digress    # starts the runs (setsid) and returns
+#   bash bench/device_replay_steps.sh rm|rm-layers|digress    # starts the runs (setsid) and returns
 #   bash bench/device_replay_steps.sh wait SECONDS  # waits for them, then packs $OUT/replay-steps.tar.gz (when $OUT is set)
 #   SIZE=tiny PY=.venv/bin/python bash bench/device_replay_steps.sh rm   # the same on toy stand-ins (CPU)
 #
@@ -35,6 +36,11 @@ runs_of() {  # name|SET|SNAKEMAKE_ARGS of each replay of task $1
             echo "nogc|recipe.profile=full-nogc recipe.overrides.max_steps=10 recipe.overrides.save_steps=10|"
             echo "plain|recipe.overrides.max_steps=3 recipe.overrides.save_steps=3 recipe.overrides.micro_batch_tokens=null|"
             ;;
+        rm-layers)  # gradient_checkpointing_every_n_layers 2 and 4 against 1 (`full` as it is), steps 2-12 each
+            for n in 2 1 4; do
+                echo "layers$n|recipe.overrides.max_steps=12 recipe.overrides.save_steps=12 recipe.overrides.gradient_checkpointing_every_n_layers=$n|"
+            done
+            ;;
         digress) echo "resume|recipe.overrides.epochs=4 recipe.overrides.save_every=2|--retries 1" ;;
     esac
 }
@@ -47,7 +53,7 @@ case ${1:-} in
         [ -n "${OUT:-}" ] && tar -czf "$OUT/replay-steps.tar.gz" -C "$(dirname "$R")" "$(basename "$R")"
         exit 0
         ;;
-    rm | digress)
+    rm | rm-layers | digress)
         mkdir -p "$R"
         rm -f "$R/done"
         # its own session, so that the runs go on after the device call that started them
@@ -57,13 +63,13 @@ case ${1:-} in
     _run)
         [ "$2" = digress ] && export REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH=2  # the first attempt exits after checkpoint-2
         while IFS='|' read -r name set args; do
-            RESULTS=$R/$2-$name SET=$set TARGET=$T SNAKEMAKE_ARGS=$args bash bench/device_full_dag.sh "${SIZE:-full}" "$2" \
+            RESULTS=$R/$2-$name SET=$set TARGET=$T SNAKEMAKE_ARGS=$args bash bench/device_full_dag.sh "${SIZE:-full}" "${2%%-*}" \
                 </dev/null  # the loop reads the variants from stdin
         done < <(runs_of "$2")
         touch "$R/done"
         ;;
     *)
-        echo "usage: bash bench/device_replay_steps.sh rm|digress | wait SECONDS" >&2
+        echo "usage: bash bench/device_replay_steps.sh rm|rm-layers|digress | wait SECONDS" >&2
         exit 2
         ;;
 esac

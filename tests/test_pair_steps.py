@@ -7,6 +7,7 @@ float32 against its plain run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import sys
@@ -196,6 +197,25 @@ def test_grouped_step_gives_the_plain_loss_and_gradients_in_float64(task, tiny_m
         assert b[key] == pytest.approx(a[key], rel=1e-9, abs=0 if task == "rm" else 2e-6)
 
 
+@contextlib.contextmanager
+def count_checkpointed_calls():
+    """Each call of ``torch.utils.checkpoint.checkpoint`` through transformers' gradient
+    checkpointing (one per checkpointed decoder layer per forward), as a list of ``None``s."""
+    import transformers.modeling_utils as modeling_utils
+
+    calls, real = [], modeling_utils.checkpoint
+
+    def counted(*args, **kwargs):
+        calls.append(None)
+        return real(*args, **kwargs)
+
+    modeling_utils.checkpoint = counted
+    try:
+        yield calls
+    finally:
+        modeling_utils.checkpoint = real
+
+
 def run_rm_recipe(request) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -245,8 +265,17 @@ def test_rm_recipe_grouped_in_float32_matches_its_plain_run(tiny_mistral, tmp_pa
     assert worst <= 1e-4 * change, worst
     # gradient checkpointing (on in ``full``, off in ``full-nogc``) recomputes the same forward
     checkpointed = {**grouped, "gradient_checkpointing": True}
-    d = run_rm_recipe(write_request(tmp_path / "grouped-gc", tiny_mistral, public, checkpointed))
+    with count_checkpointed_calls() as calls_every_layer:
+        d = run_rm_recipe(write_request(tmp_path / "grouped-gc", tiny_mistral, public, checkpointed))
     worst = max((d[k] - c[k]).abs().max().item() for k in c)
+    assert worst <= 1e-4 * change, worst
+    # ... and so does checkpointing every 2nd layer (`gradient_checkpointing_every_n_layers`):
+    # of the tiny model's 2 decoder layers only layer 0 is recomputed, half the calls
+    every_2nd = {**checkpointed, "gradient_checkpointing_every_n_layers": 2}
+    with count_checkpointed_calls() as calls_every_2nd:
+        f = run_rm_recipe(write_request(tmp_path / "grouped-gc2", tiny_mistral, public, every_2nd))
+    assert len(calls_every_layer) == 2 * len(calls_every_2nd) > 0
+    worst = max((f[k] - c[k]).abs().max().item() for k in c)
     assert worst <= 1e-4 * change, worst
     # cudnn_attention: false (the full profiles) reaches torch and changes nothing else: the CPU's
     # sdpa has no cuDNN backend, so the plain run's bytes (on the GPU: bench/results-2026-12-02-speed2.md)
