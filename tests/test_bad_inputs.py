@@ -43,6 +43,17 @@ def default_config():
         (lambda t: t.update(threads=1.0), "tasks.dpo.threads", "1.0: write a whole number"),
         (lambda t: t.update(seeds=[42, True]), "tasks.dpo.seeds.1", "is not of type 'integer'"),
         (lambda t: t.update(seeds=[10**20]), "tasks.dpo.seeds.0", "greater than the maximum of 4294967295"),
+        # hostile (2026-12-05): YAML 1.1 reads 3e2 (no dot, no sign) as a string; the type error had no hint
+        (
+            lambda t: t["budget"].update(outer_limit_s="3e2"),
+            "tasks.dpo.budget.outer_limit_s",
+            "'3e2' is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write 300",
+        ),
+        (
+            lambda t: t["final"].update(n_boot="5E-1"),
+            "tasks.dpo.final.n_boot",
+            "'5E-1' is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write 0.5",
+        ),
         (
             lambda t: t["budget"].update(outer_limit_s=float("inf")),
             "tasks.dpo.budget.outer_limit_s",

@@ -17,7 +17,7 @@ import yaml
 
 from .harness.budget import Budget
 from .harness.errors import InputError, unexpanded_path
-from .harness.yamlfile import load_yaml_strict, load_yaml_text
+from .harness.yamlfile import EXPONENT_FLOAT, load_yaml_strict, load_yaml_text
 
 CLI = "--config"  # the source name of values given on the command line
 
@@ -309,6 +309,12 @@ def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], defaul
             message = f"unknown key{hint} (this block takes: {', '.join(allowed)})"
     elif error.validator == "type" and isinstance(error.instance, float) and error.instance.is_integer():
         message = f"{error.instance!r}: write a whole number without a decimal point"
+    elif error.validator == "type" and isinstance(error.instance, str) and EXPONENT_FLOAT.fullmatch(error.instance):
+        number = float(error.instance)
+        plain = int(number) if number.is_integer() else number
+        message = (
+            f"{error.instance!r} is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write {plain!r}"
+        )
     elif error.validator == "type" and isinstance(error.instance, str) and source_of(path, layers, "") == CLI:
         message += (
             " (from --config: write numbers and booleans unquoted, e.g. "

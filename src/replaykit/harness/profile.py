@@ -9,10 +9,10 @@ the recipe reads the profile with them applied (:func:`load_recipe`, through
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from .errors import InputError
+from .yamlfile import EXPONENT_FLOAT
 
 SAVE_KEYS = ("save_steps", "save_freq", "save_every")  # the recipes' publication cadence
 
@@ -50,9 +50,6 @@ def _kind(value) -> str:
     return {str: "a string", list: "a list", dict: "a mapping"}.get(type(value), "any value")
 
 
-_EXPONENT_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")  # `2e-4`: YAML 1.1 leaves it a string
-
-
 def _coerced(default, value):
     """``value`` (an override) read as the kind of the profile's ``default`` where it is a
     string that spells one: Snakemake's ``--config`` parser leaves numbers inside a mapping as
@@ -68,7 +65,7 @@ def _coerced(default, value):
     except (yaml.YAMLError, InputError):  # InputError: `042`, which YAML 1.1 reads as 34
         return value
     if _kind(default) == "a number" and isinstance(parsed, str):
-        if not _EXPONENT_FLOAT.fullmatch(parsed):  # float() would take `1_0e-4`, `nan`, ` 1e-4`
+        if not EXPONENT_FLOAT.fullmatch(parsed):  # float() would take `1_0e-4`, `nan`, ` 1e-4`
             return value
         parsed = float(parsed)
     return parsed if _kind(parsed) == _kind(default) else value

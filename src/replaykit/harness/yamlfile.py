@@ -35,6 +35,8 @@ def _mapping_without_duplicates(loader, node, deep=False):
 
 
 _PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+# `2e-4`, `3e2`: a number in exponent form that YAML 1.1 leaves a string (it wants `2.0e-4`)
+EXPONENT_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
 def _plain_number(loader, node):
