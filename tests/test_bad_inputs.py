@@ -43,6 +43,8 @@ def default_config():
         (lambda t: t.update(threads=1.0), "tasks.dpo.threads", "1.0: write a whole number"),
         (lambda t: t.update(seeds=[42, True]), "tasks.dpo.seeds.1", "is not of type 'integer'"),
         (lambda t: t.update(seeds=[10**20]), "tasks.dpo.seeds.0", "greater than the maximum of 4294967295"),
+        # hostile (2026-12-05): `workdir: ~` is null, not the home folder
+        (lambda t: t.update(threads=None), "tasks.dpo.threads", "empty (YAML reads nothing, `~` and `null` as null)"),
         # hostile (2026-12-05): YAML 1.1 reads 3e2 (no dot, no sign) as a string; the type error had no hint
         (
             lambda t: t["budget"].update(outer_limit_s="3e2"),

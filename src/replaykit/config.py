@@ -309,6 +309,9 @@ def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], defaul
             message = f"unknown key{hint} (this block takes: {', '.join(allowed)})"
     elif error.validator == "type" and isinstance(error.instance, float) and error.instance.is_integer():
         message = f"{error.instance!r}: write a whole number without a decimal point"
+    elif error.validator == "type" and error.instance is None:
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        message = f"empty (YAML reads nothing, `~` and `null` as null), should be of type {' or '.join(wanted)}"
     elif error.validator == "type" and isinstance(error.instance, str) and EXPONENT_FLOAT.fullmatch(error.instance):
         number = float(error.instance)
         plain = int(number) if number.is_integer() else number
