@@ -45,15 +45,16 @@ def test_built_aside_swaps_in_whole_and_a_failure_keeps_the_previous(tmp_path):
 
 
 def test_a_killed_builders_aside_folder_is_removed_by_the_next_build(tmp_path):
-    """SIGKILL inside ``built_aside`` leaves ``.final.new-<pid>@<host>-*``; the next build removes
-    it once that process is gone, and leaves a live process's and another host's alone."""
+    """SIGKILL inside ``built_aside`` leaves ``.final.new-<pid>@<host>+<ns>-*``; the next build
+    removes it once that process is gone, and leaves a live process's, another host's and
+    another pid namespace's (a container with the same host name) alone."""
     import signal
     import socket
     import subprocess
     import sys
 
     target = tmp_path / "final"
-    host = socket.gethostname()
+    host = f"{socket.gethostname()}+{os.stat('/proc/self/ns/pid').st_ino}"
     code = (
         "import os, sys, time; from replaykit.harness.fileio import built_aside\n"
         "with built_aside(sys.argv[1]) as new:\n"
@@ -66,14 +67,16 @@ def test_a_killed_builders_aside_folder_is_removed_by_the_next_build(tmp_path):
     child.wait()
     assert (tmp_path / killed / "half.json").is_file()  # what a SIGKILL leaves
     live = tmp_path / f".final.new-{os.getpid()}@{host}-live"
-    other = tmp_path / f".final.new-{child.pid}@elsewhere.example-x"
+    other = tmp_path / f".final.new-{child.pid}@elsewhere.example+1-x"
+    container = tmp_path / f".final.new-{child.pid}@{socket.gethostname()}+1-w"  # its pid 'child.pid' may live
     old = tmp_path / f".final.old-{child.pid}@{host}-y"
     huge = tmp_path / f".final.new-{2**64}@{host}-z"  # no such pid can be asked about: kept
-    for folder in (live, other, old, huge):
+    for folder in (live, other, container, old, huge):
         folder.mkdir()
     with built_aside(target) as new:
         (new / "summary.json").write_text("1")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["final", live.name, other.name, huge.name])
+    kept = ["final", live.name, other.name, container.name, huge.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
 
 
 def _umask() -> int:

@@ -180,26 +180,38 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def _where() -> str:
+    """``<host>+<pid namespace>``: where a pid means one process. Two containers may share a
+    host name; their pid namespaces (the inode of ``/proc/self/ns/pid``) differ."""
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = "0"
+    return f"{socket.gethostname()}+{namespace}"
+
+
 def remove_dead_asides(target: str | Path, kind: str) -> None:
-    """Remove the folders ``.<name>.<kind>-<pid>@<host>-*`` beside ``target`` (:func:`aside_dir`)
-    that a process of this host left and that is gone (killed before it cleaned up: SIGKILL,
-    power loss). A live process's, or another host's, are kept."""
+    """Remove the folders ``.<name>.<kind>-<pid>@<host>+<ns>-*`` beside ``target``
+    (:func:`aside_dir`) that a process of this host and pid namespace left and that is gone
+    (killed before it cleaned up: SIGKILL, power loss). A live process's, another host's or
+    another pid namespace's (a container's) are kept."""
     target = Path(target)
-    host = socket.gethostname()
+    here = _where()
     prefix = f".{target.name}.{kind}-"
     for sibling in target.parent.glob(glob.escape(prefix) + "*"):
         pid, _, where = sibling.name[len(prefix) :].rsplit("-", 1)[0].partition("@")
-        if where == host and pid.isdigit() and not process_alive(int(pid)):
+        if where == here and pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(sibling, ignore_errors=True)
 
 
 def aside_dir(target: str | Path, kind: str = "new") -> Path:
-    """A new empty sibling folder of ``target`` to build it in, ``.<name>.<kind>-<pid>@<host>-*``
-    (mode 0777 less the umask), after :func:`remove_dead_asides` of the same kind."""
+    """A new empty sibling folder of ``target`` to build it in,
+    ``.<name>.<kind>-<pid>@<host>+<pid namespace>-*`` (mode 0777 less the umask), after
+    :func:`remove_dead_asides` of the same kind."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_asides(target, kind)
-    owner = f"{os.getpid()}@{socket.gethostname()}"
+    owner = f"{os.getpid()}@{_where()}"
     new = Path(tempfile.mkdtemp(prefix=f".{target.name}.{kind}-{owner}-", dir=target.parent))
     os.chmod(new, 0o777 & ~_UMASK)  # mkdtemp makes 0700; readers of results need more
     return new
@@ -209,7 +221,7 @@ def aside_dir(target: str | Path, kind: str = "new") -> Path:
 def built_aside(target: str | Path):
     """Build the directory ``target`` aside, then swap it in whole.
 
-    Yields an empty sibling folder (``.<name>.new-<pid>@<host>-*``) to build in. When the
+    Yields an empty sibling folder (``.<name>.new-<pid>@<host>+<ns>-*``) to build in. When the
     block ends normally, the new folder replaces ``target`` in one atomic exchange
     (``renameat2``; where the filesystem lacks it, two renames) and the previous one is
     removed; when it raises, the new folder is removed and ``target`` is left byte for byte
