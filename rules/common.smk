@@ -16,6 +16,7 @@ from snakemake.settings.types import DeploymentMethod
 from replaykit.config import (
     CLI,
     check_config,
+    check_repeated_options,
     coerce_cli_values,
     config_schema,
     fill_defaults,
@@ -57,6 +58,7 @@ def config_layers():
     ]
     # a profile's config: block arrives in --config as numbers YAML 1.1 has already read
     # (`seeds: [042]` as 34): its file is checked as the config files are
+    check_repeated_options(sys.argv[1:])  # `--configfile a --configfile b` reads b only
     for f in profile_files(sys.argv[1:], workflow.main_snakefile):
         check_plain_numbers(f, "config", os.path.relpath(f))
     return layers + [(CLI, copy.deepcopy(dict(workflow.config_settings.config)))]

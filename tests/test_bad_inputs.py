@@ -497,3 +497,52 @@ def test_printed_commands_keep_every_config_file():
     assert args.configfile == [Path("config/test.yaml"), Path("private/salt.yaml")]  # repeated options: only the last
     alone = get_argument_parser().parse_args(shlex.split(formal_replay_command({**doc, "config_files": files[:1]}))[1:])
     assert not alone.configfile
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["--configfile", "a.yaml", "--configfile", "b.yaml"], "--configfile"),  # read b.yaml only
+        (["--configf", "a.yaml", "--configfiles=b.yaml"], "--configfile"),  # a prefix and =: as argparse reads them
+        (["--config", "tiny=true", "-n", "-C", "seed=1"], "--config"),
+        (["--resources", "gpu=1", "--res", "mem_mb=9000"], "--resources"),  # the gpu would be lost
+        (["--set-threads", "replay=4", "--set-threads", "score=2"], "--set-threads"),
+        (["--configfile", "a.yaml", "b.yaml", "--config", "x=1", "--", "--configfile"], None),  # once each: fine
+        (["--cores", "1", "--cores", "2"], None),  # a single value: the last is meant (argparse's rule)
+    ],
+)
+def test_an_option_that_takes_a_list_given_twice_is_refused(argv, option):
+    """Snakemake's parser keeps only the last ``--configfile`` (``--config``, ``--resources``, ...)
+    and drops the earlier values without a word."""
+    from replaykit.config import check_repeated_options
+
+    if option is None:
+        check_repeated_options(argv)
+        return
+    with pytest.raises(InputError) as exc:
+        check_repeated_options(argv)
+    assert (exc.value.path, exc.value.field) == ("command line", option)
+    assert exc.value.message == (
+        "given 2 times: Snakemake keeps the values after the last one and drops the others without a word; "
+        f"give all of them after one {option}"
+    )
+
+
+def test_the_workflow_refuses_a_repeated_configfile_before_any_job(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import copy_workflow
+
+    work = copy_workflow(tmp_path)
+    (work / "a.yaml").write_text("tasks: {dpo: {threads: 1}}\n")
+    (work / "b.yaml").write_text("tiny: true\n")
+    snakemake = Path(sys.executable).parent / "snakemake"
+    argv = ["--workflow-profile", "none", "--configfile", "a.yaml", "--configfile", "b.yaml", "-n", "results/dpo/final"]
+    out = subprocess.run([str(snakemake), *argv], cwd=work, capture_output=True, text=True, timeout=300)
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert out.returncode != 0 and errors == [
+        "error: command line: --configfile: given 2 times: Snakemake keeps the values after the last one and "
+        "drops the others without a word; give all of them after one --configfile"
+    ], out.stdout[-2000:] + out.stderr[-2000:]
+    assert "Job stats" not in out.stdout

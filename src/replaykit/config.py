@@ -525,6 +525,50 @@ def profile_files(argv: list[str], snakefile: str | Path) -> list[Path]:
     return [hit[1] for hit in found if hit is not None]
 
 
+def check_repeated_options(argv: list[str]) -> None:
+    """Refuse a Snakemake option that takes a list of values (``--configfile``, ``--config``,
+    ``--resources``, ``--set-threads``, ...) given more than once in command line ``argv``:
+    Snakemake's parser keeps the last occurrence's values and drops the earlier ones without a
+    word (``--configfile a.yaml --configfile b.yaml`` reads b.yaml only; ``--resources gpu=1
+    --resources mem_mb=9000`` loses the gpu). Long options match as argparse matches them
+    (``--opt=value``, a unique prefix such as ``--configf``); short ones (``-C``) exactly.
+
+    Raises:
+        InputError: ``command line: <option>: given N times ...``.
+    """
+    import argparse
+
+    from snakemake.cli import get_argument_parser
+
+    actions = get_argument_parser()._actions
+    listed = [
+        a for a in actions if a.option_strings and a.nargs in ("+", "*") and not isinstance(a, argparse._AppendAction)
+    ]
+    longs = {name: a for a in actions for name in a.option_strings if name.startswith("--")}
+    seen: dict[int, list[str]] = {}
+    for token in argv:
+        if token == "--":
+            break
+        name = token.split("=", 1)[0]
+        if name.startswith("--"):
+            prefixed = {id(a): a for n, a in longs.items() if n.startswith(name)}
+            action = longs.get(name) or (next(iter(prefixed.values())) if len(prefixed) == 1 else None)
+        else:
+            action = next((a for a in listed if name in a.option_strings), None)
+        if action in listed:
+            seen.setdefault(id(action), []).append(token)
+    for action in listed:
+        given = seen.get(id(action), [])
+        if len(given) > 1:
+            name = action.option_strings[0]
+            raise InputError(
+                "command line",
+                name,
+                f"given {len(given)} times: Snakemake keeps the values after the last one and drops the "
+                f"others without a word; give all of them after one {name}",
+            )
+
+
 def load_workflow_config(configfiles: list[str | Path], schema_file: str | Path, recipes_root: Path | None = None):
     """The workflow config as Snakemake builds it: each file of ``configfiles`` (the Snakefile's
     ``config/config.yaml`` first, then each ``--configfile``) merged over the ones before it
