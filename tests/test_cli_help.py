@@ -45,3 +45,16 @@ def test_an_argument_that_is_not_json_is_one_line():
     )
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == "error: command line: --spec: not JSON (Expecting value at column 1): 'notjson'"
+
+
+def test_no_option_drops_its_earlier_values_when_given_twice():
+    """argparse's ``nargs="+"`` keeps the last occurrence only (``--configfile a --configfile b``
+    would read b); every option of ours that takes a list extends it instead."""
+    stores = [
+        f"{path}: {a.option_strings[0]}"
+        for path, a in walk(parser(), "replaykit")
+        if a.option_strings and a.nargs in ("+", "*") and not isinstance(a, argparse._ExtendAction)
+    ]
+    assert not stores, stores
+    args = parser().parse_args(["explore", "soup", "--configfile", "a.yaml", "--configfile", "b.yaml", "c.yaml"])
+    assert args.configfile == ["a.yaml", "b.yaml", "c.yaml"]

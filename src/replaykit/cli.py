@@ -585,9 +585,19 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("official", help="best valid final result of one run")
     for arg in ("--task", "--run", "--record", "--direction", "--out"):
         s.add_argument(arg, required=True, help=ARG_HELP[arg])
-    s.add_argument("--markers", nargs="+", required=True, help="validation marker of each retained checkpoint")
-    s.add_argument("--scores", nargs="+", required=True, help="final-scores summary.json of each, same order")
-    s.add_argument("--proxy-scores", nargs="*", default=None, help="proxy-score folder of each retained checkpoint")
+    s.add_argument(
+        "--markers", nargs="+", action="extend", required=True, help="validation marker of each retained checkpoint"
+    )
+    s.add_argument(
+        "--scores", nargs="+", action="extend", required=True, help="final-scores summary.json of each, same order"
+    )
+    s.add_argument(
+        "--proxy-scores",
+        nargs="*",
+        action="extend",
+        default=None,
+        help="proxy-score folder of each retained checkpoint",
+    )
     s.add_argument("--decision-rule", default="", help="the candidate's decision rule (none for a shipped run)")
     s.set_defaults(func=cmd_official)
 
@@ -597,7 +607,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_decision_rule)
 
     s = sub.add_parser("proxy-table", help="proxy scores of a run's checkpoints in one file")
-    s.add_argument("--scores", nargs="+", required=True, help="proxy summary.json of each checkpoint")
+    s.add_argument("--scores", nargs="+", action="extend", required=True, help="proxy summary.json of each checkpoint")
     s.add_argument("--out", required=True, help="proxy.json to write")
     s.set_defaults(func=cmd_proxy_table)
 
@@ -605,21 +615,25 @@ def parser() -> argparse.ArgumentParser:
     for arg in ("--task", "--shipped-official", "--out-dir"):
         s.add_argument(arg, required=True, help=ARG_HELP[arg])
     s.add_argument("--fixed-start-scores", default="", help="omit for a task without a fixed-start reference")
-    s.add_argument("--officials", nargs="+", required=True, help="official.json of each seed's run")
+    s.add_argument("--officials", nargs="+", action="extend", required=True, help="official.json of each seed's run")
     s.add_argument("--published", default="{}", help="JSON: published full-scale references")
     s.add_argument("--n-boot", type=int, default=10_000, help="paired-bootstrap resamples")
     s.add_argument("--proxy-table", default="", help="the official run's proxy.json (explored candidates)")
     s.add_argument(
         "--self-test", default="", help="the task's sandbox self-test (results/sandbox-self-test/<task>.json)"
     )
-    s.add_argument("--audits", nargs="*", default=[], help="audit.json of the official run, then the others")
+    s.add_argument(
+        "--audits", nargs="*", action="extend", default=[], help="audit.json of the official run, then the others"
+    )
     s.set_defaults(func=cmd_final)
 
     s = sub.add_parser("ablation", help="matched ablation: candidate vs shipped, same seeds, rows")
     for arg in ("--task", "--candidate", "--out-dir"):
         s.add_argument(arg, required=True, help=ARG_HELP[arg])
-    s.add_argument("--candidate-officials", nargs="+", required=True, help="official.json per seed")
-    s.add_argument("--shipped-officials", nargs="+", required=True, help="official.json per seed, same order")
+    s.add_argument("--candidate-officials", nargs="+", action="extend", required=True, help="official.json per seed")
+    s.add_argument(
+        "--shipped-officials", nargs="+", action="extend", required=True, help="official.json per seed, same order"
+    )
     s.add_argument("--fixed-start-scores", default="", help="omit for a task without a fixed-start reference")
     s.add_argument("--row-cluster", default="", help="row field naming a row's cluster (soup)")
     s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
@@ -627,7 +641,9 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_ablation)
 
     s = sub.add_parser("campaign", help="a campaign's summary page from its matched ablations")
-    s.add_argument("--ablations", nargs="+", required=True, help="matched-ablation folders, task by task")
+    s.add_argument(
+        "--ablations", nargs="+", action="extend", required=True, help="matched-ablation folders, task by task"
+    )
     s.add_argument("--out-dir", required=True, help="the campaign folder (results/campaign)")
     s.set_defaults(func=cmd_campaign)
 
@@ -640,9 +656,13 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="the task's HTML report (seed and diagnostic figures, checkpoint table)")
     for arg in ("--task", "--final-dir", "--out-html", "--out-table", "--out-seeds", "--out-diagnostics"):
         s.add_argument(arg, required=True, help=ARG_HELP[arg])
-    s.add_argument("--officials", nargs="+", required=True, help="official.json of every run, in report order")
-    s.add_argument("--run-figures", nargs="+", required=True, help="each run's figures folder, same order")
-    s.add_argument("--ablations", nargs="*", default=[], help="matched-ablation folders to show")
+    s.add_argument(
+        "--officials", nargs="+", action="extend", required=True, help="official.json of every run, in report order"
+    )
+    s.add_argument(
+        "--run-figures", nargs="+", action="extend", required=True, help="each run's figures folder, same order"
+    )
+    s.add_argument("--ablations", nargs="*", action="extend", default=[], help="matched-ablation folders to show")
     s.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples")
     s.set_defaults(func=cmd_report)
 
@@ -686,9 +706,10 @@ def parser() -> argparse.ArgumentParser:
         e.add_argument(
             "--configfile",
             nargs="+",
+            action="extend",  # `--configfile a --configfile b` is both (Snakemake's own would keep b)
             default=[],
             help="the --configfile files the workflow runs with, merged over config/config.yaml as "
-            "Snakemake merges them (e.g. config/test.yaml for the tiny runs)",
+            "Snakemake merges them (e.g. config/test.yaml for the tiny runs); given twice, both",
         )
         e.add_argument("--root", default="explore", help="folder of all explorations")
         e.add_argument("--lock", default="explore/.gpu.lock", help="GPU lock file (keep it where the sandbox hides it)")
