@@ -37,6 +37,7 @@ from replaykit.harness.verify import (
     put_back_interrupted,
     restore_set_aside,
     reverify,
+    stamp_applies,
     stamp_of,
 )
 from replaykit.isolation import check_shown_paths
@@ -572,11 +573,15 @@ def receipt_scope():
 
 def receipt_stamp(product):
     """Input function: the stale-receipt stamp of ``product`` (a path pattern with wildcards)
-    when reverify has written one (replaykit.harness.verify.stamp_of), else nothing."""
+    when reverify has written one that applies to this config (replaykit.harness.verify.
+    stamp_of, stamp_applies: a final/ stamp written for another candidate's or seeds'
+    official.json files, by a dry run with another config, does not), else nothing."""
 
     def stamp(w):
-        path = stamp_of(product.format(**dict(w.items())))
-        return [str(path)] if path.is_file() else []
+        path = product.format(**dict(w.items()))
+        task = dict(w.items()).get("task")
+        officials = receipt_scope()[1].get(path) if path.endswith("/final") and task in config["tasks"] else None
+        return [str(stamp_of(path))] if stamp_applies(path, officials) else []
 
     return stamp
 

@@ -751,6 +751,31 @@ def test_check_run_by_hand(tmp_path, monkeypatch):
     assert missing.state == "missing" and missing.invalidates == [str(run2 / "official.json")]
 
 
+def test_a_final_stamp_written_for_another_configs_officials_does_not_apply(tmp_path, monkeypatch):
+    """A dry run with another candidate (new-user trial, 2026-12-05) marked final/ stale, and
+    `status` then said so under the config that built it: final/'s stamp records the
+    official.json files it was found stale against, and applies only to a final/ of those."""
+    from replaykit.harness.verify import check_final, mark_stale, stamp_applies, stamp_of, status_lines
+
+    fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    shipped = "results/t/shipped-seed1/official.json"
+    other = ["results/t/beta-seed1/official.json", shipped]  # the other config's final/ is built from these
+    finding = check_final("results/t/final", other)
+    assert (finding.state, finding.reason) == ("stale", "results/t/beta-seed1/official.json is missing")
+    time.sleep(0.01)  # the stamp newer than final/'s receipt, as a later invocation writes it
+    assert mark_stale([finding], "now", {"results/t/final": other}) == ["results/t/final"]
+    stamp = json.loads(stamp_of("results/t/final").read_text())
+    assert stamp["officials"] == sorted(other)
+    assert stamp_applies("results/t/final", list(reversed(other)))  # the other config: rebuild
+    assert not stamp_applies("results/t/final", [shipped])  # the config that built it: nothing to do
+    assert status_lines("results", ["t"])[1]  # status: final/ as its own summary names it, verified
+    # a stamp for the officials final/ is built from (its receipts were being rebuilt) is reported
+    mark_stale([finding], "now", {"results/t/final": [shipped]})
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and "marked stale by the workflow" in lines[-1] and stamp_applies("results/t/final", [shipped])
+
+
 def test_status_of_an_unknown_task_or_folder_is_refused_and_a_known_task_without_runs_named(tmp_path):
     (tmp_path / "results/gone").mkdir(parents=True)  # runs of a task whose plug-in was removed
     out = status(tmp_path, "dpo", "nosuch")

@@ -226,18 +226,36 @@ def stamp_of(product: str | Path) -> Path:
     return product.parent / STAMPS / product.name
 
 
-def mark_stale(findings: list[Finding], now: str) -> list[str]:
+def mark_stale(findings: list[Finding], now: str, finals: dict | None = None) -> list[str]:
     """Write the stamp (:func:`stamp_of`) of every product a stale or missing receipt
     invalidates, saying which receipts and why; return those products. Nothing is removed:
     Snakemake sees an input newer than the product and rebuilds it, and the rule keeps the
-    current product until its rebuild succeeds."""
+    current product until its rebuild succeeds. A ``final/`` folder's stamp also records the
+    ``official.json`` files the config builds it from (``finals``: ``final/`` -> those files),
+    since its staleness can depend on the config: a stamp written for other files (a dry run
+    with another candidate) does not apply to this config's ``final/`` (:func:`stamp_applies`)."""
     products = list(dict.fromkeys(p for f in findings for p in f.invalidates))
     for product in products:
         why = [f.line() for f in findings if product in f.invalidates]
         stamp = stamp_of(product)
         stamp.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(stamp, json.dumps({"stale_since": now, "receipts": why}, indent=1) + "\n")
+        record = {"stale_since": now, "receipts": why}
+        if finals and str(product) in finals:
+            record["officials"] = sorted(map(str, finals[str(product)]))
+        atomic_write_text(stamp, json.dumps(record, indent=1) + "\n")
     return products
+
+
+def stamp_applies(product: str | Path, officials: list[str] | None = None) -> bool:
+    """Whether ``product``'s stamp (:func:`stamp_of`) exists and marks it stale for a ``final/``
+    built from ``officials``: a stamp that records other ``official.json`` files was written
+    under another config (another candidate or seeds) and is not this one's concern. Without
+    ``officials``, or for a stamp that records none (a run's products), any stamp applies."""
+    stamp = stamp_of(product)
+    if not stamp.is_file():
+        return False
+    recorded = (_json(stamp) or {}).get("officials")
+    return recorded is None or officials is None or sorted(map(str, officials)) == recorded
 
 
 PREVIOUS = ".previous"  # a product set aside: <folder>/.receipts/<name>.previous
@@ -344,7 +362,7 @@ def reverify(runs, finals: dict, *, say=print) -> list[str]:
     bad = [f for f in [*(f for fs in checked.values() for f in fs), *of_finals] if f.state != "verified"]
     for f in bad:
         say(f"receipts: {f.line()}")
-    products = mark_stale(bad, utc_now())
+    products = mark_stale(bad, utc_now(), finals)
     moved = set_aside(bad, say)
     for product in products:
         if Path(product).exists() and product not in moved:
@@ -375,7 +393,11 @@ def _final_status(final_dir: Path, runs: dict[str, list[Finding]], results: Path
             why = "whose receipts are not verified" if inside else f"not a run of {task}"
             return Finding(str(final_dir), "stale", f"built from {run}, {why}", [str(final_dir)])
     stamp, done = stamp_of(final_dir), final_dir / RECEIPT
-    if stamp.is_file() and done.is_file() and stamp.stat().st_mtime_ns > done.stat().st_mtime_ns:
+    if (
+        stamp_applies(final_dir, names)  # one written for other official.json files: another config's
+        and done.is_file()
+        and stamp.stat().st_mtime_ns > done.stat().st_mtime_ns
+    ):
         why = (_json(stamp) or {}).get("receipts") or ["(no reason recorded)"]
         return Finding(str(final_dir), "stale", f"marked stale by the workflow ({stamp}): {why[0]}", [str(final_dir)])
     return verdict
