@@ -14,8 +14,8 @@ rule passes the job's own stderr there, i.e. the terminal Snakemake runs in or t
 job's log), one compact line goes there at most every ``every_s`` seconds and at each
 publication::
 
-    [progress] dpo/shipped-seed42: step 8/24 (33%) loss 0.6931 | elapsed 1m35s,
-    deadline in 2m25s | next checkpoint-16 (published: 8) | log: logs/dpo/shipped-seed42/replay.log
+    [progress] dpo/shipped-seed42: step 8/24 (33%) loss 0.6931 | elapsed 1m52s,
+    deadline in 8m08s | next checkpoint-16 (published: 8) | log: logs/dpo/shipped-seed42/replay.log
 
 The relay never stops training: a line it cannot parse is written to the log unchanged,
 and the pipe is drained to the end whatever the training process writes. It is hardened
