@@ -11,6 +11,7 @@ import contextlib
 import json
 import random
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -288,6 +289,28 @@ def test_rm_recipe_grouped_in_float32_matches_its_plain_run(tiny_mistral, tmp_pa
     finally:
         torch.backends.cuda.enable_cudnn_sdp(True)
     assert all(torch.equal(a[k], e[k]) for k in a)
+
+
+def test_dpo_recipe_trains_past_its_first_step_with_gradient_checkpointing(tiny_mistral, tmp_path):
+    """``full`` checkpoints; TRL's DPOTrainer turns checkpointing off for the reference pass
+    and on again with the Trainer's ``gradient_checkpointing_kwargs`` at every step, so any key
+    there that torch.utils.checkpoint does not take (transformers' ``every_n_layers``) failed
+    the second step (hostile test, 2026-12-05): two steps publish checkpoint-2."""
+    public = tmp_path / "public"
+    public.mkdir()
+    (public / "train_prefs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in varied_pairs(16, seed=3)))
+    request = write_request(
+        tmp_path / "run", tiny_mistral, public, {"max_steps": 2, "save_steps": 2, "gradient_checkpointing": True}
+    )
+    train = recipe_train("dpo")
+    argv = sys.argv
+    sys.argv = ["train.py", "--request", str(request)]
+    try:
+        assert train.main() == 0
+    finally:
+        sys.argv = argv
+    publish = json.loads(open(request).read())["publish_dir"]
+    assert (Path(publish) / "checkpoint-2" / "adapter_model.safetensors").is_file()
 
 
 def test_bfloat16_lora_weights_round_the_full_profile_updates_away(tiny_mistral, tmp_path):

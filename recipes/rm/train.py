@@ -56,6 +56,10 @@ class RewardKnobs(TrainerKnobs):
                                 "rewards, and sdpa keeps its fused causal kernel (1.4x per step on an H200)", default=False)
     micro_batch_tokens: int | None = knob(MICRO_BATCH_TOKENS_HELP, minimum=1, default=None)
     cudnn_attention: bool = knob(CUDNN_ATTENTION_HELP, default=True)
+    gradient_checkpointing_every_n_layers: int = knob(
+        "with gradient_checkpointing: recompute only decoder layers 0, n, 2n, ... (transformers' "
+        "every_n_layers); the others keep their activations. The same arithmetic; a larger n is faster "
+        "and holds more memory. 1: every layer", minimum=1, default=1)
 
 
 def tokenize_pair(tokenizer, row: dict, max_length: int) -> dict:
@@ -104,9 +108,13 @@ def main() -> int:
     peft_config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                              target_modules=lora["target_modules"], modules_to_save=lora["modules_to_save"],
                              bias="none", task_type="SEQ_CLS")
+    every_n = recipe.gradient_checkpointing_every_n_layers
     args = RewardConfig(max_length=None,  # already left-truncated above
                         center_rewards_coefficient=recipe.center_rewards_coefficient,
                         weight_decay=recipe.weight_decay, warmup_steps=recipe.warmup_steps,
+                        # the Trainer pops every_n_layers (transformers 5.17, 5.23); TRL's RewardTrainer
+                        # never re-enables checkpointing with these kwargs (its DPOTrainer does: not there)
+                        gradient_checkpointing_kwargs={"every_n_layers": every_n} if every_n > 1 else None,
                         **training_arguments(session))
     callback = ReplayCallback(session, files=ADAPTER_FILES, log_keys={"accuracy": "accuracy", "margin": "margin"})
     trainer = RecipeRewardTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,

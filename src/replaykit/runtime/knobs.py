@@ -96,11 +96,3 @@ class TrainerKnobs:
     max_steps: int = knob("optimizer steps (progress = step)", minimum=1)
     save_steps: int = knob("publish every N steps, and at the last step (3 retained)", minimum=1)
     gradient_checkpointing: bool = knob("recompute activations in the backward pass (less memory, more time)")
-    gradient_checkpointing_every_n_layers: int = knob(
-        "with gradient_checkpointing: recompute only decoder layers 0, n, 2n, ... (transformers' every_n_layers); "
-        "the others keep their activations. The same arithmetic; a larger n is faster and holds more memory. "
-        "1: every layer",
-        minimum=1,
-        default=1,
-        kw_only=True,  # the recipes' own knobs, without defaults, come after it
-    )

@@ -29,7 +29,7 @@ def training_arguments(session: Session) -> dict:
     every ``save_steps`` (2 trainer states kept for resuming), a log line per step with NaN
     kept visible, no reporting, the GPU when there is one; batch size, accumulation, learning
     rate and schedule, ``max_steps``, ``optim``, ``dtype`` (``bfloat16`` turns on bf16),
-    ``gradient_checkpointing`` (on every ``gradient_checkpointing_every_n_layers``-th decoder layer)."""
+    ``gradient_checkpointing``."""
     import torch
 
     knobs: TrainerKnobs = session.knobs
@@ -44,10 +44,6 @@ def training_arguments(session: Session) -> dict:
         optim=knobs.optim,
         bf16=knobs.dtype == "bfloat16",
         gradient_checkpointing=knobs.gradient_checkpointing,
-        # the Trainer (transformers 5.17 and 5.23 read) pops every_n_layers; the rest go to torch.utils.checkpoint
-        gradient_checkpointing_kwargs=(
-            {"every_n_layers": knobs.gradient_checkpointing_every_n_layers} if knobs.gradient_checkpointing else None
-        ),
         seed=seed,
         data_seed=seed,
         save_strategy="steps",
