@@ -201,6 +201,7 @@ def test_one_device_named_two_ways_is_one_device_with_one_lock(tmp_path, monkeyp
     monkeypatch.setattr(slots.shutil, "which", lambda name: None)  # simulated devices: no driver
     pool = DevicePool.find({"devices": ["01", 1, "1", "002"], "lock_dir": str(tmp_path / "locks")}, env={})
     assert [(d.id, d.key, d.minor) for d in pool.devices] == [("1", "1", 1), ("2", "2", 2)]
+    assert [d.minor for d in DevicePool.find({"devices": ["²", "１"]}, env={}).devices] == [None, None]  # not ASCII
     first = GpuSlot.take(DevicePool.find({"devices": ["01"], "lock_dir": str(tmp_path / "locks")}, env={}), {"id": "a"})
     second = GpuSlot.take(pool, {"id": "b"})
     assert (first.device.id, second.device.id) == ("1", "2")  # device 1 was held
@@ -214,10 +215,18 @@ def test_one_device_named_two_ways_is_one_device_with_one_lock(tmp_path, monkeyp
     )
     pool = DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": "01,GPU-bbbb,0"})
     assert [(d.id, d.key) for d in pool.devices] == [("1", uuids[1]), ("0", uuids[0])]
-    with pytest.raises(InputError, match=r"config: gpus.devices: 2: no such GPU; the driver shows 0 \(GPU-aaaa"):
+    shown = f"the driver shows 0 ({uuids[0]}), 1 ({uuids[1]}): give an index, a GPU UUID or a MIG id"
+    with pytest.raises(InputError) as exc:
         DevicePool.find({"devices": [0, 2]}, env={})
-    with pytest.raises(InputError, match=r"CUDA_VISIBLE_DEVICES: gpus.devices: GPU-cccc: no such GPU"):
-        DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": "GPU-cccc"})
+    assert str(exc.value) == f"config: gpus.devices: '2' names no GPU; {shown}"
+    # what CUDA reads as device 1 (strtoul: a sign, a fraction, a suffix) would be locked under
+    # another name, as would a UUID prefix of both GPUs: refused (hostile test, 2026-12-05)
+    for spelling in ["+1", "1.0", "1e0", "1gpu", "0x1", "١", "GPU-", "GPU-cccc"]:
+        with pytest.raises(InputError) as exc:
+            DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": spelling})
+        what = "names more than one GPU" if spelling == "GPU-" else "names no GPU"
+        assert str(exc.value) == f"environment: CUDA_VISIBLE_DEVICES: {spelling!r} {what}; {shown}"
+    assert [d.key for d in DevicePool.find({"devices": [" 1 "]}, env={}).devices] == [uuids[1]]
     assert [d.minor for d in DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": "MIG-1"}).devices] == [
         None
     ]  # MIG: as given

@@ -103,31 +103,32 @@ def _devices(ids: list[str], physical: list[str] | None = None, source: str = "s
     """The :class:`Device` of each id, matched with the driver's GPUs (by index or UUID
     prefix); ``physical``: the same devices' indices on the node (SLURM's), for the lock.
     Indices are read as numbers (``01`` is ``1``: one device, one lock), and a device named
-    twice (``0,0``, or an index and its UUID) is in the pool once.
+    twice (``0,0``, or an index and its UUID) is in the pool once. Where the driver shows GPUs,
+    an id from the config or ``CUDA_VISIBLE_DEVICES`` must name exactly one of them, or be a
+    MIG id (``MIG-...``): CUDA reads ``+1``, ``1.0`` or ``1gpu`` as device 1, which would
+    otherwise be locked under another name. Without a driver (a CPU-only machine) the ids name
+    simulated devices.
 
     Raises:
-        InputError: with ``source`` ``config`` or ``CUDA_VISIBLE_DEVICES``, an index or a
-            ``GPU-`` UUID that none of the GPUs the driver shows answers to.
+        InputError: with ``source`` ``config`` or ``CUDA_VISIBLE_DEVICES``, an id that names
+            none, or more than one, of the GPUs the driver shows.
     """
     gpus = driver_gpus()
-    ids = [_canonical(dev) for dev in ids]
+    ids = [_canonical(str(dev).strip()) for dev in ids]
     out = []
     for n, dev in enumerate(ids):
-        gpu = next(
-            (
-                g
-                for g in gpus
-                if dev == g["index"] or (g["uuid"] and dev.startswith("GPU-") and g["uuid"].startswith(dev))
-            ),
-            None,
-        )
+        matches = [
+            g for g in gpus if dev == g["index"] or (g["uuid"] and dev.startswith("GPU-") and g["uuid"].startswith(dev))
+        ]
         node = physical[n] if physical and len(physical) == len(ids) else dev
-        if gpu is None and gpus and source != "slurm" and (dev.isdigit() or dev.startswith("GPU-")):
+        if gpus and source != "slurm" and len(matches) != 1 and not dev.startswith("MIG-"):
             shown = ", ".join(f"{g['index']} ({g['uuid']})" for g in gpus)
-            where = "config" if source == "config" else "$CUDA_VISIBLE_DEVICES"
-            raise InputError(where, "gpus.devices", f"{dev}: no such GPU; the driver shows {shown}")
+            what = "names more than one GPU" if matches else "names no GPU"
+            where = ("config", "gpus.devices") if source == "config" else ("environment", "CUDA_VISIBLE_DEVICES")
+            raise InputError(*where, f"{dev!r} {what}; the driver shows {shown}: give an index, a GPU UUID or a MIG id")
+        gpu = matches[0] if len(matches) == 1 else None
         if gpu is None:  # simulated, MIG, or a driver that does not tell
-            minor = int(dev) if dev.isdigit() else None
+            minor = int(dev) if dev.isascii() and dev.isdigit() else None
             out.append(Device(id=dev, key=node, visible=dev, minor=minor))
         else:
             out.append(
