@@ -546,3 +546,39 @@ def test_the_workflow_refuses_a_repeated_configfile_before_any_job(tmp_path):
         "drops the others without a word; give all of them after one --configfile"
     ], out.stdout[-2000:] + out.stderr[-2000:]
     assert "Job stats" not in out.stdout
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        # hostile (2026-12-05): the exponent hint is given only where a number is wanted, and
+        # where the schema's alternatives (a byte count or 'auto') hold one
+        ({"tiny": "1e0"}, "tiny", "'1e0' is not of type 'boolean'"),
+        ({"sandbox_show": "1e3"}, "sandbox_show", "'1e3' is not of type 'array'"),
+        (
+            {"sandbox_limits": {"memory_bytes": "8e9"}},
+            "sandbox_limits.memory_bytes",
+            "'8e9' is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write 8000000000",
+        ),
+        (
+            {"sandbox_limits": {"memory_bytes": None}},
+            "sandbox_limits.memory_bytes",
+            "empty (YAML reads nothing, `~` and `null` as null), should be of type integer or string",
+        ),
+        ({"tiny": 1.0}, "tiny", "1.0 is not of type 'boolean'"),  # not "write a whole number"
+    ],
+)
+def test_type_hints_fit_the_type_the_schema_wants(change, field, message):
+    config = {**default_config(), **change}
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/config.yaml")
+    assert (exc.value.field, exc.value.message) == (field, message)
+
+
+def test_an_exponent_out_of_a_floats_range_gets_no_number_to_write():
+    for text in ("1e400", "1e-400"):
+        config = default_config()
+        config["tasks"]["dpo"]["budget"]["outer_limit_s"] = text
+        with pytest.raises(InputError) as exc:
+            check_config(config, SCHEMA, "config/config.yaml")
+        assert exc.value.message == f"{text!r} is a string in YAML 1.1, and out of a float's range"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import math
 from pathlib import Path
 
 import jsonschema
@@ -294,6 +295,51 @@ _ConfigValidator = jsonschema.validators.extend(
 )
 
 
+_TYPE_CHECKS = ("type", "anyOf", "oneOf", "enum")
+_NULL_WORDS = ("null", "Null", "NULL", "~", "None", "")
+
+
+def _wanted_types(error: jsonschema.ValidationError) -> set[str]:
+    """The JSON types the failed schema (and, for a branch of ``anyOf``/``oneOf``, its
+    alternatives) accepts at the error's place."""
+    types: set[str] = set()
+    node = error
+    while node is not None:
+        schema = node.schema if isinstance(node.schema, dict) else {}
+        for sub in [schema, *schema.get("anyOf", []), *schema.get("oneOf", [])]:
+            kind = sub.get("type") if isinstance(sub, dict) else None
+            types |= set(kind if isinstance(kind, list) else [kind] if kind else [])
+        node = node.parent
+    return types
+
+
+def _type_hint(error: jsonschema.ValidationError, path: list, layers: list[Layer]) -> str | None:
+    """A message naming the likely slip behind a value of the wrong type, or None: a whole
+    number written with a decimal point where an integer is wanted, YAML's null, a number in
+    exponent form that YAML 1.1 leaves a string (``3e2``), a quoted value from ``--config``."""
+    value, wanted = error.instance, _wanted_types(error)
+    numeric = wanted & {"number", "integer"}
+    if isinstance(value, float) and value.is_integer() and "integer" in wanted and "number" not in wanted:
+        return f"{value!r}: write a whole number without a decimal point"
+    if value is None and "null" not in wanted:
+        return f"empty (YAML reads nothing, `~` and `null` as null), should be of type {' or '.join(sorted(wanted))}"
+    if isinstance(value, str) and numeric and EXPONENT_FLOAT.fullmatch(value):
+        number = float(value)
+        underflow = number == 0 and any(c in "123456789" for c in value.lower().split("e")[0])
+        if math.isfinite(number) and not underflow:
+            plain = int(number) if number.is_integer() else number
+            return f"{value!r} is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write {plain!r}"
+        return f"{value!r} is a string in YAML 1.1, and out of a float's range"
+    if isinstance(value, str) and source_of(path, layers, "") == CLI:
+        if value in _NULL_WORDS:
+            return f"{value!r}: --config cannot give a null here; leave the key out for its default"
+        return (
+            f"{error.message} (from --config: write numbers and booleans unquoted, e.g. "
+            '--config \'tasks={"digress": {"seeds": [42, 43]}}\')'
+        )
+    return None
+
+
 def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], default: str) -> InputError:
     """One InputError for a schema violation; an unknown key is named itself, with the keys
     its block defines (and the nearest one, for a typo)."""
@@ -307,22 +353,8 @@ def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], defaul
             close = difflib.get_close_matches(str(extra[0]), allowed, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             message = f"unknown key{hint} (this block takes: {', '.join(allowed)})"
-    elif error.validator == "type" and isinstance(error.instance, float) and error.instance.is_integer():
-        message = f"{error.instance!r}: write a whole number without a decimal point"
-    elif error.validator == "type" and error.instance is None:
-        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        message = f"empty (YAML reads nothing, `~` and `null` as null), should be of type {' or '.join(wanted)}"
-    elif error.validator == "type" and isinstance(error.instance, str) and EXPONENT_FLOAT.fullmatch(error.instance):
-        number = float(error.instance)
-        plain = int(number) if number.is_integer() else number
-        message = (
-            f"{error.instance!r} is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write {plain!r}"
-        )
-    elif error.validator == "type" and isinstance(error.instance, str) and source_of(path, layers, "") == CLI:
-        message += (
-            " (from --config: write numbers and booleans unquoted, e.g. "
-            '--config \'tasks={"digress": {"seeds": [42, 43]}}\')'
-        )
+    elif error.validator in _TYPE_CHECKS and (hint := _type_hint(error, path, layers)):
+        message = hint
     field = ".".join(str(p) for p in path) or None  # None: the config as a whole
     return InputError(source_of(path, layers, default), field, message)
 
