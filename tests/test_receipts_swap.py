@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
@@ -47,14 +48,18 @@ def test_built_aside_swaps_in_whole_and_a_failure_keeps_the_previous(tmp_path):
 def test_a_killed_builders_aside_folder_is_removed_by_the_next_build(tmp_path):
     """SIGKILL inside ``built_aside`` leaves ``.final.new-<pid>@<host>+<ns>-*``; the next build
     removes it once that process is gone, and leaves a live process's, another host's and
-    another pid namespace's (a container with the same host name) alone."""
+    another pid namespace's (a container with the same host name) alone; a host name with a
+    character a folder name cannot hold does not stop the build."""
     import signal
     import socket
     import subprocess
     import sys
 
     target = tmp_path / "final"
-    host = f"{socket.gethostname()}+{os.stat('/proc/self/ns/pid').st_ino}"
+    from replaykit.harness.fileio import _where
+
+    host = _where()  # <host>+<pid namespace>.<boot id>
+    assert host.startswith(f"{socket.gethostname()}+{os.stat('/proc/self/ns/pid').st_ino}.")
     code = (
         "import os, sys, time; from replaykit.harness.fileio import built_aside\n"
         "with built_aside(sys.argv[1]) as new:\n"
@@ -68,15 +73,21 @@ def test_a_killed_builders_aside_folder_is_removed_by_the_next_build(tmp_path):
     assert (tmp_path / killed / "half.json").is_file()  # what a SIGKILL leaves
     live = tmp_path / f".final.new-{os.getpid()}@{host}-live"
     other = tmp_path / f".final.new-{child.pid}@elsewhere.example+1-x"
-    container = tmp_path / f".final.new-{child.pid}@{socket.gethostname()}+1-w"  # its pid 'child.pid' may live
+    container = tmp_path / f".final.new-{child.pid}@{socket.gethostname()}+1.0-w"  # its pid 'child.pid' may live
     old = tmp_path / f".final.old-{child.pid}@{host}-y"
     huge = tmp_path / f".final.new-{2**64}@{host}-z"  # no such pid can be asked about: kept
-    for folder in (live, other, container, old, huge):
+    legacy = tmp_path / f".final.new-{child.pid}@{socket.gethostname()}-v"  # named before the namespace was
+    for folder in (live, other, container, old, huge, legacy):
         folder.mkdir()
     with built_aside(target) as new:
         (new / "summary.json").write_text("1")
     kept = ["final", live.name, other.name, container.name, huge.name]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+    with mock.patch("socket.gethostname", return_value="rack/7"):
+        with built_aside(target) as new:
+            assert "@rack_7+" in new.name
+            (new / "summary.json").write_text("2")
+    assert (target / "summary.json").read_text() == "2"
 
 
 def _umask() -> int:

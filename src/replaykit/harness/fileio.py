@@ -12,6 +12,7 @@ import fnmatch
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -181,13 +182,20 @@ def process_alive(pid: int) -> bool:
 
 
 def _where() -> str:
-    """``<host>+<pid namespace>``: where a pid means one process. Two containers may share a
-    host name; their pid namespaces (the inode of ``/proc/self/ns/pid``) differ."""
+    """``<host>+<pid namespace>.<boot>``: where a pid means one process. Two containers may
+    share a host name, their pid namespaces (the inode of ``/proc/self/ns/pid``) differ; two
+    machines' main namespaces have one inode, their boots (``/proc/sys/kernel/random/boot_id``)
+    differ. Characters a folder name cannot hold become ``_``."""
     try:
         namespace = str(os.stat("/proc/self/ns/pid").st_ino)
     except OSError:
         namespace = "0"
-    return f"{socket.gethostname()}+{namespace}"
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:12]
+    except OSError:
+        boot = "0"
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+    return f"{host}+{namespace}.{boot}"
 
 
 def remove_dead_asides(target: str | Path, kind: str) -> None:
@@ -200,7 +208,8 @@ def remove_dead_asides(target: str | Path, kind: str) -> None:
     prefix = f".{target.name}.{kind}-"
     for sibling in target.parent.glob(glob.escape(prefix) + "*"):
         pid, _, where = sibling.name[len(prefix) :].rsplit("-", 1)[0].partition("@")
-        if where == here and pid.isdigit() and not process_alive(int(pid)):
+        legacy = where == socket.gethostname()  # named before the namespace was (<pid>@<host>)
+        if (where == here or legacy) and pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(sibling, ignore_errors=True)
 
 
