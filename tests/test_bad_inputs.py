@@ -507,6 +507,9 @@ def test_printed_commands_keep_every_config_file():
         (["--config", "tiny=true", "-n", "-C", "seed=1"], "--config"),
         (["--resources", "gpu=1", "--res", "mem_mb=9000"], "--resources"),  # the gpu would be lost
         (["--set-threads", "replay=4", "--set-threads", "score=2"], "--set-threads"),
+        (["-C", "a=1", "-Cb=2"], "--config"),  # attached (second hostile test, 2026-12-05)
+        (["-pC", "a=1", "--config", "b=2"], "--config"),  # after a flag
+        (["-n", "-p", "-C", "a=1", "-F"], None),
         (["--configfile", "a.yaml", "b.yaml", "--config", "x=1", "--", "--configfile"], None),  # once each: fine
         (["--cores", "1", "--cores", "2"], None),  # a single value: the last is meant (argparse's rule)
     ],
@@ -566,6 +569,12 @@ def test_the_workflow_refuses_a_repeated_configfile_before_any_job(tmp_path):
             "empty (YAML reads nothing, `~` and `null` as null), should be of type integer or string",
         ),
         ({"tiny": 1.0}, "tiny", "1.0 is not of type 'boolean'"),  # not "write a whole number"
+        # a number whose plain form has an exponent is written the way YAML 1.1 reads as a float
+        (
+            {"sandbox_limits": {"processes": "1e-05"}},
+            "sandbox_limits.processes",
+            "'1e-05' is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write 1.0e-05",
+        ),
     ],
 )
 def test_type_hints_fit_the_type_the_schema_wants(change, field, message):

@@ -227,6 +227,14 @@ def test_one_device_named_two_ways_is_one_device_with_one_lock(tmp_path, monkeyp
         what = "names more than one GPU" if spelling == "GPU-" else "names no GPU"
         assert str(exc.value) == f"environment: CUDA_VISIBLE_DEVICES: {spelling!r} {what}; {shown}"
     assert [d.key for d in DevicePool.find({"devices": [" 1 "]}, env={}).devices] == [uuids[1]]
+    # SLURM renumbers a job's devices from 0: its device 0 is the node's GPU 1 (SLURM_STEP_GPUS),
+    # not the driver's GPU 0 (second hostile test, 2026-12-05)
+    env = {"SLURM_JOB_ID": "7", "SLURM_STEP_GPUS": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    assert [(d.id, d.key, d.visible) for d in DevicePool.find({}, env=env).devices] == [("0", uuids[1], uuids[1])]
+    env = {"SLURM_JOB_ID": "7", "CUDA_VISIBLE_DEVICES": "0"}  # no node index given: not matched by index
+    assert [(d.key, d.uuid) for d in DevicePool.find({}, env=env).devices] == [("0", None)]
+    with pytest.raises(InputError, match="names no GPU"):  # not int()'s digit limit
+        DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": "9" * 5000})
     assert [d.minor for d in DevicePool.find({}, env={"CUDA_VISIBLE_DEVICES": "MIG-1"}).devices] == [
         None
     ]  # MIG: as given

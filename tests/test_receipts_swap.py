@@ -76,12 +76,13 @@ def test_a_killed_builders_aside_folder_is_removed_by_the_next_build(tmp_path):
     container = tmp_path / f".final.new-{child.pid}@{socket.gethostname()}+1.0-w"  # its pid 'child.pid' may live
     old = tmp_path / f".final.old-{child.pid}@{host}-y"
     huge = tmp_path / f".final.new-{2**64}@{host}-z"  # no such pid can be asked about: kept
-    legacy = tmp_path / f".final.new-{child.pid}@{socket.gethostname()}-v"  # named before the namespace was
+    # named before the namespace was: its pid may be another container's live process (second hostile test)
+    legacy = tmp_path / f".final.new-{child.pid}@{socket.gethostname()}-v"
     for folder in (live, other, container, old, huge, legacy):
         folder.mkdir()
     with built_aside(target) as new:
         (new / "summary.json").write_text("1")
-    kept = ["final", live.name, other.name, container.name, huge.name]
+    kept = ["final", live.name, other.name, container.name, huge.name, legacy.name]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
     with mock.patch("socket.gethostname", return_value="rack/7"):
         with built_aside(target) as new:

@@ -322,15 +322,21 @@ def _type_hint(error: jsonschema.ValidationError, path: list, layers: list[Layer
     if isinstance(value, float) and value.is_integer() and "integer" in wanted and "number" not in wanted:
         return f"{value!r}: write a whole number without a decimal point"
     if value is None and "null" not in wanted:
-        return f"empty (YAML reads nothing, `~` and `null` as null), should be of type {' or '.join(sorted(wanted))}"
+        null = "empty (YAML reads nothing, `~` and `null` as null)"
+        if wanted:
+            return f"{null}, should be of type {' or '.join(sorted(wanted))}"
+        return f"{null}, should be one of {error.validator_value!r}" if error.validator == "enum" else None
     if isinstance(value, str) and numeric and EXPONENT_FLOAT.fullmatch(value):
         number = float(value)
         underflow = number == 0 and any(c in "123456789" for c in value.lower().split("e")[0])
-        if math.isfinite(number) and not underflow:
-            plain = int(number) if number.is_integer() else number
-            return f"{value!r} is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write {plain!r}"
-        return f"{value!r} is a string in YAML 1.1, and out of a float's range"
-    if isinstance(value, str) and source_of(path, layers, "") == CLI:
+        if not math.isfinite(number) or underflow:
+            return f"{value!r} is a string in YAML 1.1, and out of a float's range"
+        plain = repr(int(number)) if number.is_integer() else repr(number)
+        if "e" in plain:  # 1e-05, which YAML 1.1 reads as a string again: 1.0e-05
+            mantissa, exponent = plain.split("e")
+            plain = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent}"
+        return f"{value!r} is a string in YAML 1.1 (an exponent needs a dot and a sign: 3.0e+2): write {plain}"
+    if isinstance(value, str) and error.validator == "type" and source_of(path, layers, "") == CLI:
         if value in _NULL_WORDS:
             return f"{value!r}: --config cannot give a null here; leave the key out for its default"
         return (
@@ -563,7 +569,8 @@ def check_repeated_options(argv: list[str]) -> None:
     Snakemake's parser keeps the last occurrence's values and drops the earlier ones without a
     word (``--configfile a.yaml --configfile b.yaml`` reads b.yaml only; ``--resources gpu=1
     --resources mem_mb=9000`` loses the gpu). Long options match as argparse matches them
-    (``--opt=value``, a unique prefix such as ``--configf``); short ones (``-C``) exactly.
+    (``--opt=value``, a unique prefix such as ``--configf``), short ones also attached or
+    after flags (``-Cb=2``, ``-pC a=1``).
 
     Raises:
         InputError: ``command line: <option>: given N times ...``.
@@ -577,6 +584,7 @@ def check_repeated_options(argv: list[str]) -> None:
         a for a in actions if a.option_strings and a.nargs in ("+", "*") and not isinstance(a, argparse._AppendAction)
     ]
     longs = {name: a for a in actions for name in a.option_strings if name.startswith("--")}
+    shorts = {name: a for a in actions for name in a.option_strings if len(name) == 2}
     seen: dict[int, list[str]] = {}
     for token in argv:
         if token == "--":
@@ -584,11 +592,19 @@ def check_repeated_options(argv: list[str]) -> None:
         name = token.split("=", 1)[0]
         if name.startswith("--"):
             prefixed = {id(a): a for n, a in longs.items() if n.startswith(name)}
-            action = longs.get(name) or (next(iter(prefixed.values())) if len(prefixed) == 1 else None)
+            found = [longs.get(name) or (next(iter(prefixed.values())) if len(prefixed) == 1 else None)]
+        elif token.startswith("-") and len(token) > 1:
+            found = []  # -C a=1, -Cb=2, -pC a=1: flags, then at most one option that takes a value
+            for char in token[1:]:
+                action = shorts.get(f"-{char}")
+                found.append(action)
+                if action is None or action.nargs != 0:
+                    break
         else:
-            action = next((a for a in listed if name in a.option_strings), None)
-        if action in listed:
-            seen.setdefault(id(action), []).append(token)
+            found = []
+        for action in found:
+            if action in listed:
+                seen.setdefault(id(action), []).append(token)
     for action in listed:
         given = seen.get(id(action), [])
         if len(given) > 1:

@@ -202,14 +202,14 @@ def remove_dead_asides(target: str | Path, kind: str) -> None:
     """Remove the folders ``.<name>.<kind>-<pid>@<host>+<ns>-*`` beside ``target``
     (:func:`aside_dir`) that a process of this host and pid namespace left and that is gone
     (killed before it cleaned up: SIGKILL, power loss). A live process's, another host's or
-    another pid namespace's (a container's) are kept."""
+    another pid namespace's (a container's) are kept, and so are those named before the pid
+    namespace was (``<pid>@<host>-*``): their pid cannot be told from another container's."""
     target = Path(target)
     here = _where()
     prefix = f".{target.name}.{kind}-"
     for sibling in target.parent.glob(glob.escape(prefix) + "*"):
         pid, _, where = sibling.name[len(prefix) :].rsplit("-", 1)[0].partition("@")
-        legacy = where == socket.gethostname()  # named before the namespace was (<pid>@<host>)
-        if (where == here or legacy) and pid.isdigit() and not process_alive(int(pid)):
+        if where == here and pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(sibling, ignore_errors=True)
 
 

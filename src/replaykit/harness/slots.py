@@ -96,7 +96,7 @@ class Device:
 
 def _canonical(dev: str) -> str:
     """An index as CUDA reads it (``01`` and ``1`` name one device); a UUID as given."""
-    return str(int(dev)) if dev.isascii() and dev.isdigit() else dev
+    return (dev.lstrip("0") or "0") if dev.isascii() and dev.isdigit() else dev
 
 
 def _devices(ids: list[str], physical: list[str] | None = None, source: str = "slurm") -> tuple[Device, ...]:
@@ -115,12 +115,18 @@ def _devices(ids: list[str], physical: list[str] | None = None, source: str = "s
     """
     gpus = driver_gpus()
     ids = [_canonical(str(dev).strip()) for dev in ids]
+    aligned = bool(physical) and len(physical) == len(ids)
     out = []
     for n, dev in enumerate(ids):
+        # on SLURM the job's indices are renumbered from 0 (its cgroup's devices): the driver's
+        # node-wide index of the same device is SLURM's own (physical), else not known
+        index = dev if source != "slurm" else _canonical(physical[n]) if aligned else None
         matches = [
-            g for g in gpus if dev == g["index"] or (g["uuid"] and dev.startswith("GPU-") and g["uuid"].startswith(dev))
+            g
+            for g in gpus
+            if index == g["index"] or (g["uuid"] and dev.startswith("GPU-") and g["uuid"].startswith(dev))
         ]
-        node = physical[n] if physical and len(physical) == len(ids) else dev
+        node = physical[n] if aligned else dev
         if gpus and source != "slurm" and len(matches) != 1 and not dev.startswith("MIG-"):
             shown = ", ".join(f"{g['index']} ({g['uuid']})" for g in gpus)
             what = "names more than one GPU" if matches else "names no GPU"
