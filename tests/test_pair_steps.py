@@ -217,18 +217,22 @@ def count_checkpointed_calls():
         modeling_utils.checkpoint = real
 
 
-def run_rm_recipe(request) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    train = recipe_train("rm")
+def run_recipe(task: str, request) -> Path:
+    """Run ``recipes/<task>/train.py --request <request>`` in this process; its publish folder."""
+    train = recipe_train(task)
     argv = sys.argv
     sys.argv = ["train.py", "--request", str(request)]
     try:
         assert train.main() == 0
     finally:
         sys.argv = argv
-    publish = json.loads(open(request).read())["publish_dir"]
-    return load_file(f"{publish}/checkpoint-2/adapter_model.safetensors")
+    return Path(json.loads(open(request).read())["publish_dir"])
+
+
+def run_rm_recipe(request) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(run_recipe("rm", request) / "checkpoint-2/adapter_model.safetensors")
 
 
 def test_rm_recipe_grouped_in_float32_matches_its_plain_run(tiny_mistral, tmp_path):
@@ -302,15 +306,7 @@ def test_dpo_recipe_trains_past_its_first_step_with_gradient_checkpointing(tiny_
     request = write_request(
         tmp_path / "run", tiny_mistral, public, {"max_steps": 2, "save_steps": 2, "gradient_checkpointing": True}
     )
-    train = recipe_train("dpo")
-    argv = sys.argv
-    sys.argv = ["train.py", "--request", str(request)]
-    try:
-        assert train.main() == 0
-    finally:
-        sys.argv = argv
-    publish = json.loads(open(request).read())["publish_dir"]
-    assert (Path(publish) / "checkpoint-2" / "adapter_model.safetensors").is_file()
+    assert (run_recipe("dpo", request) / "checkpoint-2" / "adapter_model.safetensors").is_file()
 
 
 def test_bfloat16_lora_weights_round_the_full_profile_updates_away(tiny_mistral, tmp_path):
