@@ -72,6 +72,38 @@ def test_config_errors_name_the_field(change, field, message):
     assert message in exc.value.message
 
 
+SOUP_MODEL = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain_epochs": 1, "heldout_per_class": 4}
+
+
+@pytest.mark.parametrize(
+    "entry, field, message",
+    [
+        # found while testing the salt (2026-12-05): "... is not valid under any of the given schemas"
+        ({**SOUP_MODEL, "n_ingredients": 1}, "models.m.n_ingredients", "1 is less than the minimum of 2"),
+        ({**SOUP_MODEL, "seed": "0"}, "models.m.seed", "'0' is not of type 'integer'"),
+        ({**SOUP_MODEL, "threads": 0}, "models.m.threads", "0 is less than the minimum of 1"),
+        (
+            {**SOUP_MODEL, "builder": "soup-digitz"},
+            "models.m.builder",
+            "'soup-digitz' is not one of ['soup-digits', 'qm9pack', 'ddpo-digits', 'tiny-llama']",
+        ),
+        ({"builder": "qm9pack", "wheel": "qm9pack"}, "models.m", "'version' is a required property"),
+        ({"builder": "tiny-llama", "seed": 0, "layers": 2}, "models.m.layers", "unknown key"),
+        # nothing says which kind of entry was meant: the schema's own words
+        ({"seed": 0}, "models.m", "{'seed': 0} is not valid under any of the given schemas"),
+    ],
+)
+def test_a_models_entry_names_what_is_wrong_in_the_kind_it_is(entry, field, message):
+    """A ``models`` entry is one of several kinds (a wheel, or a builder's spec): the error
+    names the field within the kind its ``builder`` (or its keys) say it is."""
+    config = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
+    config["models"]["m"] = entry
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/test.yaml")
+    assert (exc.value.path, exc.value.field) == ("config/test.yaml", field)
+    assert exc.value.message.startswith(message), exc.value.message
+
+
 def test_a_workdir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.md").write_text("x")

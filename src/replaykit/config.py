@@ -346,6 +346,55 @@ def _type_hint(error: jsonschema.ValidationError, path: list, layers: list[Layer
     return None
 
 
+def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """For a mapping that matches no branch of an ``anyOf``/``oneOf`` (a ``models`` entry), the
+    error inside the branch it was meant for, so that the message says what is wrong there
+    (``n_ingredients: 1 is less than the minimum of 2``) rather than "not valid under any of the
+    given schemas"; ``error`` itself when no one branch is meant. jsonschema's ``best_match``
+    does not choose here, since every branch takes a mapping.
+
+    The branch meant is the one with the most of the mapping's keys among its ``properties``
+    (less a half for each required ``enum``/``const`` key the mapping leaves out), among those
+    whose ``enum``/``const`` keys (``builder: soup-digits``) the mapping satisfies; when the
+    mapping satisfies none, and one key is what they all disagree on, the error names that key
+    and every branch's choices for it."""
+    while error.validator in ("anyOf", "oneOf") and error.context and isinstance(error.instance, dict):
+        branches: dict[int, list[jsonschema.ValidationError]] = {}
+        for sub in error.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        scores, missed = {}, {}
+        for index, errors in branches.items():
+            wrong = [e for e in errors if e.validator in ("enum", "const") and len(e.relative_path) == 1]
+            for e in wrong:
+                missed.setdefault(e.relative_path[0], []).append(e)
+            if wrong or any(e.validator == "type" and not e.relative_path for e in errors):
+                continue  # its discriminator (or the mapping's own type) does not match
+            branch = error.validator_value[index]
+            known = branch.get("properties", {})
+            if score := sum(key in known for key in error.instance):
+                # a required discriminator left out (`builder`) makes the branch less likely meant
+                left_out = [k for k in branch.get("required", []) if k not in error.instance]
+                scores[index] = score - 0.5 * sum({"enum", "const"} & set(known.get(k, {})) != set() for k in left_out)
+        best = [index for index, score in scores.items() if score == max(scores.values())]
+        if len(best) == 1:
+            error = jsonschema.exceptions.best_match(branches[best[0]])
+        elif not scores and len(missed) == 1:  # `builder: soup-digitz`: every builder's choices
+            (key, errors), choices = next(iter(missed.items())), []
+            for e in errors:
+                for choice in e.validator_value if e.validator == "enum" else [e.validator_value]:
+                    choices += [choice] if choice not in choices else []
+            return jsonschema.ValidationError(
+                f"{error.instance[key]!r} is not one of {choices!r}",
+                validator="enum",
+                validator_value=choices,
+                instance=error.instance[key],
+                path=[*error.absolute_path, key],
+            )
+        else:
+            return error
+    return error
+
+
 def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], default: str) -> InputError:
     """One InputError for a schema violation; an unknown key is named itself, with the keys
     its block defines (and the nearest one, for a typo)."""
@@ -442,7 +491,7 @@ def check_config(
     schema = config_schema(schema_file, config)
     error = jsonschema.exceptions.best_match(_ConfigValidator(schema).iter_errors(config))
     if error is not None:
-        raise _schema_error(error, layers, source)
+        raise _schema_error(_branch_error(error), layers, source)
     _check_paths(config, layers, source)
     from .tasks import get_task
 
