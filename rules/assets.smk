@@ -13,10 +13,11 @@ rule fixed_start_model:
         "../envs/replaykit.yaml"
     params:
         spec=lambda w: json.dumps(config["models"][w.model], sort_keys=True),
-        final_salt=get_builder_salt,
+        final_salt_fingerprint=get_builder_salt_fingerprint,
     shell:
         "python -m replaykit fixed-start --spec {params.spec:q} --out {output.model}"
-        " --manifest {output.manifest} --final-salt={params.final_salt:q} > {log} 2>&1"
+        " --manifest {output.manifest}"
+        " --final-salt-fingerprint={params.final_salt_fingerprint:q} > {log} 2>&1"
 
 
 rule assets:
@@ -39,7 +40,7 @@ rule assets:
             {
                 "data": task_cfg(w)["data"],
                 "fixed_start_sha256": task_cfg(w).get("fixed_start_sha256"),
-                "final_salt": config["final_salt"],
+                "final_salt_fingerprint": FINAL_SALT_FINGERPRINT,
             },
             sort_keys=True,
         ),

@@ -32,6 +32,7 @@ from replaykit.harness.yamlfile import check_plain_numbers
 from replaykit.harness.fileio import wait_for_paths
 from replaykit.harness.hashing import sha256_file
 from replaykit.harness.joblogs import failure_lines
+from replaykit.harness.salt import ENV as SALT_ENV, fingerprint as salt_fingerprint
 from replaykit.harness.slots import SETTINGS_ENV
 from replaykit.harness.verify import (
     put_back_interrupted,
@@ -144,6 +145,15 @@ def provenance_for_jobs(layers, tiny):
 WORKFLOW_ENV = shlex.quote(
     json.dumps(provenance_for_jobs(_layers, config["tiny"]), sort_keys=True)
 ).translate({ord("{"): "{{", ord("}"): "}}"})
+# The final-split salt reaches the two jobs that draw with it (fixed_start_model, assets) in
+# their environment: every job inherits this process's, and a cluster job's snakemake reads
+# the same config and sets it again. Never a parameter or a command line, which Snakemake
+# records in .snakemake/ and prints; the rules take its fingerprint (replaykit.harness.salt).
+FINAL_SALT_FINGERPRINT = salt_fingerprint(config["final_salt"])
+if config["final_salt"]:
+    os.environ[SALT_ENV] = config["final_salt"]
+else:
+    os.environ.pop(SALT_ENV, None)
 # Tiny runs (config/test.yaml) are kept apart from real ones: the workflow works in `workdir`
 # (results/, logs/, benchmarks/, .snakemake/ there); relative paths of the config stay relative
 # to where snakemake started. `--directory` on the command line wins, as in Snakemake.
@@ -219,12 +229,14 @@ def get_fixed_start_private(w):
     return f"results/models/{fs}.private.json" if fs in config.get("models", {}) else []
 
 
-def get_builder_salt(w):
-    """The final-split salt, for a builder that draws a held-out split (its spec has
-    heldout_per_class); other fixed starts do not depend on it, so it never rebuilds them.
+def get_builder_salt_fingerprint(w):
+    """The final-split salt's fingerprint, for a builder that draws a held-out split (its spec
+    has heldout_per_class); other fixed starts do not depend on it, so it never rebuilds them.
     """
     return (
-        config["final_salt"] if "heldout_per_class" in config["models"][w.model] else ""
+        FINAL_SALT_FINGERPRINT
+        if "heldout_per_class" in config["models"][w.model]
+        else ""
     )
 
 

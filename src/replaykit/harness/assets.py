@@ -11,7 +11,7 @@ from .fileio import atomic_write_json, read_json
 from .fixed_start import source_of
 from .hashing import sha256_file, sha256_tree, tree_files
 from .provenance import git_commit, library_versions, utc_now
-from .salt import note, salted_seed
+from .salt import from_environment, note, salted_seed
 
 
 def build_assets(
@@ -29,11 +29,13 @@ def build_assets(
     ``plugin`` is the task's plug-in (:class:`replaykit.tasks.contract.TaskPlugin`: its
     ``build_assets``). ``public`` and ``hidden`` lie inside the manifest's folder (the manifest lists files
     relative to it). ``cfg`` is the task's config block: its ``data`` goes to the task's
-    builder (the hidden split's ``hidden_seed`` salted with ``final_salt``); a
-    ``fixed_start_sha256`` pins the fixed start's tree hash. Returns the manifest.
+    builder (the hidden split's ``hidden_seed`` salted with the operator's ``final_salt``,
+    which comes in the environment and must match ``final_salt_fingerprint``:
+    :func:`.salt.from_environment`); a ``fixed_start_sha256`` pins the fixed start's tree hash.
+    Returns the manifest.
 
-    Raises :class:`InputError` when the fixed start is not a model directory or its tree
-    hash differs from the pinned one, and what the task's builder raises.
+    Raises :class:`InputError` when the fixed start is not a model directory, its tree hash
+    differs from the pinned one or the salt did not come, and what the task's builder raises.
     """
     out = Path(manifest).parent
     fixed_start = Path(fixed_start)
@@ -48,7 +50,7 @@ def build_assets(
     tree = sha256_tree(fixed_start)
     if pin and pin != tree:
         raise InputError(fixed_start, "sha256", f"tree hash {tree} differs from the pinned {pin}")
-    salt = cfg.get("final_salt", "")
+    salt = from_environment(cfg.get("final_salt_fingerprint", ""), "--cfg's final_salt_fingerprint")
     data = dict(cfg["data"])
     if "hidden_seed" in data:  # the final split's draw: unknowable without the salt
         data["hidden_seed"] = salted_seed(data["hidden_seed"], salt)

@@ -57,6 +57,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .limits import Confinement, Limits
+from .salt import ENV as SALT_ENV
 
 MODES = ("bwrap", "none")
 INSTALL_HINT = (
@@ -331,8 +332,8 @@ class IsolationPlan:
         ``env``, ``TMPDIR`` pointed at the empty ``/tmp``; ``none``: ``env`` as is). bwrap's own
         processes are visible inside the sandbox (``/proc/1/environ`` is bwrap's reaper), so
         the filter applies to bwrap itself: pass this to ``Popen(env=...)``."""
-        if self.mode != "bwrap":
-            return dict(env)
+        if self.mode != "bwrap":  # no sandbox: all but the final-split salt (never to candidates)
+            return {name: value for name, value in env.items() if name != SALT_ENV}
         out = allowed_env(env)
         if "TMPDIR" in out:
             out["TMPDIR"] = "/tmp"
