@@ -197,6 +197,41 @@ def test_a_shown_config_file_system_folder_or_exploration_is_refused_by_both_pla
     assert private in replay_plan(task, work, {**SETTINGS, "sandbox_show": [str(work / "later")]}).read_only
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_a_hard_link_to_a_secret_in_a_shown_folder_is_refused_by_both_plans(work, task, monkeypatch):
+    """A hard link is the same file under another name, so comparing paths let it through
+    (hostile, 2026-12-02, left open until 2026-12-05): a shown folder holding a hard link to
+    the private config file (``final_salt``) or to a task's hidden split file. Both plans
+    refuse it, found by inode; a copy of the bytes is another file (an operator's act no path
+    or inode rule can see). A folder with an ordinary file of the same name still passes."""
+    private = work / "private"
+    private.mkdir()
+    salt = private / "salt.yaml"
+    salt.write_text("final_salt: s3cret\n")
+    hidden = Path(f"results/{task}/assets/hidden/items.jsonl").resolve()
+    hidden.write_text('{"id": "final-1"}\n')
+    shown = work / "opt"
+    (shown / "deep").mkdir(parents=True)
+    settings = {**SETTINGS, "sandbox_show": [str(shown)]}
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(salt)]}))
+    (shown / "deep" / "salt.yaml").write_text("final_salt: other\n")  # same name, another file
+    assert shown in replay_plan(task, work, settings).read_only
+    (shown / "deep" / "salt.yaml").unlink()
+    for secret in (salt, hidden):
+        link = shown / "deep" / f"copy-of-{secret.name}"
+        os.link(secret, link)
+        message = f"{link} is a hard link to {secret}, which the sandbox never shows"
+        with pytest.raises(InputError) as exc:
+            replay_plan(task, work, settings)
+        assert exc.value.field == "sandbox_show" and exc.value.message.startswith(message), exc.value.message
+        ex = exploration(task, work, settings, config_files=(salt,))
+        with pytest.raises(InputError) as exc:
+            probe_plan(ex, ex.dir / "runs" / "probe-1")
+        assert exc.value.message.startswith(message), exc.value.message
+        shutil.rmtree(ex.dir)
+        link.unlink()
+
+
 def cli_settings():
     from replaykit.isolation import Settings
 

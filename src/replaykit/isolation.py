@@ -319,7 +319,51 @@ def declared(
                 f"{path} {relation} the config file {config}, which can hold final_salt; keep config "
                 "files out of shown paths",
             )
+    _check_hard_links(paths, key, source, workdirs, config_files)
     return paths
+
+
+def _check_hard_links(
+    paths: list[Path], key: str, source: str, workdirs: tuple[Path, ...], config_files: tuple[Path, ...]
+) -> None:
+    """Refuse a file inside ``paths`` that is a hard link to a file the sandbox never shows:
+    a config file in use (``final_salt``), a task's hidden split or a builder's private file
+    (``results/<task>/assets/hidden/``, ``results/models/*.private.json`` of the working
+    directory and ``workdirs``). Paths are compared above; a hard link is the same file under
+    another name, so it is found by device and inode. Only a secret with more than one link
+    is looked for, so the shown trees are walked only then.
+
+    Raises:
+        InputError: ``<source>: <key>: <file> is a hard link to <secret> ...``.
+    """
+    secrets = [Path(c) for c in config_files]
+    for root in {w.resolve() for w in (Path.cwd(), *workdirs)}:
+        secrets += [Path(f) for f in glob.glob(str(root / "results/*/assets/hidden/**"), recursive=True)]
+        secrets += [Path(f) for f in glob.glob(str(root / "results/models/*.private.json"))]
+    linked = {}
+    for secret in secrets:
+        try:
+            info = secret.stat()
+        except OSError:
+            continue
+        if info.st_nlink > 1 and secret.is_file():
+            linked[(info.st_dev, info.st_ino)] = secret
+    if not linked:
+        return
+    for path in paths:
+        for found in [path] if not path.is_dir() else (p for p in path.rglob("*")):
+            try:
+                info = found.lstat()
+            except OSError:
+                continue
+            secret = linked.get((info.st_dev, info.st_ino))
+            if secret is not None:
+                raise InputError(
+                    source,
+                    key,
+                    f"{found} is a hard link to {secret}, which the sandbox never shows (a config file "
+                    "or a hidden split); remove the link or keep it out of shown paths",
+                )
 
 
 def _held_working_directory(path: Path, workdirs: tuple[Path, ...]) -> Path | None:
