@@ -275,6 +275,55 @@ def test_a_pythonpath_folder_is_shown_by_neither_plan(work, task, monkeypatch):
 
 
 @pytest.mark.parametrize("task", TASKS)
+def test_search_paths_in_the_sandbox_name_only_what_the_plan_shows(work, task):
+    """Both plans' environments (the caller's before it: the operator's, or an exploring
+    agent's): ``PYTHONPATH``, ``LD_LIBRARY_PATH`` and ``PATH`` keep the entries in the plan's
+    software (the Python environment, the system's folders, what ``sandbox_show`` names, the
+    folders on the way to them) and drop the others -- the name of an operator's folder, a copy
+    of a hidden split (the names were seen in the sandbox; hostile, 2026-12-02), a relative
+    entry, a masked split, and a shown data folder: the public split, or the probe's own
+    run folder, from which the frozen proxy scorer would load an agent's ``sitecustomize.py``
+    or ``libgomp.so.1``. Checked in the replay's plan by a real process for soup."""
+    operator, cuda = work / "operator", work / "cuda"
+    (cuda / "lib").mkdir(parents=True)
+    operator.mkdir()
+    hidden = Path(f"results/{task}/assets/hidden").resolve()
+    public = Path(f"results/{task}/assets/public").resolve()
+    settings = {**SETTINGS, "sandbox_show": [str(cuda)]}
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{venv_bin}:/usr/bin:{operator}:.:bin:/bin",
+        "PYTHONPATH": f"{operator}:{work / 'datasets' / 'final'}:{hidden}:{cuda}:{public}",
+        "LD_LIBRARY_PATH": f"{cuda / 'lib'}:{operator}:{public}",
+        "HOME": str(work / "home"),
+    }
+    ex = exploration(task, work, settings)
+    probe = ex.dir.resolve() / "runs" / "probe-1"
+    for plan in (replay_plan(task, work, settings), probe_plan(ex, ex.dir / "runs" / "probe-1")):
+        assert public in plan.read_only
+        inner = plan.environment({**env, "LD_LIBRARY_PATH": f"{env['LD_LIBRARY_PATH']}:{probe}"})
+        assert inner["PATH"] == f"{venv_bin}:/usr/bin:/bin"
+        assert inner["PYTHONPATH"] == str(cuda)
+        assert inner["LD_LIBRARY_PATH"] == str(cuda / "lib")
+        assert "LD_LIBRARY_PATH" not in plan.environment({**env, "LD_LIBRARY_PATH": str(operator)})
+    if task == "soup":
+        plan = replay_plan(task, work, settings)
+        run = Path("results/soup/shipped-seed42/workspace")
+        run.mkdir(parents=True)
+        show = "import os; print(os.environ['PYTHONPATH'], os.environ['PATH'], os.environ['LD_LIBRARY_PATH'])"
+        result = subprocess.run(
+            plan.argv([sys.executable, "-c", show], chdir=run.resolve()),
+            cwd=run,
+            env=plan.environment(env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0 and str(operator) not in result.stdout, result.stdout + result.stderr
+        assert result.stdout.split() == [str(cuda), f"{venv_bin}:/usr/bin:/bin", str(cuda / "lib")]
+
+
+@pytest.mark.parametrize("task", TASKS)
 def test_a_sys_path_folder_holding_a_config_file_is_refused_by_both_plans(work, task, monkeypatch):
     """The same kind without PYTHONPATH: a folder put on sys.path by the environment (a ``.pth``
     file written into site-packages) that holds a config file in use is refused by both plans,

@@ -373,9 +373,9 @@ def test_only_allowed_environment_variables_reach_the_sandbox(tmp_path):
     """A token in the operator's environment is cleared, also from what bwrap's own reaper
     (pid 1 inside) shows in /proc/1/environ; thread counts, CUDA switches and the probe's
     REPLAYKIT_RUN_DIR pass with their values; a name like a key is cleared even under an
-    allowed pattern (NVIDIA_API_KEY)."""
+    allowed pattern (NVIDIA_API_KEY); PATH loses the folder the plan does not show."""
     env = {
-        "PATH": os.environ["PATH"],
+        "PATH": "/opt/operator/bin:/usr/bin:/bin",
         "HF_TOKEN": "hf_secret",
         "AWS_SECRET_ACCESS_KEY": "k",
         "SLURM_JOB_ID": "7",
@@ -395,7 +395,7 @@ def test_only_allowed_environment_variables_reach_the_sandbox(tmp_path):
     assert result.returncode == 0, result.stderr
     inside, reaper = map(json.loads, result.stdout.splitlines())
     assert inside == {
-        "PATH": os.environ["PATH"],
+        "PATH": "/usr/bin:/bin",  # a search path keeps the system's and the plan's software (none here)
         "OMP_NUM_THREADS": "3",
         "CUDA_VISIBLE_DEVICES": "0",
         "REPLAYKIT_RUN_DIR": "/x",

@@ -224,7 +224,8 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     workdirs = (Path(settings.results).parent,)  # an exploration plans from where snakemake starts
     configs = tuple(Path(f).resolve() for f in settings.config_files or workflow_config_paths())
     named += declared(data_paths(task, data), f"tasks.{task}.data", workdirs=workdirs, config_files=configs)
-    named += declared(_real(map(Path, settings.show)), "sandbox_show", workdirs=workdirs, config_files=configs)
+    shown_by_name = declared(_real(map(Path, settings.show)), "sandbox_show", workdirs=workdirs, config_files=configs)
+    named += shown_by_name
     # the frozen scorer verifies every registered plug-in's files; candidate code needs its own
     plugins = [r for roots in frozen_code().plugin_roots().values() for r in roots] if run.frozen_only else []
     # sys.path entries outside the environment's prefixes (a .pth file's folder, which anyone
@@ -241,8 +242,10 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     masks += [cwd] if cwd != Path("/") else []  # empty and read-only, but for what is named inside it
     spelled = [*run.read_only, run.fixed_start, run.public_dir, *run.writable]
     links = python_links() + [link for p in spelled for link in links_to(p)]
+    software = [p for p in dict.fromkeys([*environment, *shown_by_name]) if p in shown]
     return IsolationPlan(
         mode=settings.mode,
+        software=tuple(software),
         read_only=tuple(shown),
         writable=tuple(writable),
         masked=tuple(dict.fromkeys(masks)),

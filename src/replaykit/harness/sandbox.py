@@ -148,6 +148,12 @@ ENV_ALLOWED = (
     "REPLAYKIT_REQUEST",
     "REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH",  # publish.FAULT_ENV: the recovery tests' fault injection
 )
+# Search paths of the allowed variables: inside the sandbox each keeps only the absolute entries
+# in the system's folders and the plan's software (IsolationPlan.environment), so that no name
+# of an unshown folder (an operator's PYTHONPATH, a copy of a hidden split) reaches candidate
+# code, and no entry makes the frozen scorer load code from a shown data folder (an exploring
+# agent's PYTHONPATH or LD_LIBRARY_PATH on its own checkpoint).
+SEARCH_PATHS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
 ENV_DENIED = ("*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "*AUTH*")
 
 
@@ -285,6 +291,9 @@ class IsolationPlan:
         devices: device files passed through; None: every ``/dev/nvidia*`` (the GPU slots of
             a job are a later refinement of this field).
         limits: the job's resource limits (:mod:`.limits`); None: none.
+        software: the shown paths that hold programs and libraries (the Python environment,
+            the frozen package and plug-ins' code, what ``sandbox_show`` names), the only ones
+            besides the system's that a search path (:data:`SEARCH_PATHS`) may name inside.
     """
 
     mode: str
@@ -294,6 +303,7 @@ class IsolationPlan:
     links: tuple[tuple[str, Path], ...] = ()
     devices: tuple[str, ...] | None = None
     limits: Limits | None = None
+    software: tuple[Path, ...] = ()
 
     def confine(self) -> Confinement:
         """The enforcement of :attr:`limits` for one job started under this plan (its
@@ -329,15 +339,37 @@ class IsolationPlan:
 
     def environment(self, env) -> dict[str, str]:
         """The environment to start the sandboxed command with (``bwrap``: :func:`allowed_env` of
-        ``env``, ``TMPDIR`` pointed at the empty ``/tmp``; ``none``: ``env`` as is). bwrap's own
-        processes are visible inside the sandbox (``/proc/1/environ`` is bwrap's reaper), so
-        the filter applies to bwrap itself: pass this to ``Popen(env=...)``."""
+        ``env``, ``TMPDIR`` pointed at the empty ``/tmp``, each of :data:`SEARCH_PATHS` cut to
+        the entries inside the system's folders and :attr:`software`; ``none``: ``env`` as is,
+        but the final-split salt). bwrap's own processes are visible inside the sandbox
+        (``/proc/1/environ`` is bwrap's reaper), so the filter applies to bwrap itself: pass
+        this to ``Popen(env=...)``."""
         if self.mode != "bwrap":  # no sandbox: all but the final-split salt (never to candidates)
             return {name: value for name, value in env.items() if name != SALT_ENV}
         out = allowed_env(env)
         if "TMPDIR" in out:
             out["TMPDIR"] = "/tmp"
+        for name in SEARCH_PATHS:
+            if name in out:
+                kept = [e for e in out[name].split(os.pathsep) if os.path.isabs(e) and self._on_the_way(Path(e))]
+                if kept:
+                    out[name] = os.pathsep.join(dict.fromkeys(kept))
+                else:
+                    del out[name]
         return out
+
+    def _on_the_way(self, path: Path) -> bool:
+        """Whether ``path`` (absolute) lies inside the system's folders or one of
+        :attr:`software`, or holds one of those (a folder the mounts make on the way), and is
+        not masked: what a search path (:data:`SEARCH_PATHS`) inside the sandbox may name. A
+        shown data folder (a checkpoint, the workspace, a run's folder) is no such place: on
+        ``PYTHONPATH`` or ``LD_LIBRARY_PATH`` its files would be loaded as code by the frozen
+        scorer."""
+        real = Path(os.path.realpath(path))
+        if any(inside(real, Path(m)) for m in self.masked):
+            return False
+        software = [*self.software, *(Path(os.path.realpath(d)) for d in SYSTEM_DIRS)]
+        return any(inside(real, s) for s in software) or any(inside(s, real) for s in self.software)
 
     def argv(self, command: list[str], chdir: str | Path) -> list[str]:
         """``command`` run under this plan, started in ``chdir`` (which must be visible).
