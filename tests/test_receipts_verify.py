@@ -851,3 +851,36 @@ def test_status_vouches_for_a_final_only_through_runs_of_its_own_task(tmp_path, 
     assert status_lines("results", ["t"])[0][-1] == (
         "  results/t/final: stale: its summary names no official.json hashes"
     )
+
+
+def test_status_tells_a_running_replay_from_a_stopped_one(tmp_path, monkeypatch):
+    """A run with published checkpoints and no record (new user, 2026-12-03: ``status`` said
+    "not replayed yet" while the replay trained, and after it was killed): its attempts file
+    tells which -- seen alive within a minute (the driver writes every 5 s), ended with a
+    cause, or never ended (the driver killed) -- and how many checkpoints a rerun resumes from."""
+    from replaykit.harness.verify import status_lines, unrecorded
+
+    monkeypatch.chdir(tmp_path)
+    run = Path("results/dpo/shipped-seed42")
+    for progress in (8, 16):
+        (run / "replay" / f"checkpoint-{progress}").mkdir(parents=True)
+    assert unrecorded(run, now=1000.0) == "not replayed yet (2 checkpoints published)"
+    attempt = {"attempt": 1, "started_unix": 900.0, "last_seen_unix": 997.0, "ended_unix": None}
+    attempt.update(exit=None, cause="unknown", cause_detail="no end recorded yet")
+    (run / "replay-attempts.json").write_text(json.dumps([attempt]))
+    assert unrecorded(run, now=1000.0) == "replaying now (attempt 1, seen 3 s ago; 2 checkpoints published)"
+    assert unrecorded(run, now=1057.0).startswith("replaying now (attempt 1, seen 60 s ago")
+    assert unrecorded(run, now=1058.0) == (
+        "stopped before its record (attempt 1: no end recorded: its driver was killed, or its machine lost; "
+        "2 checkpoints published); running the workflow again resumes it"
+    )
+    ended = {**attempt, "attempt": 2, "ended_unix": 998.0, "exit": 130, "cause": "platform", "cause_detail": "SIGINT"}
+    (run / "replay-attempts.json").write_text(json.dumps([attempt, ended]))
+    assert unrecorded(run, now=1000.0) == (
+        "stopped before its record (attempt 2: SIGINT; 2 checkpoints published); running the workflow again resumes it"
+    )
+    lines, ok = status_lines("results")
+    assert not ok and lines == [
+        "dpo/shipped-seed42: missing (0 of 1 receipts verified)",
+        f"  {run / 'replay' / 'record.json'}: missing: {unrecorded(run)}",
+    ]

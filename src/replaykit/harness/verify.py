@@ -403,6 +403,41 @@ def _final_status(final_dir: Path, runs: dict[str, list[Finding]], results: Path
     return verdict
 
 
+# A replay driver records that its attempt is alive every 5 s (replay.HEARTBEAT_S); one not
+# seen for this long is not running (or its machine cannot reach this folder).
+ALIVE_S = 60.0
+
+
+def unrecorded(run_dir: Path, now: float | None = None) -> str:
+    """Why a run whose ``replay/`` exists has no record, from ``replay-attempts.json`` and the
+    published checkpoints: ``replaying now`` (its current attempt was seen alive within
+    :data:`ALIVE_S`), ``stopped before its record`` (the cause of the last attempt's end, or no
+    end recorded: a driver killed), or ``not replayed yet``; with the checkpoints published so
+    far, which a rerun of the workflow resumes from."""
+    import time
+
+    from .attempts import FILE, OPEN_DETAIL
+
+    now = time.time() if now is None else now
+    try:
+        attempts = json.loads((run_dir / FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        attempts = []
+    last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else None
+    published = len([p for p in (run_dir / "replay").glob("checkpoint-*") if p.is_dir()])
+    checkpoints = f"{published} checkpoint{'s' if published != 1 else ''} published"
+    if last is None:
+        return "not replayed yet" + (f" ({checkpoints})" if published else "")
+    number = last.get("attempt", len(attempts))  # 1 for the first
+    seen = last.get("last_seen_unix") or last.get("started_unix")
+    if last.get("ended_unix") is None and isinstance(seen, (int, float)) and now - seen <= ALIVE_S:
+        return f"replaying now (attempt {number}, seen {now - seen:.0f} s ago; {checkpoints})"
+    why = last.get("cause_detail") or last.get("cause") or OPEN_DETAIL
+    if last.get("ended_unix") is None:  # the driver never recorded its end
+        why = "no end recorded: its driver was killed, or its machine lost"
+    return f"stopped before its record (attempt {number}: {why}; {checkpoints}); running the workflow again resumes it"
+
+
 def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[list[str], bool]:
     """What is verified, stale or missing, per run and per ``final/``, from the receipts alone
     (nothing is rebuilt, removed or cached; every file is hashed, the runs' hash caches unread).
@@ -426,7 +461,7 @@ def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[l
             entries.append(
                 (
                     f"{task_dir.name}/{run_dir.name}",
-                    findings or [Finding(str(run_dir / "replay" / "record.json"), "missing", "not replayed yet")],
+                    findings or [Finding(str(run_dir / "replay" / "record.json"), "missing", unrecorded(run_dir))],
                 )
             )
         final_dir = task_dir / "final"
