@@ -617,7 +617,7 @@ OTHER_INSTANCE = workflow.is_main_process and any(
 if OTHER_INSTANCE:
     print(
         "receipts: not re-verified: another Snakemake instance holds this folder's lock "
-        "(.snakemake/locks/)",
+        f"({os.path.relpath(Path('.snakemake/locks').resolve(), LAUNCH_DIR)}/)",
         file=sys.stderr,
     )
 
