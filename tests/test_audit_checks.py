@@ -375,6 +375,23 @@ def test_a_final_item_behind_a_nul_byte_or_raw_bytes_is_found(tmp_path):
         assert result["evidence"] == [f"{ex / 'runs/probe-1.log'}:{line}: final item hidden-0001 (token: hidden-0001)"]
 
 
+def test_a_final_item_in_a_proxy_scoring_log_is_found(tmp_path):
+    """Hostile (2026-12-05): code an agent slipped into the frozen proxy scorer printed the
+    rebuilt final split into ``proxy/<k>/log.txt`` (and a failed scoring writes no receipt),
+    and the audit, which searched ``workspace/``, ``runs/`` and the receipts only, said
+    none_found. The proxy folders are searched too."""
+    from replaykit.harness.audit.exposure import exploration_check
+
+    items, public = dpo_like(tmp_path)
+    ex, receipts = _exploration(tmp_path, b"step 1 loss 0.7\n")
+    assert exploration_check(ex, items, public, receipts)["result"] == "pass"
+    (ex / "proxy/2").mkdir(parents=True)
+    (ex / "proxy/2/log.txt").write_text("validate ok\nrebuilt: hidden-0001\n")
+    result = exploration_check(ex, items, public, receipts)
+    assert result["result"] == "fail"
+    assert result["evidence"] == [f"{ex / 'proxy/2/log.txt'}:2: final item hidden-0001 (token: hidden-0001)"]
+
+
 def test_a_probe_log_changed_since_its_probe_or_too_large_leaves_the_search_inconclusive(tmp_path, monkeypatch):
     """The log's SHA-256 in the receipt is checked: an edited log is not what the probe printed,
     so its clean search proves nothing; a log over the log size limit (the probe chooses its

@@ -283,7 +283,10 @@ def test_search_paths_in_the_sandbox_name_only_what_the_plan_shows(work, task):
     of a hidden split (the names were seen in the sandbox; hostile, 2026-12-02), a relative
     entry, a masked split, and a shown data folder: the public split, or the probe's own
     run folder, from which the frozen proxy scorer would load an agent's ``sitecustomize.py``
-    or ``libgomp.so.1``. Checked in the replay's plan by a real process for soup."""
+    (hostile, 2026-12-05: it rebuilt digress's test split there) or ``libgomp.so.1``. Any other
+    allowed variable naming a path (``CUDA_INJECTION64_PATH``, a kernel cache) passes only
+    when the path is in the software or a folder the run writes. Checked in the replay's plan
+    by a real process for soup."""
     operator, cuda = work / "operator", work / "cuda"
     (cuda / "lib").mkdir(parents=True)
     operator.mkdir()
@@ -306,6 +309,17 @@ def test_search_paths_in_the_sandbox_name_only_what_the_plan_shows(work, task):
         assert inner["PYTHONPATH"] == str(cuda)
         assert inner["LD_LIBRARY_PATH"] == str(cuda / "lib")
         assert "LD_LIBRARY_PATH" not in plan.environment({**env, "LD_LIBRARY_PATH": str(operator)})
+        # any other variable naming a path: only in the software or a folder the run writes
+        cache = plan.writable[0] / "compile-cache"
+        paths = {"CUDA_INJECTION64_PATH": f"{public}/inject.so", "TRITON_CACHE_DIR": f"{public}/cache"}
+        paths.update(TORCHINDUCTOR_CACHE_DIR=str(cache), CUDA_HOME=str(cuda), CUDA_MODULE_LOADING="LAZY")
+        inner = plan.environment({**env, **paths})
+        assert "CUDA_INJECTION64_PATH" not in inner and "TRITON_CACHE_DIR" not in inner
+        assert (inner["TORCHINDUCTOR_CACHE_DIR"], inner["CUDA_HOME"], inner["CUDA_MODULE_LOADING"]) == (
+            str(cache),
+            str(cuda),
+            "LAZY",
+        )
     if task == "soup":
         plan = replay_plan(task, work, settings)
         run = Path("results/soup/shipped-seed42/workspace")

@@ -152,7 +152,11 @@ ENV_ALLOWED = (
 # in the system's folders and the plan's software (IsolationPlan.environment), so that no name
 # of an unshown folder (an operator's PYTHONPATH, a copy of a hidden split) reaches candidate
 # code, and no entry makes the frozen scorer load code from a shown data folder (an exploring
-# agent's PYTHONPATH or LD_LIBRARY_PATH on its own checkpoint).
+# agent's PYTHONPATH or LD_LIBRARY_PATH on its own checkpoint). Every other allowed variable
+# that names a path (CUDA_INJECTION64_PATH, which CUDA loads as a library; TRITON_CACHE_DIR and
+# TORCHINDUCTOR_CACHE_DIR, whose files are loaded as code) passes only when each path lies
+# there or in a folder the plan lets the run write (HOME, TMPDIR, TZ and the harness's own
+# REPLAYKIT_ variables aside).
 SEARCH_PATHS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
 ENV_DENIED = ("*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "*AUTH*")
 
@@ -340,7 +344,8 @@ class IsolationPlan:
     def environment(self, env) -> dict[str, str]:
         """The environment to start the sandboxed command with (``bwrap``: :func:`allowed_env` of
         ``env``, ``TMPDIR`` pointed at the empty ``/tmp``, each of :data:`SEARCH_PATHS` cut to
-        the entries inside the system's folders and :attr:`software`; ``none``: ``env`` as is,
+        the entries inside the system's folders and :attr:`software`, any other variable naming
+        a path elsewhere but in :attr:`writable` dropped; ``none``: ``env`` as is,
         but the final-split salt). bwrap's own processes are visible inside the sandbox
         (``/proc/1/environ`` is bwrap's reaper), so the filter applies to bwrap itself: pass
         this to ``Popen(env=...)``."""
@@ -356,7 +361,17 @@ class IsolationPlan:
                     out[name] = os.pathsep.join(dict.fromkeys(kept))
                 else:
                     del out[name]
+        for name, value in list(out.items()):
+            if name in SEARCH_PATHS or name in ("HOME", "TMPDIR", "TZ") or name.startswith("REPLAYKIT_"):
+                continue
+            places = [Path(e) for e in value.split(os.pathsep) if os.path.isabs(e)]
+            if not all(self._on_the_way(e) or self._writable(e) for e in places):
+                del out[name]  # CUDA_INJECTION64_PATH, TRITON_CACHE_DIR on a shown data folder
         return out
+
+    def _writable(self, path: Path) -> bool:
+        real = Path(os.path.realpath(path))
+        return any(inside(real, Path(w)) for w in self.writable)
 
     def _on_the_way(self, path: Path) -> bool:
         """Whether ``path`` (absolute) lies inside the system's folders or one of

@@ -224,10 +224,11 @@ def _found_in(files: list[Path], items: list[Item], public: Public) -> list[str]
 
 
 def exploration_files(ex_dir: Path) -> tuple[list[Path], list[str], list[str]]:
-    """The exploration's files searched (workspace, probe run folders and their logs, receipts
-    with their commands), those left out as too large, and the probe logs left out (see
-    :func:`_searchable`)."""
-    roots = [ex_dir / "workspace", ex_dir / "runs"]
+    """The exploration's files searched (workspace, probe run folders and their logs, the proxy
+    scorings' folders -- their logs included, those of a scoring that failed and wrote no
+    receipt too --, receipts with their commands), those left out as too large, and the probe
+    logs left out (see :func:`_searchable`)."""
+    roots = [ex_dir / "workspace", ex_dir / "runs", ex_dir / "proxy"]
     files = [ex_dir / "receipts.jsonl", ex_dir / "submission.json"]
     files += sorted(p for r in roots for p in tree_paths(r) if p.is_file() and not p.is_symlink())
     return _searchable(files, frozenset((ex_dir / "runs").glob("*.log")))
