@@ -91,6 +91,13 @@ def test_explore_greedy_submit_and_formal_replay_are_linked(work):
     coefficients = json.loads((checkpoint / "coefficients.json").read_text())
     assert coefficients["method"] == "greedy"
 
+    # a folder of the exploration that is no checkpoint-N: refused before any scoring starts
+    # (hostile, 2026-12-05: the frozen loader's ValueError, and a proxy folder left behind)
+    before = sorted((ex / "proxy").iterdir())
+    for folder in (ex / "runs", checkpoint.parent):
+        line = one_error_line(rk(work, "explore", "proxy", str(folder), "-e", str(ex), check=False))
+        assert line == f"error: {folder}: not a checkpoint directory (a published checkpoint-N folder)"
+    assert sorted((ex / "proxy").iterdir()) == before
     rk(work, "explore", "proxy", str(checkpoint), "-e", str(ex))
     receipt = receipts(ex)[-1]
     # independent call of the frozen evaluator on the same checkpoint and proxy items
@@ -233,6 +240,31 @@ def wait_started(ex: Path, probe_id: str) -> None:
         time.sleep(0.1)
 
 
+def test_submit_waits_for_no_one_but_refuses_while_its_own_probe_runs(work):
+    """Hostile (2026-12-05): ``explore submit`` succeeded while a probe of the same exploration
+    still ran, and that probe's receipt and checkpoint were added after the submission. Submit
+    now refuses while the exploration's own probe holds the GPU lock (one line, naming it),
+    and holds the lock itself while it submits; another exploration's probe does not stop it."""
+    rk(work, "explore", "soup", "--name", "busy")
+    rk(work, "explore", "soup", "--name", "other")
+    busy, other = work / "explore/soup/busy", work / "explore/soup/other"
+    for ex in (busy, other):
+        config = ex / "workspace/configs/embedded.yaml"
+        config.write_text(config.read_text().replace("method: uniform ", "method: greedy  "))
+    running = probe(work, busy, 6)
+    wait_started(busy, "probe-1")
+    line = one_error_line(rk(work, "explore", "submit", "-e", str(busy), check=False))
+    assert line.endswith(
+        ": lock: probe-1 of this exploration still runs (it holds the GPU lock): wait for it to end, then submit"
+    )
+    assert not (busy / "submission.json").exists()
+    rk(work, "explore", "submit", "-e", str(other), "--patches", str(work / "other-patches"))
+    assert running.wait(60) == 0, running.stderr.read()
+    rk(work, "explore", "submit", "-e", str(busy), "--patches", str(work / "busy-patches"))
+    submitted = json.loads((busy / "submission.json").read_text())
+    assert [r["id"] for r in submitted["receipts"]] == [r["id"] for r in receipts(busy)] == ["probe-1"]
+
+
 def test_probes_after_the_lock_file_is_deleted_on_the_host_are_recorded_and_waits_counted(work):
     rk(work, "explore", "soup", "--name", "rmlock")
     ex = work / "explore/soup/rmlock"
@@ -269,6 +301,30 @@ def test_probes_after_the_lock_file_is_deleted_on_the_host_are_recorded_and_wait
     submission = json.loads((ex / "submission.json").read_text())
     assert submission["probes"] == 5 and submission["probe_waits"] == 2
     assert sorted(submission["lock_replaced"]) == ["probe-4", "probe-5"]  # in the order they ended
+
+
+def test_a_budget_past_a_year_or_a_failed_start_leaves_no_folder(work, monkeypatch):
+    """Hostile (2026-12-05): ``--budget-s inf`` and ``1e300`` ended in tracebacks (JSON has no
+    infinity; no clock reaches 1e300 s) and left a half-made folder without a record, which
+    then held the name. Now both are one line, like ``nan`` and ``-5``; and a start that fails
+    after its folder is made removes that folder, so the name stays free."""
+    from replaykit.exploration import record
+
+    for budget in ("inf", "1e300", "nan", "-5", "31536001"):
+        line = one_error_line(rk(work, "explore", "soup", "--name", "huge", "--budget-s", budget, check=False))
+        assert line == (
+            f"error: --budget-s: budget_s: must be > 0 and at most 31536000 seconds (a year), got {float(budget)!r}"
+        )
+        assert not (work / "explore/soup/huge").exists()
+    monkeypatch.chdir(work)
+
+    def broken(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(record, "build_workspace", broken)
+    with pytest.raises(OSError, match="No space left"):
+        record.start("soup", "huge", budget_s=60)
+    assert not (work / "explore/soup/huge").exists()
 
 
 def test_the_budget_stops_probes_and_only_submit_works_after_it(work):

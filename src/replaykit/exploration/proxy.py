@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -100,6 +101,8 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, 
     resolved = Path(checkpoint).resolve() if checkpoint else ex.last_checkpoint().resolve()
     if not resolved.is_dir() or ex.dir.resolve() not in resolved.parents:
         raise InputError(checkpoint, None, f"not a checkpoint directory inside {ex.dir}")
+    if not re.fullmatch(r"checkpoint-\d+", resolved.name):  # the frozen loader reads N from the name
+        raise InputError(checkpoint, None, "not a checkpoint directory (a published checkpoint-N folder)")
     digest = sha256_tree(resolved)
     out = ex.new_dir("proxy", "").resolve()
     who = {"exploration": str(ex.dir), "id": f"proxy-{out.name}"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -66,11 +67,17 @@ def load_config(configfiles: list[str | Path], task: str) -> tuple[dict, list[di
     return config, [{"path": str(f), "sha256": sha256_file(f)} for f in files]
 
 
+# the most a budget may be, as the config's budgets (config/schema.yaml: a year)
+MAX_BUDGET_S = 31_536_000
+
+
 def _budget_s(cfg: dict, budget_s: float | None) -> float:
     if budget_s is None:
         budget_s = float(cfg["budget"]["outer_limit_s"]) * BUDGET_FRACTION
-    if not budget_s > 0:
-        raise InputError("--budget-s", "budget_s", f"must be > 0 seconds, got {budget_s!r}")
+    if not 0 < budget_s <= MAX_BUDGET_S:  # nan and inf too: a deadline must be a time of day
+        raise InputError(
+            "--budget-s", "budget_s", f"must be > 0 and at most {MAX_BUDGET_S} seconds (a year), got {budget_s!r}"
+        )
     return float(budget_s)
 
 
@@ -100,11 +107,10 @@ def _check_assets(paths: dict, configfiles: list[dict]) -> None:
 
 
 def _lay_out(out: Path, recipe: str, lock: Path) -> None:
-    """Create the exploration's folder: frozen-code record, fresh workspace, runs/, proxy/,
-    an empty receipts file, and the lock file."""
+    """Fill the exploration's new folder ``out``: frozen-code record, fresh workspace, runs/,
+    proxy/, an empty receipts file, and the lock file."""
     from ..tasks import frozen_code
 
-    out.mkdir(parents=True)
     atomic_write_json(out / "frozen-code.json", frozen_code().record())
     build_workspace(recipe, out / "workspace", out / "workspace.json")
     (out / "runs").mkdir()
@@ -147,6 +153,20 @@ def start(
     out, lock = Path(root) / task / name, Path(lock)
     if out.exists():
         raise InputError(out, "--name", "an exploration of this name exists already (choose another --name)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir()
+    except FileExistsError:
+        raise InputError(out, "--name", "an exploration of this name exists already (choose another --name)") from None
+    try:
+        return _begin(out, lock, task, name, config, cfg, paths, files, budget_s)
+    except BaseException:  # a half-made folder would hold the name without a record: none yet
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _begin(out: Path, lock: Path, task: str, name: str, config: dict, cfg: dict, paths: dict, files, budget_s) -> dict:
+    """Lay out ``out`` and write its record: the budget's clock starts."""
     _lay_out(out, paths["recipe"], lock)
     started = time.time()
     info = {

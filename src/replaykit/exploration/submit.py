@@ -14,6 +14,7 @@ from pathlib import Path
 from ..harness.errors import InputError
 from ..harness.fileio import atomic_write_json, tree_paths
 from ..harness.hashing import sha256_file, sha256_tree, tree_files
+from ..harness.lock import FileLock
 from ..harness.provenance import utc_now
 from ..harness.submission import sidecar
 from ..harness.workspace import build_workspace, special_entries
@@ -87,12 +88,31 @@ def submit(exploration: Exploration, patches_dir: str | Path = "patches") -> dic
     in s, the receipts).
 
     Raises:
-        InputError: already submitted; the shipped recipe changed since the start; files that
-            are not code or config (named); no change to submit; the patch file exists.
+        InputError: already submitted; a probe or proxy scoring of this exploration still runs
+            (it holds the GPU lock; the submission holds it too, so none starts meanwhile); the
+            shipped recipe changed since the start; files that are not code or config (named);
+            no change to submit; the patch file exists.
     """
     info, ex = exploration.info, exploration
     if (ex.dir / "submission.json").exists():
         raise InputError(ex.dir / "submission.json", None, "already submitted")
+    lock = FileLock(info["lock"], {"exploration": str(ex.dir), "id": "submit"})
+    if lock.try_acquire():
+        with lock:  # no probe or proxy scoring of this exploration starts while it is submitted
+            return _submit(ex, patches_dir)
+    holder = lock.waited_for or {}
+    if holder.get("exploration") == str(ex.dir):  # its own probe or scoring runs now
+        raise InputError(
+            info["lock"],
+            "lock",
+            f"{holder.get('id', 'a probe')} of this exploration still runs (it holds the GPU lock): "
+            "wait for it to end, then submit",
+        )
+    return _submit(ex, patches_dir)  # another exploration's run holds it: none of this one runs
+
+
+def _submit(ex: Exploration, patches_dir: str | Path) -> dict:
+    info = ex.info
     recipe = Path(info["recipe"])
     if sha256_tree(recipe) != info["recipe_sha256"]:
         raise InputError(recipe, "recipe_sha256", "the shipped recipe changed since the exploration started")
