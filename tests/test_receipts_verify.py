@@ -884,3 +884,49 @@ def test_status_tells_a_running_replay_from_a_stopped_one(tmp_path, monkeypatch)
         "dpo/shipped-seed42: missing (0 of 1 receipts verified)",
         f"  {run / 'replay' / 'record.json'}: missing: {unrecorded(run)}",
     ]
+
+
+def test_an_audit_edited_after_final_is_tampered_for_status_and_not_shown_as_the_audit(tmp_path, monkeypatch):
+    """Hostile (2026-12-05): ``agent_behaviour`` set to none_found by hand in a run's
+    ``audit.json`` (it was confirmed); ``audit`` printed the edit and exited 0, and ``status``
+    said ``final/`` verified although ``final/summary.json`` records another SHA-256 of that
+    file. Both now compare the file with the hash ``final/`` recorded, for the official run's
+    audit and the others'."""
+    from replaykit.audit import show
+    from replaykit.harness.audit.checks import SECTIONS
+    from replaykit.harness.verify import check_final
+
+    fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    audit = Path("results/t/shipped-seed1/audit.json")
+    sections = {s: {"verdict": "none_found", "evidence": [], "checks": []} for s in SECTIONS}
+    sections["agent_behaviour"] = {"verdict": "confirmed", "evidence": ["submitted early"], "checks": []}
+    audit.write_text(json.dumps(sections))
+    final = Path("results/t/final")
+    summary = json.loads((final / "summary.json").read_text())
+    summary["audit"] = {"run": "shipped-seed1", "path": str(audit), "sha256": file_sha(audit), "others": []}
+    (final / "summary.json").write_text(json.dumps(summary))
+    officials = ["results/t/shipped-seed1/official.json"]
+    assert check_final(final, officials).state == "verified"
+    lines, confirmed = show("t", None, "results")
+    assert confirmed and lines[1:] == [
+        f"  {s}: {sections[s]['verdict']}" + (" -- submitted early" if s == "agent_behaviour" else "") for s in SECTIONS
+    ]
+    recorded = file_sha(audit)
+    sections["agent_behaviour"] = {"verdict": "none_found", "evidence": [], "checks": []}
+    audit.write_text(json.dumps(sections))
+    finding = check_final(final, officials)
+    assert finding.state == "tampered" and finding.reason == (
+        f"{audit}: not the audit final/ was made with (its hash differs from summary.json's)"
+    )
+    lines, confirmed = show("t", None, "results")
+    assert confirmed and lines == [
+        f"t/shipped-seed1 ({audit}):",
+        f"  {audit}: edited since final/ was made (SHA-256 {file_sha(audit)[:12]}, final/summary.json recorded "
+        f"{recorded[:12]}): its verdicts are not the audit's; rebuild it with snakemake (`--forcerun audit`)",
+    ]
+    # another run's audit, recorded under "others", is checked the same way
+    summary["audit"] = {"run": "x", "path": "results/t/x/audit.json", "sha256": "0" * 64, "others": []}
+    summary["audit"]["others"] = [{"run": "shipped-seed1", "path": str(audit), "sha256": recorded}]
+    (final / "summary.json").write_text(json.dumps(summary))
+    assert check_final(final, officials).reason.startswith("results/t/x/audit.json: not the audit")

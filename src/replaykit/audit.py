@@ -64,9 +64,23 @@ def runs_to_show(task: str, run: str | None, results: str | Path = "results") ->
     return [r for r in [first] if r in runs] + [r for r in runs if r != first]
 
 
+def _recorded_sha256(task_dir: Path, run: str) -> str | None:
+    """The SHA-256 ``final/summary.json`` recorded for ``run``'s ``audit.json`` (None when
+    ``final/`` names no audit of that run)."""
+    audit = (read_json_or_none(task_dir / "final" / "summary.json") or {}).get("audit") or {}
+    for entry in [audit, *(audit.get("others") or [])]:
+        if isinstance(entry, dict) and entry.get("run") == run and isinstance(entry.get("sha256"), str):
+            return entry["sha256"]
+    return None
+
+
 def show(task: str, run: str | None, results: str | Path = "results") -> tuple[list[str], bool]:
     """Each run's four verdicts with their first evidence line (from its ``audit.json``, else
-    computed now from the receipts with the default inputs) and whether any is confirmed."""
+    computed now from the receipts with the default inputs) and whether any is confirmed, or
+    an ``audit.json`` differs from the hash ``final/summary.json`` recorded of it (edited
+    after ``final/`` was made: its verdicts are not shown as the audit's)."""
+    from .harness.hashing import sha256_file
+
     lines, confirmed = [], False
     names = runs_to_show(task, run, results)
     if not names:  # as ``status``: not an error, and nothing confirmed
@@ -75,6 +89,16 @@ def show(task: str, run: str | None, results: str | Path = "results") -> tuple[l
         path = Path(results) / task / name / "audit.json"
         doc = read_json_or_none(path)
         source = str(path)
+        recorded = _recorded_sha256(Path(results) / task, name)
+        if doc is not None and recorded is not None and sha256_file(path) != recorded:
+            lines.append(f"{task}/{name} ({path}):")
+            lines.append(
+                f"  {path}: edited since final/ was made (SHA-256 {sha256_file(path)[:12]}, "
+                f"final/summary.json recorded {recorded[:12]}): its verdicts are not the audit's; "
+                "rebuild it with snakemake (`--forcerun audit`)"
+            )
+            confirmed = True
+            continue
         if doc is None:
             if run is None and not (Path(results) / task / name / "replay" / "record.json").is_file():
                 continue

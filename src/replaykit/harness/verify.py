@@ -182,7 +182,8 @@ def check_final(
 def _final_mismatch(final_dir: Path, summary: dict, root: Path, cache: HashCache) -> str | None:
     """What of ``final/`` disagrees with the ``official.json`` files it names (their hashes
     already checked): the headline (value, uncertainty, progress, checkpoint), each seed's value,
-    and ``report.md`` against the hash the summary recorded when it was rendered. An edited
+    each run's ``audit.json`` and ``report.md`` against the hashes the summary recorded when it
+    was made. An edited
     number is found; the hashes are unkeyed, so one who rewrites every file and hash of the
     chain is not (docs/audit.md)."""
     headline = summary.get("official") or {}
@@ -209,6 +210,13 @@ def _final_mismatch(final_dir: Path, summary: dict, root: Path, cache: HashCache
             return (
                 f"summary.json: seed {entry.get('seed')}: value {entry.get('value')!r} is not {entry.get('official')}'s"
             )
+    audit = summary.get("audit") or {}
+    for entry in [audit, *(audit.get("others") or [])]:
+        path, digest = entry.get("path"), entry.get("sha256")
+        if isinstance(path, str) and isinstance(digest, str):
+            file = Path(path) if Path(path).is_absolute() else root / path
+            if not file.is_file() or cache.file(file) != digest:
+                return f"{path}: not the audit final/ was made with (its hash differs from summary.json's)"
     report = final_dir / "report.md"
     if "report_sha256" in summary and (not report.is_file() or cache.file(report) != summary["report_sha256"]):
         return "report.md: not the report rendered with summary.json (its hash differs)"

@@ -205,7 +205,9 @@ def audit_summary(paths: list[str | Path]) -> dict | None:
         "path": str(path),
         "sha256": sha256_file(path),
         "sections": {name: doc[name] for name in SECTIONS},
-        "others": [{"run": p.parent.name, "path": str(p), "summary": one_line(d)} for p, d in others],
+        "others": [
+            {"run": p.parent.name, "path": str(p), "sha256": sha256_file(p), "summary": one_line(d)} for p, d in others
+        ],
     }
 
 
