@@ -47,6 +47,13 @@ from replaykit.tasks import get_task
 SCHEMA_FILE = Path(workflow.basedir) / "config" / "schema.yaml"
 
 
+def config_file_name(path):
+    """How error lines and records name a config file: relative to where snakemake started,
+    or absolute for a file outside it (not `../../tmp/x.yaml`)."""
+    relative = os.path.relpath(path)
+    return str(Path(path).resolve()) if relative.startswith("..") else relative
+
+
 def config_layers():
     """(source, mapping) of each config source, lowest priority first: the Snakefile's
     configfile, each --configfile, then --config (see replaykit.config)."""
@@ -55,14 +62,14 @@ def config_layers():
     if workflow.config_settings.replace_workflow_config:
         files = []  # --replace-workflow-config: the Snakefile's configfile is discarded
     layers = [
-        (os.path.relpath(f), load_yaml_strict(f, os.path.relpath(f)))
+        (config_file_name(f), load_yaml_strict(f, config_file_name(f)))
         for f in files + cli_files
     ]
     # a profile's config: block arrives in --config as numbers YAML 1.1 has already read
     # (`seeds: [042]` as 34): its file is checked as the config files are
     check_repeated_options(sys.argv[1:])  # `--configfile a --configfile b` reads b only
     for f in profile_files(sys.argv[1:], workflow.main_snakefile):
-        check_plain_numbers(f, "config", os.path.relpath(f))
+        check_plain_numbers(f, "config", config_file_name(f))
     return layers + [(CLI, copy.deepcopy(dict(workflow.config_settings.config)))]
 
 

@@ -126,6 +126,9 @@ def test_a_workdir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
         ({"sandbox_hide": ["$HOME/data"]}, "sandbox_hide", "'$HOME/data' holds a '$' variable, which is not"),
         ({"sandbox_show": ["/opt/${CUDA}"]}, "sandbox_show", "'/opt/${CUDA}' holds a '$' variable, which is not"),
         ({"workdir": " ~/runs"}, "workdir", "' ~/runs' starts or ends with white space"),
+        # hostile (2026-12-05): results/, logs/ and .snakemake/ at /
+        ({"workdir": "/"}, "workdir", "'/' is the file system's root: results/, logs/ and .snakemake/"),
+        ({"workdir": "/usr/.."}, "workdir", "'/usr/..' is the file system's root"),
         ({"gpus": {"lock_dir": "$TMPDIR/l"}}, "gpus.lock_dir", "'$TMPDIR/l' holds a '$' variable"),
     ],
 )
@@ -509,6 +512,40 @@ def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path, shown):
     assert out.returncode != 0 and errors == [f"error: shown.yaml: sandbox_show: {expected}"], (
         out.stdout[-2000:] + out.stderr[-2000:]
     )
+    assert "Job stats" not in out.stdout
+
+
+def test_a_config_file_outside_the_checkout_is_named_as_given(tmp_path):
+    """A ``--configfile`` outside the folder snakemake starts in was named relative to it
+    (``../../tmp/x.yaml``, hostile 2026-12-02); it is named by its absolute path now. Its
+    ``workdir: /`` is refused in one line before any job (hostile 2026-12-05: a dry run took it)."""
+    import subprocess
+    import sys
+
+    from conftest import copy_workflow
+
+    (tmp_path / "work").mkdir()
+    work = copy_workflow(tmp_path / "work")
+    outside = tmp_path / "elsewhere" / "root.yaml"
+    outside.parent.mkdir()
+    outside.write_text("workdir: /\n")
+    snakemake = Path(sys.executable).parent / "snakemake"
+    argv = [
+        str(snakemake),
+        "--workflow-profile",
+        "none",
+        "--configfile",
+        str(outside),
+        "-n",
+        "--",
+        "results/soup/final",
+    ]
+    out = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert out.returncode != 0 and errors == [
+        f"error: {outside}: workdir: '/' is the file system's root: results/, logs/ and .snakemake/ would lie "
+        "beside /usr and /etc, and the sandbox cannot hide it as it hides any other working directory; name a folder"
+    ], out.stdout[-2000:] + out.stderr[-2000:]
     assert "Job stats" not in out.stdout
 
 

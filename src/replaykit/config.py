@@ -11,6 +11,7 @@ import copy
 import difflib
 import functools
 import math
+import os
 from pathlib import Path
 
 import jsonschema
@@ -549,13 +550,20 @@ def check_config(
 
 
 def _check_paths(config: dict, layers: list[Layer], source: str) -> None:
-    """What the schema lets through: a ``workdir`` that is a file, a relative ``gpus.lock_dir``
+    """What the schema lets through: a ``workdir`` that is a file or the root, a relative ``gpus.lock_dir``
     (each checkout would lock its own copy of a GPU) and a ``~`` or ``$HOME`` path, which
     nothing here expands (:func:`unexpanded_path`). A seed written ``42.0`` (it would name the
     run ``...-seed42.0``) is refused by the schema check's integer type (``_ConfigValidator``)."""
     workdir = config.get("workdir")
     if isinstance(workdir, str) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise InputError(source_of(["workdir"], layers, source), "workdir", f"{workdir!r} is a file, not a folder")
+    if isinstance(workdir, str) and workdir.strip() and os.path.realpath(workdir) == "/":
+        raise InputError(
+            source_of(["workdir"], layers, source),
+            "workdir",
+            f"{workdir!r} is the file system's root: results/, logs/ and .snakemake/ would lie beside /usr "
+            "and /etc, and the sandbox cannot hide it as it hides any other working directory; name a folder",
+        )
     for keys in (["workdir"], ["gpus", "lock_dir"]):
         value = functools.reduce(lambda node, key: (node or {}).get(key), keys, config)
         if isinstance(value, str) and (problem := unexpanded_path(value)):
