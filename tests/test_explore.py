@@ -327,6 +327,40 @@ def test_a_budget_past_a_year_or_a_failed_start_leaves_no_folder(work, monkeypat
     assert not (work / "explore/soup/huge").exists()
 
 
+def test_a_proxy_scoring_that_fails_leaves_a_receipt(work, monkeypatch):
+    """Hostile (2026-12-05): a proxy scoring that failed left ``proxy/<k>/`` and no receipt,
+    so its GPU lock interval and its log were nowhere in the audit's evidence. It gets a
+    receipt now (``failed``, ``valid: false``, the failing step's last line, its log and the
+    lock's fields), and its error is raised as before. (The step's failure is stood in for:
+    the frozen steps turn a bad checkpoint into an invalid score, not a failure.)"""
+    from replaykit.exploration import proxy
+    from replaykit.exploration.record import Exploration
+    from replaykit.harness.errors import InputError
+
+    rk(work, "explore", "soup", "--name", "broken")
+    ex = work / "explore/soup/broken"
+    junk = "import os, pathlib; c = pathlib.Path(os.environ['REPLAYKIT_RUN_DIR']) / 'publish/checkpoint-1'; "
+    junk += "c.mkdir(parents=True); (c / 'coefficients.json').write_text('{}')"
+    rk(work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c", junk)
+    checkpoint = ex / "runs/probe-1/publish/checkpoint-1"
+    monkeypatch.chdir(work)
+
+    def out_of_memory(exploration, resolved, out, slot):
+        (out / "log.txt").write_text("torch.OutOfMemoryError: CUDA out of memory\n")
+        raise InputError(resolved, "score", "torch.OutOfMemoryError: CUDA out of memory")
+
+    monkeypatch.setattr(proxy, "_run_steps", out_of_memory)
+    with pytest.raises(InputError, match="CUDA out of memory"):
+        proxy.score_proxy(Exploration(ex), checkpoint)
+    receipt = receipts(ex)[-1]
+    assert receipt["kind"] == "proxy" and receipt["failed"] is True and receipt["valid"] is False
+    assert receipt["reason"] == "scoring failed: torch.OutOfMemoryError: CUDA out of memory"
+    assert receipt["checkpoint"] == "runs/probe-1/publish/checkpoint-1"
+    assert receipt["checkpoint_sha256"] == sha256_tree(checkpoint)
+    assert Path(receipt["log"]).read_text().startswith("torch.OutOfMemoryError")
+    assert receipt["lock_acquired_unix"] <= receipt["released_unix"]
+
+
 def test_the_budget_stops_probes_and_only_submit_works_after_it(work):
     rk(work, "explore", "soup", "--name", "short", "--budget-s", "6")
     ex = work / "explore/soup/short"

@@ -88,7 +88,9 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, 
 
     Receipt: id, checkpoint, checkpoint_sha256, valid, reason, metric, value, se (the
     evaluator's uncertainty), n, summary path, the sandbox's plan, the lock's fields
-    (:func:`~.probe.lock_receipt`), ``gpu_slot``, budget used and left (s).
+    (:func:`~.probe.lock_receipt`), ``gpu_slot``, budget used and left (s). A scoring that
+    failed gets a receipt too (``failed: true``, ``valid: false``, ``reason``, its ``log``,
+    the lock's fields), then its error is raised.
 
     Raises:
         InputError: the exploration was submitted, the budget has ended, the checkpoint is not a
@@ -112,12 +114,21 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, 
     except InputError:
         out.rmdir()
         raise
+    failed = None
     with lock, take_slot(who, info.get("gpus")) as slot:
         ex.require_open("proxy scores")
         ex.require_budget("proxy scores")
-        sandbox = _run_steps(ex, resolved, out, slot)
-    marker, summary = read_json(out / "marker.json"), read_json(out / "summary.json")
+        try:
+            sandbox = _run_steps(ex, resolved, out, slot)
+        except InputError as exc:
+            failed = exc
     receipt = {"kind": "proxy", "id": out.name, "checkpoint": str(resolved.relative_to(ex.dir.resolve()))}
+    if failed is not None:  # a receipt all the same: its lock interval and log are the audit's evidence
+        receipt.update(checkpoint_sha256=digest, valid=False, reason=f"scoring failed: {failed.message}", failed=True)
+        receipt.update(log=str(ex.dir / "proxy" / out.name / "log.txt"), gpu_slot=slot.record())
+        ex.add_receipt({**receipt, **lock_receipt(lock), **ex.budget_at(lock.released_unix)})
+        raise failed
+    marker, summary = read_json(out / "marker.json"), read_json(out / "summary.json")
     receipt.update(checkpoint_sha256=digest, valid=marker["valid"], reason=marker["reason"])
     receipt.update(metric=summary["metric"], value=summary["value"], se=summary["uncertainty"]["value"])
     receipt.update(uncertainty_kind=summary["uncertainty"]["kind"], n=summary["n"], sandbox=sandbox)
