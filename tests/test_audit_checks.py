@@ -4,6 +4,7 @@ quotes computed here by hand. The real runs are in tests/test_audit.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -455,6 +456,13 @@ def test_ids_in_ordinary_log_forms_and_colour_codes_are_found_and_weights_give_n
     binary.write_bytes(b"\0\x01" + text.encode())
     nobody = read_public(None, ItemFields())
     assert len(_found_in([plain], digits, nobody)) == 3 and _found_in([binary], digits, nobody) == []
+    # nor inside binary read as base64 (new user, 2026-12-05: every embedded soup run's model.pt
+    # was "confirmed"); as text the same base64 is found, decoded
+    encoded = base64.b64encode(text.encode())
+    plain64, binary64 = tmp_path / "pairs64.txt", tmp_path / "pairs64.bin"
+    plain64.write_bytes(encoded + b"\n")
+    binary64.write_bytes(b"\0\x01" + encoded + b"\n")
+    assert len(_found_in([plain64], digits, nobody)) == 3 and _found_in([binary64], digits, nobody) == []
 
 
 def test_a_linked_or_malformed_attempt_log_leaves_the_replay_search_inconclusive(tmp_path):

@@ -208,11 +208,14 @@ def _found_in(files: list[Path], items: list[Item], public: Public) -> list[str]
         raw = path.read_bytes()
         text = _SEPARATORS.sub(" ", _ANSI.sub("", raw.decode("utf-8", errors="replace")))
         hay = Haystack.of_text(str(path), text)
-        if b"\0" in raw:  # binary (weights): an id beside a label digit is chance there, not a leak
+        binary = b"\0" in raw
+        if binary:  # binary (weights): an id beside a label digit is chance there, not a leak
             hay.pairs = {}
         found = find_items(hay, items, public)
         seen = {f["item"] for f in found}
         decoded = Haystack(str(path), decoded_lines(text))
+        if binary:  # nor in its bytes read as base64 or hex (new user, 2026-12-05: soup's model.pt)
+            decoded.pairs = {}
         encoded = [f for f in find_items(decoded, items, public) if f["item"] not in seen]
         ev += [f"{where(path, f['line'])}: final item {f['item']} ({f['how']}: {f['detail']})" for f in found]
         ev += [
