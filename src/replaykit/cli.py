@@ -459,11 +459,11 @@ def cmd_explore_submit(a) -> None:
     from .exploration.submit import formal_replay_command
 
     doc = submit(find_exploration(a.exploration), a.patches)
+    proxies = sum(r["kind"] == "proxy" for r in doc["receipts"])
     print(
         f"[explore] submitted {doc['patch']} sha256 {doc['patch_sha256']}; budget used "
-        f"{doc['budget_used_s']:.0f} of {doc['budget_s']:.0f} s; {doc['probes']} probes, "
-        f"{sum(r['kind'] == 'proxy' for r in doc['receipts'])} proxy receipts; formal replay: "
-        f"{formal_replay_command(doc)}"
+        f"{doc['budget_used_s']:.0f} of {doc['budget_s']:.0f} s; {doc['probes']} probe{'s' * (doc['probes'] != 1)}, "
+        f"{proxies} proxy receipt{'s' * (proxies != 1)}; formal replay: {formal_replay_command(doc)}"
     )
 
 
