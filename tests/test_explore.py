@@ -327,6 +327,40 @@ def test_a_budget_past_a_year_or_a_failed_start_leaves_no_folder(work, monkeypat
     assert not (work / "explore/soup/huge").exists()
 
 
+def test_a_module_planted_in_the_scorings_folder_while_it_waits_is_never_imported(work):
+    """Second hostile pass (2026-12-05): ``explore proxy`` made ``proxy/<k>/`` and then waited
+    for the GPU lock; the agent wrote ``replaykit/__main__.py`` there, and ``python -m
+    replaykit`` in that folder ran it as the frozen scorer (its forged score was the receipt's).
+    The steps now run with ``-P`` (the folder is not on ``sys.path``), and a folder that is not
+    empty when the lock is taken is refused before anything runs."""
+    from replaykit.harness.lock import FileLock
+
+    rk(work, "explore", "soup", "--name", "planted")
+    ex = work / "explore/soup/planted"
+    rk(work, "explore", "run", "-e", str(ex))
+    checkpoint = ex / "runs/probe-1/publish/checkpoint-3"
+    lock = FileLock(json.loads((ex / "exploration.json").read_text())["lock"], {"exploration": "x", "id": "holder"})
+    lock.acquire(wait=False, watch_s=None)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    cmd = [sys.executable, "-m", "replaykit", "explore", "proxy", str(checkpoint), "-e", str(ex)]
+    waiting = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.time() + 120
+    while not any((ex / "proxy").iterdir()):
+        assert time.time() < end and waiting.poll() is None, waiting.communicate()
+        time.sleep(0.1)
+    (folder,) = (ex / "proxy").iterdir()
+    (folder / "replaykit").mkdir()
+    (folder / "replaykit/__init__.py").write_text("")
+    (folder / "replaykit/__main__.py").write_text("print('PLANTED')\n")
+    lock.release()
+    out, err = waiting.communicate(timeout=300)
+    assert waiting.returncode == 2 and "PLANTED" not in out + err
+    assert err.strip().splitlines() == [
+        f"error: {folder.resolve()}: the scoring's folder is not empty (replaykit): not scored"
+    ]
+    assert not [r for r in receipts(ex) if r["kind"] == "proxy"]
+
+
 def test_a_proxy_scoring_that_fails_leaves_a_receipt(work, monkeypatch):
     """Hostile (2026-12-05): a proxy scoring that failed left ``proxy/<k>/`` and no receipt,
     so its GPU lock interval and its log were nowhere in the audit's evidence. It gets a

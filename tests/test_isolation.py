@@ -320,6 +320,18 @@ def test_search_paths_in_the_sandbox_name_only_what_the_plan_shows(work, task):
             str(cuda),
             "LAZY",
         )
+        # second hostile pass (2026-12-05): a folder holding software (`/`, the checkout's
+        # parent) made every shown folder importable as a namespace package; relative values
+        # resolve in the folder the step runs in; HOME on a shown folder gives user site-packages;
+        # a warnings category `module.Class` is imported at start-up
+        sneaky = {"PYTHONPATH": f"/:{work}:{cuda}", "CUDA_INJECTION64_PATH": "./inject.so"}
+        sneaky.update(
+            TRITON_CACHE_DIR="rel/dir", HOME=str(public), PYTHONWARNINGS="ignore::evil.W,ignore::DeprecationWarning"
+        )
+        inner = plan.environment({**env, **sneaky})
+        assert inner["PYTHONPATH"] == str(cuda) and inner["HOME"] == "/tmp"
+        assert "CUDA_INJECTION64_PATH" not in inner and "TRITON_CACHE_DIR" not in inner
+        assert inner["PYTHONWARNINGS"] == "ignore::DeprecationWarning"
     if task == "soup":
         plan = replay_plan(task, work, settings)
         run = Path("results/soup/shipped-seed42/workspace")

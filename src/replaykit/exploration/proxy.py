@@ -42,7 +42,10 @@ def _steps(ex: Exploration, checkpoint: Path, out: Path) -> list[list[str]]:
     from ..tasks import get_task
 
     info = ex.info
-    py = [sys.executable, "-m", "replaykit"]
+    # -P: the working folder (proxy/<k>, in the exploration, which the agent can write) is not
+    # put on sys.path, so no module planted there is imported as the frozen package; -s: no
+    # user site-packages (of a HOME the agent chose)
+    py = [sys.executable, "-P", "-s", "-m", "replaykit"]
     frozen = str((ex.dir / "frozen-code.json").resolve())
     fixed_start, manifest = str(Path(info["fixed_start"]).resolve()), str(Path(info["manifest"]).resolve())
     items = Path(info["public_dir"]).resolve().parent / get_task(info["task"]).split_file("proxy")
@@ -118,6 +121,8 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, 
     with lock, take_slot(who, info.get("gpus")) as slot:
         ex.require_open("proxy scores")
         ex.require_budget("proxy scores")
+        if planted := sorted(p.name for p in out.iterdir()):  # written while it waited for the lock
+            raise InputError(out, None, f"the scoring's folder is not empty ({', '.join(planted[:5])}): not scored")
         try:
             sandbox = _run_steps(ex, resolved, out, slot)
         except InputError as exc:

@@ -158,6 +158,9 @@ ENV_ALLOWED = (
 # there or in a folder the plan lets the run write (HOME, TMPDIR, TZ and the harness's own
 # REPLAYKIT_ variables aside).
 SEARCH_PATHS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
+# Variables named like a path (the allow-list's patterns include CUDA_*, TORCH_*, TRITON_*):
+# their every entry must be absolute, as well as in the software or a folder the run writes.
+PATH_NAMES = ("*_PATH", "*_DIR", "*_DIRS", "*_HOME", "*_FILE", "*_LIBRARIES", "*_CACHE*", "*INJECTION*")
 ENV_DENIED = ("*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "*AUTH*")
 
 
@@ -343,48 +346,71 @@ class IsolationPlan:
 
     def environment(self, env) -> dict[str, str]:
         """The environment to start the sandboxed command with (``bwrap``: :func:`allowed_env` of
-        ``env``, ``TMPDIR`` pointed at the empty ``/tmp``, each of :data:`SEARCH_PATHS` cut to
-        the entries inside the system's folders and :attr:`software`, any other variable naming
-        a path elsewhere but in :attr:`writable` dropped; ``none``: ``env`` as is,
-        but the final-split salt). bwrap's own processes are visible inside the sandbox
-        (``/proc/1/environ`` is bwrap's reaper), so the filter applies to bwrap itself: pass
-        this to ``Popen(env=...)``."""
+        ``env``, ``TMPDIR`` pointed at the empty ``/tmp`` and ``HOME`` at the empty home (or
+        ``/tmp``), each of :data:`SEARCH_PATHS` cut to its entries in the system's folders and
+        :attr:`software`, a variable named like a path (:data:`PATH_NAMES`) or naming an
+        absolute path elsewhere than those and :attr:`writable` dropped, ``PYTHONWARNINGS``
+        cut to filters of built-in categories; ``none``: ``env`` as is, but the final-split
+        salt). bwrap's own processes are visible inside the sandbox (``/proc/1/environ`` is
+        bwrap's reaper), so the filter applies to bwrap itself: pass this to ``Popen(env=...)``."""
         if self.mode != "bwrap":  # no sandbox: all but the final-split salt (never to candidates)
             return {name: value for name, value in env.items() if name != SALT_ENV}
         out = allowed_env(env)
         if "TMPDIR" in out:
             out["TMPDIR"] = "/tmp"
+        if "HOME" in out:  # an empty scratch folder inside, never a shown one (user site-packages)
+            home = Path(os.path.realpath(out["HOME"]))
+            shown = [Path(p) for p in (*self.read_only, *self.writable)]
+            empty = home in _scratch()[1:] and not any(inside(home, p) for p in shown)
+            out["HOME"] = str(home) if empty else "/tmp"
         for name in SEARCH_PATHS:
             if name in out:
-                kept = [e for e in out[name].split(os.pathsep) if os.path.isabs(e) and self._on_the_way(Path(e))]
+                kept = [e for e in out[name].split(os.pathsep) if os.path.isabs(e) and self._software(Path(e))]
                 if kept:
                     out[name] = os.pathsep.join(dict.fromkeys(kept))
                 else:
                     del out[name]
+        if "PYTHONWARNINGS" in out:  # a category `module.Class` is imported at start-up
+            kept = [f for f in out["PYTHONWARNINGS"].split(",") if "." not in (f.split(":") + ["", "", ""])[2]]
+            if kept:
+                out["PYTHONWARNINGS"] = ",".join(kept)
+            else:
+                del out["PYTHONWARNINGS"]
         for name, value in list(out.items()):
-            if name in SEARCH_PATHS or name in ("HOME", "TMPDIR", "TZ") or name.startswith("REPLAYKIT_"):
+            if (
+                name in SEARCH_PATHS
+                or name in ("HOME", "TMPDIR", "TZ", "PYTHONWARNINGS")
+                or name.startswith("REPLAYKIT_")
+            ):
                 continue
-            places = [Path(e) for e in value.split(os.pathsep) if os.path.isabs(e)]
-            if not all(self._on_the_way(e) or self._writable(e) for e in places):
+            pieces = [e for e in value.split(os.pathsep) if e]
+            path_like = any(fnmatch.fnmatchcase(name, pattern) for pattern in PATH_NAMES)
+            places = [Path(e) for e in pieces if os.path.isabs(e)]
+            relative = path_like and len(places) < len(pieces)
+            if relative or not all(self._software(e) or self._writable(e) for e in places):
                 del out[name]  # CUDA_INJECTION64_PATH, TRITON_CACHE_DIR on a shown data folder
         return out
 
-    def _writable(self, path: Path) -> bool:
-        real = Path(os.path.realpath(path))
-        return any(inside(real, Path(w)) for w in self.writable)
-
-    def _on_the_way(self, path: Path) -> bool:
+    def _software(self, path: Path) -> bool:
         """Whether ``path`` (absolute) lies inside the system's folders or one of
-        :attr:`software`, or holds one of those (a folder the mounts make on the way), and is
-        not masked: what a search path (:data:`SEARCH_PATHS`) inside the sandbox may name. A
-        shown data folder (a checkpoint, the workspace, a run's folder) is no such place: on
-        ``PYTHONPATH`` or ``LD_LIBRARY_PATH`` its files would be loaded as code by the frozen
-        scorer."""
+        :attr:`software`, or is the folder of a package of :attr:`software` (``src/`` of
+        ``src/replaykit``, where the package is not installed), and is not masked: what a
+        search path (:data:`SEARCH_PATHS`) inside the sandbox may name. A shown data folder (a
+        checkpoint, the workspace, a run's folder) is no such place: on ``PYTHONPATH`` or
+        ``LD_LIBRARY_PATH`` its files would be loaded as code by the frozen scorer; nor is a
+        folder that merely holds software (``/``, ``/work``), from which every shown folder
+        below it is importable as a namespace package."""
         real = Path(os.path.realpath(path))
         if any(inside(real, Path(m)) for m in self.masked):
             return False
         software = [*self.software, *(Path(os.path.realpath(d)) for d in SYSTEM_DIRS)]
-        return any(inside(real, s) for s in software) or any(inside(s, real) for s in self.software)
+        if any(inside(real, s) for s in software):
+            return True
+        return any(s.parent == real and (s / "__init__.py").is_file() for s in self.software)
+
+    def _writable(self, path: Path) -> bool:
+        real = Path(os.path.realpath(path))
+        return any(inside(real, Path(w)) for w in self.writable)
 
     def argv(self, command: list[str], chdir: str | Path) -> list[str]:
         """``command`` run under this plan, started in ``chdir`` (which must be visible).
