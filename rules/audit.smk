@@ -10,8 +10,10 @@ rule audit:
         shipped=get_shipped_official,
         fixed_start=get_fixed_start_reference,
         sidecar=get_exploration_sidecar,
+        stale=receipt_stamp("results/{task}/{run}/audit.json"),
     output:
         "results/{task}/{run}/audit.json",
+        "results/{task}/{run}/audit.json.sha256",
     log:
         "logs/{task}/{run}/audit.log",
     conda:
@@ -23,6 +25,6 @@ rule audit:
             str(Path(input.fixed_start).parent) if input.fixed_start else ""
         ),
     shell:
-        "python -m replaykit audit {wildcards.task} {wildcards.run} --out {output}"
+        "python -m replaykit audit {wildcards.task} {wildcards.run} --out {output[0]}"
         " --data {params.data:q} --sandbox {params.sandbox:q} --shipped-official {input.shipped}"
         " --fixed-start-scores '{params.fixed_start_scores}' > {log} 2>&1"

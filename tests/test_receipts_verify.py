@@ -180,6 +180,36 @@ def test_soup_deleted_receipts_are_rebuilt(soup_finished, tmp_path):
 
 
 @pytest.mark.slow
+def test_an_edited_audit_is_made_again_before_final_takes_it(soup_finished, tmp_path):
+    """Second hostile pass (2026-12-05): an ``audit.json`` edited by hand (a confirmed finding
+    turned into none_found), then an ordinary ``snakemake results/soup/final``: only ``final``
+    ran, took the edited file as newer input and recorded its hash, and ``status`` said
+    verified. The audit writes its receipt (``audit.json.sha256``) now; the workflow finds the
+    edit, runs the audit again and then ``final``, and the verdicts are the receipts' again."""
+    work = copy_run(soup_finished, tmp_path / "w")
+    audit = work / SOUP_RUN / "audit.json"
+    original = json.loads(audit.read_text())
+    receipt = (work / SOUP_RUN / "audit.json.sha256").read_text()
+    assert receipt == f"{file_sha(audit)}  audit.json\n"  # sha256sum's format
+    forged = {**original, "platform": {**original["platform"], "verdict": "none_found", "evidence": ["FORGED"]}}
+    forged["task_defect"] = {**original["task_defect"], "evidence": ["FORGED"]}
+    audit.write_text(json.dumps(forged))
+    told = status(work, "soup")
+    assert (
+        told.returncode == 1 and f"{SOUP_RUN / 'audit.json'}: tampered: edited since the audit wrote it" in told.stdout
+    )
+    out = build(work, SOUP)
+    assert set(jobs_run(out)) == {"audit", "final"}, out.stderr[-2000:]
+    assert f"receipts: {SOUP_RUN / 'audit.json'}: tampered" in out.stderr
+    again = json.loads(audit.read_text())
+    assert {k: again[k]["verdict"] for k in original if isinstance(original[k], dict) and "verdict" in original[k]} == {
+        k: original[k]["verdict"] for k in original if isinstance(original[k], dict) and "verdict" in original[k]
+    }
+    assert "FORGED" not in audit.read_text() and "FORGED" not in (work / SOUP / "summary.json").read_text()
+    assert status(work).returncode == 0
+
+
+@pytest.mark.slow
 def test_a_dry_run_beside_a_running_instance_leaves_the_receipts_alone(soup_finished, tmp_path):
     """A new user's finding: ``snakemake -n`` started while another instance builds (its lock
     files in ``.snakemake/locks/``) re-verified the receipts of a score folder being written,

@@ -151,7 +151,21 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
         out += _check_checkpoint(run_dir, record_path, record, progress, cache)
     if any(f.invalidates for f in out):
         return out
-    return out + [_check_official(run_dir, record_path, record, cache)]
+    out.append(_check_official(run_dir, record_path, record, cache))
+    return out + _check_audit(run_dir, cache)
+
+
+def _check_audit(run_dir: Path, cache: HashCache) -> list[Finding]:
+    """The run's ``audit.json`` against its receipt (``audit.json.sha256``, written with it):
+    one edited afterwards is ``tampered`` and is made again (and ``final/`` from it). None
+    without the pair (an audit not run yet, or written before receipts)."""
+    audit, receipt = run_dir / "audit.json", run_dir / "audit.json.sha256"
+    if not audit.is_file() or not receipt.is_file():
+        return []
+    recorded = receipt.read_text(errors="replace").split(" ")[0].strip()
+    if cache.file(audit) != recorded:
+        return [Finding(str(audit), "tampered", f"edited since the audit wrote it (not {receipt.name})", [str(audit)])]
+    return [Finding(str(audit), "verified")]
 
 
 def check_final(

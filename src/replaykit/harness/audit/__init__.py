@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fileio import atomic_write_json, read_json
+from ..fileio import atomic_write_json, atomic_write_text, read_json
 from ..hashing import sha256_file
 from .behaviour import behaviour_checks
 from .checks import SECTIONS, VERDICTS, check, line_of, read_json_or_none, read_jsonl, section
@@ -186,10 +186,20 @@ def audit_run(inp: AuditInputs) -> dict:
 
 
 def write_audit(inp: AuditInputs, out: str | Path) -> dict:
-    """:func:`audit_run`, written to ``out`` (``results/<task>/<run>/audit.json``)."""
+    """:func:`audit_run`, written to ``out`` (``results/<task>/<run>/audit.json``), and its
+    receipt ``<out>.sha256`` (``sha256sum``'s format, ``sha256sum -c`` checks it): the
+    workflow's re-verification finds an ``audit.json`` edited afterwards by it and has the
+    audit run again (:func:`replaykit.harness.verify.check_run`), so that a rebuilt ``final/``
+    never takes an edited verdict."""
     doc = audit_run(inp)
     atomic_write_json(out, doc)
+    atomic_write_text(audit_receipt(out), f"{sha256_file(out)}  {Path(out).name}\n")
     return doc
+
+
+def audit_receipt(audit: str | Path) -> Path:
+    """The receipt of ``audit`` (``audit.json.sha256`` beside it)."""
+    return Path(f"{audit}.sha256")
 
 
 def audit_summary(paths: list[str | Path]) -> dict | None:
