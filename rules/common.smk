@@ -156,11 +156,20 @@ WORKFLOW_ENV = shlex.quote(
 # their environment: every job inherits this process's, and a cluster job's snakemake reads
 # the same config and sets it again. Never a parameter or a command line, which Snakemake
 # records in .snakemake/ and prints; the rules take its fingerprint (replaykit.harness.salt).
+# --config (a profile's config: block too) would put it in Snakemake's banner and log
+# ("Command: ..."): refused. And it leaves Snakemake's config, whose MD5 Snakemake prints
+# ("Config MD5"), which would check a guess of the salt at one hash each.
+if "final_salt" in _layers[-1][1] and _layers[-1][1]["final_salt"]:
+    sys.exit(
+        "error: command line: final_salt: Snakemake prints its command line and keeps it in "
+        ".snakemake/log/; put the salt in a private --configfile (docs/operations.md)"
+    )
 FINAL_SALT_FINGERPRINT = salt_fingerprint(config["final_salt"])
 if config["final_salt"]:
     os.environ[SALT_ENV] = config["final_salt"]
 else:
     os.environ.pop(SALT_ENV, None)
+config.pop("final_salt")
 # Tiny runs (config/test.yaml) are kept apart from real ones: the workflow works in `workdir`
 # (results/, logs/, benchmarks/, .snakemake/ there); relative paths of the config stay relative
 # to where snakemake started. `--directory` on the command line wins, as in Snakemake.

@@ -549,6 +549,37 @@ def test_a_config_file_outside_the_checkout_is_named_as_given(tmp_path):
     assert "Job stats" not in out.stdout
 
 
+def test_a_salt_on_the_command_line_is_refused(tmp_path):
+    """``--config final_salt=...`` puts the salt in Snakemake's banner and its log (second
+    hostile pass, 2026-12-05): refused in one line before any job, naming the private config
+    file as the place for it."""
+    import subprocess
+    import sys
+
+    from conftest import copy_workflow
+
+    (tmp_path / "work").mkdir()
+    work = copy_workflow(tmp_path / "work")
+    snakemake = Path(sys.executable).parent / "snakemake"
+    argv = [
+        str(snakemake),
+        "--workflow-profile",
+        "none",
+        "--config",
+        "final_salt=S3CRET",
+        "-n",
+        "--",
+        "results/soup/final",
+    ]
+    out = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert out.returncode != 0 and errors == [
+        "error: command line: final_salt: Snakemake prints its command line and keeps it in .snakemake/log/; "
+        "put the salt in a private --configfile (docs/operations.md)"
+    ], out.stdout[-2000:] + out.stderr[-2000:]
+    assert "Job stats" not in out.stdout
+
+
 def test_printed_commands_keep_every_config_file():
     """The formal replay command ``explore submit`` prints (and the assets hint) name every
     config file after config/config.yaml in one ``--configfile`` option: Snakemake keeps only

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -538,6 +539,10 @@ def test_final_salt_reaches_its_two_jobs_and_no_record_of_snakemake(tiny_llama, 
     assert {"fixed_start_model", "assets"} <= set(jobs_run(changed))  # the new salt rebuilt both
     for name, run in runs.items():
         assert "s3cret" not in run.stdout + run.stderr, name
+    # Snakemake prints the MD5 of its config: without the salt in it, both runs give the same
+    # one (with it, one MD5 checked each guess of the salt; second hostile pass)
+    md5 = [re.findall(r"Config MD5: (\w+)", run.stdout + run.stderr) for run in runs.values()]
+    assert md5[0] and md5[0] == md5[1], md5
     holding = [
         str(path.relative_to(work)) for path in work.rglob("*") if path.is_file() and b"s3cret" in path.read_bytes()
     ]
