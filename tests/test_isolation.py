@@ -230,6 +230,22 @@ def test_a_hard_link_to_a_secret_in_a_shown_folder_is_refused_by_both_plans(work
         assert exc.value.message.startswith(message), exc.value.message
         shutil.rmtree(ex.dir)
         link.unlink()
+    # second hostile pass: the task's own final source (a local file of the data block) and a
+    # sandbox_hide folder's file, linked into the shown folder
+    final = work / "datasets" / "final" / "items.jsonl"
+    hide = work / "hidden-by-operator"
+    hide.mkdir()
+    (hide / "answers.txt").write_text("42\n")
+    settings = {**settings, "sandbox_hide": [str(hide)]}
+    secrets = [hide / "answers.txt"] + ([final] if task in ("dpo", "rm", "soup") else [])
+    for secret in secrets:
+        link = shown / "deep" / f"copy-of-{secret.name}"
+        os.link(secret, link)
+        with pytest.raises(InputError) as exc:
+            replay_plan(task, work, settings)
+        assert exc.value.message.startswith(f"{link} is a hard link to {secret.resolve()}"), exc.value.message
+        link.unlink()
+    assert shown in replay_plan(task, work, settings).read_only
 
 
 def cli_settings():

@@ -32,6 +32,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import json
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -223,8 +224,13 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
     workdirs = (Path(settings.results).parent,)  # an exploration plans from where snakemake starts
     configs = tuple(Path(f).resolve() for f in settings.config_files or workflow_config_paths())
-    named += declared(data_paths(task, data), f"tasks.{task}.data", workdirs=workdirs, config_files=configs)
-    shown_by_name = declared(_real(map(Path, settings.show)), "sandbox_show", workdirs=workdirs, config_files=configs)
+    hidden = tuple(final)
+    named += declared(
+        data_paths(task, data), f"tasks.{task}.data", workdirs=workdirs, config_files=configs, hidden=hidden
+    )
+    shown_by_name = declared(
+        _real(map(Path, settings.show)), "sandbox_show", workdirs=workdirs, config_files=configs, hidden=hidden
+    )
     named += shown_by_name
     # the frozen scorer verifies every registered plug-in's files; candidate code needs its own
     plugins = [r for roots in frozen_code().plugin_roots().values() for r in roots] if run.frozen_only else []
@@ -272,6 +278,7 @@ def declared(
     source: str = "config",
     workdirs: tuple[Path, ...] = (),
     config_files: tuple[Path, ...] = (),
+    hidden: tuple[Path, ...] = (),
 ) -> list[Path]:
     """``paths`` (real paths, shown because the config names them) unless one is the root,
     holds the working directory (or one of ``workdirs``), is or lies inside one of their
@@ -322,51 +329,69 @@ def declared(
                 f"{path} {relation} the config file {config}, which can hold final_salt; keep config "
                 "files out of shown paths",
             )
-    _check_hard_links(paths, key, source, workdirs, config_files)
+    _check_hard_links(paths, key, source, workdirs, config_files, hidden)
     return paths
 
 
 def _check_hard_links(
-    paths: list[Path], key: str, source: str, workdirs: tuple[Path, ...], config_files: tuple[Path, ...]
+    paths: list[Path],
+    key_name: str,
+    source: str,
+    workdirs: tuple[Path, ...],
+    config_files: tuple[Path, ...],
+    hidden: tuple[Path, ...] = (),
 ) -> None:
     """Refuse a file inside ``paths`` that is a hard link to a file the sandbox never shows:
     a config file in use (``final_salt``), a task's hidden split or a builder's private file
     (``results/<task>/assets/hidden/``, ``results/models/*.private.json`` of the working
-    directory and ``workdirs``). Paths are compared above; a hard link is the same file under
-    another name, so it is found by device and inode. Only a secret with more than one link
-    is looked for, so the shown trees are walked only then.
+    directory and ``workdirs``), or a file of ``hidden`` (the plan's final-split paths: the
+    task's final sources, ``sandbox_hide``). Paths are compared above; a hard link is the same
+    file under another name, so it is found by device and inode. The shown trees are walked
+    only when a secret has more than one link or a final-split path is a folder, and such a
+    folder (it may be large) only when a shown file has more than one link.
 
     Raises:
         InputError: ``<source>: <key>: <file> is a hard link to <secret> ...``.
     """
-    secrets = [Path(c) for c in config_files]
+    secrets = [Path(c) for c in config_files] + [p for p in hidden if not p.is_dir()]
     for root in {w.resolve() for w in (Path.cwd(), *workdirs)}:
         secrets += [Path(f) for f in glob.glob(str(root / "results/*/assets/hidden/**"), recursive=True)]
         secrets += [Path(f) for f in glob.glob(str(root / "results/models/*.private.json"))]
     linked = {}
     for secret in secrets:
-        try:
-            info = secret.stat()
-        except OSError:
-            continue
-        if info.st_nlink > 1 and secret.is_file():
+        info = _stat(secret)
+        if info is not None and info.st_nlink > 1 and secret.is_file():
             linked[(info.st_dev, info.st_ino)] = secret
-    if not linked:
+    folders = [p for p in hidden if p.is_dir()]  # a final source folder, sandbox_hide: maybe large
+    if not linked and not folders:
         return
+    shown = {}  # the shown files with more than one link: rare, so the hidden folders are walked only then
     for path in paths:
-        for found in [path] if not path.is_dir() else (p for p in path.rglob("*")):
-            try:
-                info = found.lstat()
-            except OSError:
-                continue
-            secret = linked.get((info.st_dev, info.st_ino))
-            if secret is not None:
-                raise InputError(
-                    source,
-                    key,
-                    f"{found} is a hard link to {secret}, which the sandbox never shows (a config file "
-                    "or a hidden split); remove the link or keep it out of shown paths",
-                )
+        for found in [path] if not path.is_dir() else path.rglob("*"):
+            info = _stat(found, follow=False)
+            if info is not None and info.st_nlink > 1 and stat.S_ISREG(info.st_mode):
+                shown.setdefault((info.st_dev, info.st_ino), found)
+    if folders and shown:
+        for folder in folders:
+            for file in folder.rglob("*"):
+                info = _stat(file, follow=False)
+                if info is not None and (info.st_dev, info.st_ino) in shown:
+                    linked.setdefault((info.st_dev, info.st_ino), file)
+    for key, found in shown.items():
+        if key in linked:
+            raise InputError(
+                source,
+                key_name,
+                f"{found} is a hard link to {linked[key]}, which the sandbox never shows (a config file "
+                "or a final-split file); remove the link or keep it out of shown paths",
+            )
+
+
+def _stat(path: Path, follow: bool = True):
+    try:
+        return path.stat() if follow else path.lstat()
+    except OSError:
+        return None
 
 
 def _held_working_directory(path: Path, workdirs: tuple[Path, ...]) -> Path | None:
