@@ -91,6 +91,8 @@ SOUP_MODEL = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain
         ({"builder": "tiny-llama", "seed": 0, "layers": 2}, "models.m.layers", "unknown key"),
         # nothing says which kind of entry was meant: the schema's own words
         ({"seed": 0}, "models.m", "{'seed': 0} is not valid under any of the given schemas"),
+        # a name where a block is wanted (second hostile pass)
+        ("soup-digits", "models.m", "'soup-digits' is not a block of keys (each kind here is one"),
     ],
 )
 def test_a_models_entry_names_what_is_wrong_in_the_kind_it_is(entry, field, message):
@@ -547,6 +549,16 @@ def test_a_config_file_outside_the_checkout_is_named_as_given(tmp_path):
         "beside /usr and /etc, and the sandbox cannot hide it as it hides any other working directory; name a folder"
     ], out.stdout[-2000:] + out.stderr[-2000:]
     assert "Job stats" not in out.stdout
+    # the same root given as --directory (second hostile pass)
+    argv = [str(snakemake), "--workflow-profile", "none", "--configfile", "config/test.yaml", "--directory", "/"]
+    out = subprocess.run(
+        [*argv, "-n", "--", "results/soup/final"], cwd=work, capture_output=True, text=True, timeout=300
+    )
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    assert out.returncode != 0 and errors == [
+        "error: command line: --directory: '/' is the file system's root: results/, logs/ and .snakemake/ would "
+        "lie beside /usr and /etc; name a folder"
+    ], out.stdout[-2000:] + out.stderr[-2000:]
 
 
 def test_a_salt_on_the_command_line_is_refused(tmp_path):

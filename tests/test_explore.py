@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -97,6 +98,12 @@ def test_explore_greedy_submit_and_formal_replay_are_linked(work):
     for folder in (ex / "runs", checkpoint.parent):
         line = one_error_line(rk(work, "explore", "proxy", str(folder), "-e", str(ex), check=False))
         assert line == f"error: {folder}: not a checkpoint directory (a published checkpoint-N folder)"
+    # a copy in the workspace is named like one, but no probe published it (second hostile pass)
+    copy = ws / "checkpoint-03"
+    shutil.copytree(checkpoint, copy)
+    line = one_error_line(rk(work, "explore", "proxy", str(copy), "-e", str(ex), check=False))
+    assert line == f"error: {copy}: not a checkpoint a probe published (none of receipts.jsonl's probes lists it)"
+    shutil.rmtree(copy)
     assert sorted((ex / "proxy").iterdir()) == before
     rk(work, "explore", "proxy", str(checkpoint), "-e", str(ex))
     receipt = receipts(ex)[-1]

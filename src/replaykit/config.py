@@ -359,6 +359,19 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
     whose ``enum``/``const`` keys (``builder: soup-digits``) the mapping satisfies; when the
     mapping satisfies none, and one key is what they all disagree on, the error names that key
     and every branch's choices for it."""
+    branches_of = error.validator_value if error.validator in ("anyOf", "oneOf") else []
+    if (
+        branches_of
+        and not isinstance(error.instance, dict)
+        and all(isinstance(b, dict) and b.get("type") == "object" for b in branches_of)
+    ):  # `soup-tiny: soup-digits`: every alternative is a block of keys
+        return jsonschema.ValidationError(
+            f"{error.instance!r} is not a block of keys (each kind here is one: see config/README.md)",
+            validator="type",
+            validator_value="object",
+            instance=error.instance,
+            path=list(error.absolute_path),
+        )
     while error.validator in ("anyOf", "oneOf") and error.context and isinstance(error.instance, dict):
         branches: dict[int, list[jsonschema.ValidationError]] = {}
         for sub in error.context:

@@ -108,6 +108,11 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, 
         raise InputError(checkpoint, None, f"not a checkpoint directory inside {ex.dir}")
     if not re.fullmatch(r"checkpoint-\d+", resolved.name):  # the frozen loader reads N from the name
         raise InputError(checkpoint, None, "not a checkpoint directory (a published checkpoint-N folder)")
+    rel = resolved.relative_to(ex.dir.resolve()).as_posix()
+    if not any(rel in (r.get("checkpoints") or {}) for r in ex.receipts() if r.get("kind") == "probe"):
+        raise InputError(
+            checkpoint, None, "not a checkpoint a probe published (none of receipts.jsonl's probes lists it)"
+        )
     digest = sha256_tree(resolved)
     out = ex.new_dir("proxy", "").resolve()
     who = {"exploration": str(ex.dir), "id": f"proxy-{out.name}"}
