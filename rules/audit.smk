@@ -12,8 +12,8 @@ rule audit:
         sidecar=get_exploration_sidecar,
         stale=receipt_stamp("results/{task}/{run}/audit.json"),
     output:
-        "results/{task}/{run}/audit.json",
-        "results/{task}/{run}/audit.json.sha256",
+        audit="results/{task}/{run}/audit.json",
+        receipt="results/{task}/{run}/audit.json.sha256",
     log:
         "logs/{task}/{run}/audit.log",
     conda:
@@ -25,6 +25,6 @@ rule audit:
             str(Path(input.fixed_start).parent) if input.fixed_start else ""
         ),
     shell:
-        "python -m replaykit audit {wildcards.task} {wildcards.run} --out {output[0]}"
+        "python -m replaykit audit {wildcards.task} {wildcards.run} --out {output.audit}"
         " --data {params.data:q} --sandbox {params.sandbox:q} --shipped-official {input.shipped}"
         " --fixed-start-scores '{params.fixed_start_scores}' > {log} 2>&1"

@@ -174,10 +174,13 @@ config.pop("final_salt")
 # (results/, logs/, benchmarks/, .snakemake/ there); relative paths of the config stay relative
 # to where snakemake started. `--directory` on the command line wins, as in Snakemake.
 LAUNCH_DIR = Path.cwd()
-if workflow.overwrite_workdir is not None and os.path.realpath(workflow.overwrite_workdir) == "/":
+if (
+    workflow.overwrite_workdir is not None
+    and os.path.realpath(workflow.overwrite_workdir) == os.sep
+):
     sys.exit(  # as `workdir: /` (replaykit.config): the sandbox cannot hide the root
-        "error: command line: --directory: '/' is the file system's root: results/, logs/ and "
-        ".snakemake/ would lie beside /usr and /etc; name a folder"
+        f"error: command line: --directory: {os.sep!r} is the file system's root: results/, logs/ "
+        "and .snakemake/ would lie beside /usr and /etc; name a folder"
     )
 if config["workdir"] != "." and workflow.overwrite_workdir is None:
     rebase_paths(config, LAUNCH_DIR, Path(config["workdir"]))

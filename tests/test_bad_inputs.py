@@ -479,27 +479,28 @@ def test_a_shown_path_that_is_no_path_is_one_line_naming_the_key(value):
     assert "is not a usable path" in exc.value.message and "\n" not in str(exc.value)
 
 
+def dry_run_errors(work: Path, *options: str):
+    """``snakemake --workflow-profile none OPTIONS -n -- results/soup/final`` in ``work``: its
+    result and its ``error:`` lines."""
+    import subprocess
+    import sys
+
+    snakemake = Path(sys.executable).parent / "snakemake"
+    argv = [str(snakemake), "--workflow-profile", "none", *options, "-n", "--", "results/soup/final"]
+    out = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
+    return out, [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+
+
 @pytest.mark.parametrize("shown", ["/", "results/soup", "shown.yaml", "/proc"])
 def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path, shown):
     """``snakemake -n`` with a ``--configfile`` naming ``sandbox_show: [/]`` (or a folder of its
     own ``results/``, the config file itself, which can hold ``final_salt``, or the host's
     ``/proc``): one line naming that file and the key, exit 1, no job planned."""
-    import subprocess
-    import sys
-
     from conftest import copy_workflow
 
     work = copy_workflow(tmp_path)
     (work / "shown.yaml").write_text(f"sandbox_show: [{shown}]\n")
-    snakemake = Path(sys.executable).parent / "snakemake"
-    out = subprocess.run(
-        [str(snakemake), "--workflow-profile", "none", "--configfile", "shown.yaml", "-n", "--", "results/soup/final"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    out, errors = dry_run_errors(work, "--configfile", "shown.yaml")
     expected = {
         "/": f"/ holds the working directory {work.resolve()}: the sandbox would show everything beside it "
         "(other checkouts, runs, datasets); name the folders it needs instead",
@@ -520,10 +521,8 @@ def test_the_workflow_refuses_a_shown_root_before_any_job(tmp_path, shown):
 def test_a_config_file_outside_the_checkout_is_named_as_given(tmp_path):
     """A ``--configfile`` outside the folder snakemake starts in was named relative to it
     (``../../tmp/x.yaml``, hostile 2026-12-02); it is named by its absolute path now. Its
-    ``workdir: /`` is refused in one line before any job (hostile 2026-12-05: a dry run took it)."""
-    import subprocess
-    import sys
-
+    ``workdir: /`` is refused in one line before any job (hostile 2026-12-05: a dry run took it),
+    and so is ``--directory /`` (second hostile pass)."""
     from conftest import copy_workflow
 
     (tmp_path / "work").mkdir()
@@ -531,30 +530,13 @@ def test_a_config_file_outside_the_checkout_is_named_as_given(tmp_path):
     outside = tmp_path / "elsewhere" / "root.yaml"
     outside.parent.mkdir()
     outside.write_text("workdir: /\n")
-    snakemake = Path(sys.executable).parent / "snakemake"
-    argv = [
-        str(snakemake),
-        "--workflow-profile",
-        "none",
-        "--configfile",
-        str(outside),
-        "-n",
-        "--",
-        "results/soup/final",
-    ]
-    out = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
-    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    out, errors = dry_run_errors(work, "--configfile", str(outside))
     assert out.returncode != 0 and errors == [
         f"error: {outside}: workdir: '/' is the file system's root: results/, logs/ and .snakemake/ would lie "
         "beside /usr and /etc, and the sandbox cannot hide it as it hides any other working directory; name a folder"
     ], out.stdout[-2000:] + out.stderr[-2000:]
     assert "Job stats" not in out.stdout
-    # the same root given as --directory (second hostile pass)
-    argv = [str(snakemake), "--workflow-profile", "none", "--configfile", "config/test.yaml", "--directory", "/"]
-    out = subprocess.run(
-        [*argv, "-n", "--", "results/soup/final"], cwd=work, capture_output=True, text=True, timeout=300
-    )
-    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    out, errors = dry_run_errors(work, "--configfile", "config/test.yaml", "--directory", "/")
     assert out.returncode != 0 and errors == [
         "error: command line: --directory: '/' is the file system's root: results/, logs/ and .snakemake/ would "
         "lie beside /usr and /etc; name a folder"
@@ -565,26 +547,11 @@ def test_a_salt_on_the_command_line_is_refused(tmp_path):
     """``--config final_salt=...`` puts the salt in Snakemake's banner and its log (second
     hostile pass, 2026-12-05): refused in one line before any job, naming the private config
     file as the place for it."""
-    import subprocess
-    import sys
-
     from conftest import copy_workflow
 
     (tmp_path / "work").mkdir()
     work = copy_workflow(tmp_path / "work")
-    snakemake = Path(sys.executable).parent / "snakemake"
-    argv = [
-        str(snakemake),
-        "--workflow-profile",
-        "none",
-        "--config",
-        "final_salt=S3CRET",
-        "-n",
-        "--",
-        "results/soup/final",
-    ]
-    out = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
-    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("error:")]
+    out, errors = dry_run_errors(work, "--config", "final_salt=S3CRET")
     assert out.returncode != 0 and errors == [
         "error: command line: final_salt: Snakemake prints its command line and keeps it in .snakemake/log/; "
         "put the salt in a private --configfile (docs/operations.md)"
