@@ -366,6 +366,69 @@ def test_search_paths_in_the_sandbox_name_only_what_the_plan_shows(work, task):
 
 
 @pytest.mark.parametrize("task", TASKS)
+def test_the_proxy_scorers_environment_is_the_frozen_allow_list(work, task):
+    """Third hostile pass (2026-12-05): the proxy scorer is frozen code that the exploring agent
+    starts with its own environment, in a folder (``proxy/<k>``) the agent can write too. A
+    path into that folder survived as a "writable" place (``CUDA_INJECTION64_PATH``, which
+    CUDA loads at start-up; kernel caches), and torch, CUDA and NCCL switches passed. Its
+    environment is now the frozen allow-list only, no variable names a folder it writes, and
+    a relative path-like value is dropped."""
+    ex = exploration(task, work)
+    checkpoint = (ex.dir / "runs/probe-1/publish/checkpoint-3").resolve()
+    checkpoint.mkdir(parents=True)
+    out = (ex.dir / "proxy/1").resolve()
+    out.mkdir(parents=True)
+    plan = proxy_plan(ex, checkpoint, out)
+    assert plan.frozen_only and out in plan.writable
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "2",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "CUDA_INJECTION64_PATH": f"{out}/inject.so",
+        "CUDA_CACHE_PATH": f"{out}/cc",
+        "TORCHINDUCTOR_CACHE_DIR": f"{out}/ind",
+        "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1",
+        "PYTORCH_TUNABLEOP_ENABLED": "1",
+        "NCCL_NET_PLUGIN": "./net.so",
+        "LC_ALL": f"{out}/locale",
+        "LC_MESSAGES": "x/locale",
+        "TZ": f"{checkpoint}/tzfile",
+    }
+    assert plan.environment(env) == {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "2",
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
+    # the probe's plan (candidate code anyway) keeps a cache in a folder it writes
+    probe = probe_plan(ex, ex.dir / "runs" / "probe-1")
+    cache = f"{probe.writable[-1]}/cache"
+    assert probe.environment({**env, "TORCHINDUCTOR_CACHE_DIR": cache})["TORCHINDUCTOR_CACHE_DIR"] == cache
+
+
+def test_a_data_folder_swapped_for_a_link_after_the_plan_is_refused_when_bwrap_starts(tmp_path):
+    """Third hostile pass: bwrap follows a bound source that is a symbolic link when it starts,
+    so a checkpoint folder replaced by a link to a hidden split after the plan was made would
+    be shown in its place. The mounts refuse it; the software's own links are left alone."""
+    from replaykit.harness.sandbox import IsolationPlan
+
+    checkpoint, hidden = tmp_path / "checkpoint-5", tmp_path / "hidden"
+    checkpoint.mkdir()
+    hidden.mkdir()
+    plan = IsolationPlan("bwrap", read_only=(checkpoint.resolve(),), writable=((tmp_path / "out").resolve(),))
+    assert "--ro-bind" in plan.mounts()
+    checkpoint.rmdir()
+    checkpoint.symlink_to(hidden)
+    with pytest.raises(InputError) as exc:
+        plan.mounts()
+    assert (
+        str(exc.value)
+        == f"{checkpoint.resolve().parent / 'checkpoint-5'}: became a symbolic link after the sandbox's plan was made: not shown"
+    )
+
+
+@pytest.mark.parametrize("task", TASKS)
 def test_a_sys_path_folder_holding_a_config_file_is_refused_by_both_plans(work, task, monkeypatch):
     """The same kind without PYTHONPATH: a folder put on sys.path by the environment (a ``.pth``
     file written into site-packages) that holds a config file in use is refused by both plans,

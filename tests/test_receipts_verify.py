@@ -952,9 +952,31 @@ def test_an_audit_edited_after_final_is_tampered_for_status_and_not_shown_as_the
     lines, confirmed = show("t", None, "results")
     assert confirmed and lines == [
         f"t/shipped-seed1 ({audit}):",
-        f"  {audit}: edited since final/ was made (SHA-256 {file_sha(audit)[:12]}, final/summary.json recorded "
+        f"  {audit}: edited since it was written (SHA-256 {file_sha(audit)[:12]}, final/summary.json recorded "
         f"{recorded[:12]}): its verdicts are not the audit's; rebuild it with snakemake (`--forcerun audit`)",
     ]
+    # third pass: before final/ exists, the audit's own receipt (audit.json.sha256) tells the
+    # edit; a file that is no audit, or gone, is one line too, never a traceback
+    summary.pop("audit")
+    (final / "summary.json").write_text(json.dumps(summary))
+    receipt = Path(f"{audit}.sha256")
+    receipt.write_text(f"{recorded}  audit.json\n")
+    lines, confirmed = show("t", None, "results")
+    assert confirmed and lines[1].startswith(f"  {audit}: edited since it was written (SHA-256 ")
+    assert f"audit.json.sha256 recorded {recorded[:12]}" in lines[1]
+    for text in ("{}", "[]", "3", "\xff\xfe"):
+        audit.write_text(text, errors="surrogateescape")
+        receipt.write_text(f"{file_sha(audit)}  audit.json\n")
+        lines, confirmed = show("t", None, "results")
+        assert confirmed and lines[1:] == [
+            f"  {audit}: not an audit (no verdict of task_defect, protocol_exposure, agent_behaviour, platform)"
+        ], (text, lines)
+    audit.unlink()
+    lines, confirmed = show("t", None, "results")
+    assert (
+        confirmed
+        and lines[1] == f"  {audit}: gone or no file, but audit.json.sha256 names it: rebuild it with snakemake"
+    )
     # another run's audit, recorded under "others", is checked the same way
     summary["audit"] = {"run": "x", "path": "results/t/x/audit.json", "sha256": "0" * 64, "others": []}
     summary["audit"]["others"] = [{"run": "shipped-seed1", "path": str(audit), "sha256": recorded}]

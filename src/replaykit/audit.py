@@ -77,28 +77,24 @@ def _recorded_sha256(task_dir: Path, run: str) -> str | None:
 def show(task: str, run: str | None, results: str | Path = "results") -> tuple[list[str], bool]:
     """Each run's four verdicts with their first evidence line (from its ``audit.json``, else
     computed now from the receipts with the default inputs) and whether any is confirmed, or
-    an ``audit.json`` differs from the hash ``final/summary.json`` recorded of it (edited
-    after ``final/`` was made: its verdicts are not shown as the audit's)."""
-    from .harness.hashing import sha256_file
-
+    an ``audit.json`` is not what was written (against its receipt ``audit.json.sha256`` and
+    the hash ``final/summary.json`` recorded of it) or is no audit: then one line says so in
+    place of its verdicts, and it counts as confirmed (exit status 1)."""
     lines, confirmed = [], False
     names = runs_to_show(task, run, results)
     if not names:  # as ``status``: not an error, and nothing confirmed
         return [f"{Path(results) / task}: nothing has run yet (no official.json): nothing to audit"], False
     for name in names:
         path = Path(results) / task / name / "audit.json"
-        doc = read_json_or_none(path)
-        source = str(path)
-        recorded = _recorded_sha256(Path(results) / task, name)
-        if doc is not None and recorded is not None and sha256_file(path) != recorded:
-            lines.append(f"{task}/{name} ({path}):")
-            lines.append(
-                f"  {path}: edited since final/ was made (SHA-256 {sha256_file(path)[:12]}, "
-                f"final/summary.json recorded {recorded[:12]}): its verdicts are not the audit's; "
-                "rebuild it with snakemake (`--forcerun audit`)"
-            )
+        problem = _not_as_written(path, _recorded_sha256(Path(results) / task, name))
+        doc = read_json_or_none(path) if problem is None else None
+        if problem is None and (path.exists() or path.is_symlink()) and not _is_audit(doc):
+            problem = f"{path}: not an audit (no verdict of {', '.join(SECTIONS)})"
+        if problem is not None:
+            lines += [f"{task}/{name} ({path}):", f"  {problem}"]
             confirmed = True
             continue
+        source = str(path)
         if doc is None:
             if run is None and not (Path(results) / task / name / "replay" / "record.json").is_file():
                 continue
@@ -108,3 +104,36 @@ def show(task: str, run: str | None, results: str | Path = "results") -> tuple[l
         lines += [f"  {line}" for line in first_lines(doc)]
         confirmed |= any(doc[s]["verdict"] == "confirmed" for s in SECTIONS)
     return lines, confirmed
+
+
+def _is_audit(doc) -> bool:
+    return isinstance(doc, dict) and all(
+        isinstance(doc.get(s), dict)
+        and isinstance(doc[s].get("verdict"), str)
+        and isinstance(doc[s].get("evidence", []), list)
+        for s in SECTIONS
+    )
+
+
+def _not_as_written(path: Path, recorded: str | None) -> str | None:
+    """Why ``path`` (a run's ``audit.json``) is not the file the audit wrote, or None: it
+    differs from its receipt (``audit.json.sha256``) or from the hash ``final/`` recorded
+    (``recorded``), or it is gone or no file while one of them names it."""
+    from .harness.audit import audit_receipt
+    from .harness.hashing import sha256_file
+
+    receipt = audit_receipt(path)
+    written = receipt.read_text(errors="replace").split(" ")[0].strip() if receipt.is_file() else None
+    if written is None and recorded is None:
+        return None
+    now = sha256_file(path) if path.is_file() and not path.is_symlink() else None
+    if now is None:
+        by = receipt.name if written else "final/summary.json"
+        return f"{path}: gone or no file, but {by} names it: rebuild it with snakemake"
+    for expected, by in ((written, receipt.name), (recorded, "final/summary.json")):
+        if expected is not None and now != expected:
+            return (
+                f"{path}: edited since it was written (SHA-256 {now[:12]}, {by} recorded {expected[:12]}): "
+                "its verdicts are not the audit's; rebuild it with snakemake (`--forcerun audit`)"
+            )
+    return None

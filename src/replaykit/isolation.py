@@ -251,6 +251,7 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     software = [p for p in dict.fromkeys([*environment, *shown_by_name]) if p in shown]
     return IsolationPlan(
         mode=settings.mode,
+        frozen_only=run.frozen_only,
         software=tuple(software),
         read_only=tuple(shown),
         writable=tuple(writable),
@@ -346,45 +347,37 @@ def _check_hard_links(
     (``results/<task>/assets/hidden/``, ``results/models/*.private.json`` of the working
     directory and ``workdirs``), or a file of ``hidden`` (the plan's final-split paths: the
     task's final sources, ``sandbox_hide``). Paths are compared above; a hard link is the same
-    file under another name, so it is found by device and inode. The shown trees are walked
-    only when a secret has more than one link or a final-split path is a folder, and such a
-    folder (it may be large) only when a shown file has more than one link.
+    file under another name, so it is found by device and inode. The secrets are looked at
+    (one ``lstat`` each) on every plan; the shown trees are walked only when a secret has
+    more than one link.
 
     Raises:
         InputError: ``<source>: <key>: <file> is a hard link to <secret> ...``.
     """
-    secrets = [Path(c) for c in config_files] + [p for p in hidden if not p.is_dir()]
+    secrets = [Path(c) for c in config_files]
+    for path in hidden:  # the plan's final-split paths: a file, or a folder's files
+        secrets += [path] if not path.is_dir() else [p for p in path.rglob("*") if not p.is_dir()]
     for root in {w.resolve() for w in (Path.cwd(), *workdirs)}:
         secrets += [Path(f) for f in glob.glob(str(root / "results/*/assets/hidden/**"), recursive=True)]
         secrets += [Path(f) for f in glob.glob(str(root / "results/models/*.private.json"))]
     linked = {}
     for secret in secrets:
-        info = _stat(secret)
-        if info is not None and info.st_nlink > 1 and secret.is_file():
+        info = _stat(secret, follow=False)
+        if info is not None and info.st_nlink > 1 and stat.S_ISREG(info.st_mode):
             linked[(info.st_dev, info.st_ino)] = secret
-    folders = [p for p in hidden if p.is_dir()]  # a final source folder, sandbox_hide: maybe large
-    if not linked and not folders:
+    if not linked:  # the usual case: the shown trees are not walked
         return
-    shown = {}  # the shown files with more than one link: rare, so the hidden folders are walked only then
     for path in paths:
         for found in [path] if not path.is_dir() else path.rglob("*"):
             info = _stat(found, follow=False)
-            if info is not None and info.st_nlink > 1 and stat.S_ISREG(info.st_mode):
-                shown.setdefault((info.st_dev, info.st_ino), found)
-    if folders and shown:
-        for folder in folders:
-            for file in folder.rglob("*"):
-                info = _stat(file, follow=False)
-                if info is not None and (info.st_dev, info.st_ino) in shown:
-                    linked.setdefault((info.st_dev, info.st_ino), file)
-    for key, found in shown.items():
-        if key in linked:
-            raise InputError(
-                source,
-                key_name,
-                f"{found} is a hard link to {linked[key]}, which the sandbox never shows (a config file "
-                "or a final-split file); remove the link or keep it out of shown paths",
-            )
+            secret = linked.get((info.st_dev, info.st_ino)) if info is not None else None
+            if secret is not None and found != secret:
+                raise InputError(
+                    source,
+                    key_name,
+                    f"{found} is a hard link to {secret}, which the sandbox never shows (a config file "
+                    "or a final-split file); remove the link or keep it out of shown paths",
+                )
 
 
 def _stat(path: Path, follow: bool = True):

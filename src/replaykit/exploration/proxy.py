@@ -109,11 +109,16 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, 
     if not re.fullmatch(r"checkpoint-\d+", resolved.name):  # the frozen loader reads N from the name
         raise InputError(checkpoint, None, "not a checkpoint directory (a published checkpoint-N folder)")
     rel = resolved.relative_to(ex.dir.resolve()).as_posix()
-    if not any(rel in (r.get("checkpoints") or {}) for r in ex.receipts() if r.get("kind") == "probe"):
+    published = [
+        r["checkpoints"][rel] for r in ex.receipts() if r.get("kind") == "probe" and rel in (r.get("checkpoints") or {})
+    ]
+    if not published:
         raise InputError(
             checkpoint, None, "not a checkpoint a probe published (none of receipts.jsonl's probes lists it)"
         )
     digest = sha256_tree(resolved)
+    if digest not in published:
+        raise InputError(checkpoint, None, "changed since its probe published it (its SHA-256 is not the receipt's)")
     out = ex.new_dir("proxy", "").resolve()
     who = {"exploration": str(ex.dir), "id": f"proxy-{out.name}"}
     lock = FileLock(info["lock"], who)
@@ -128,6 +133,8 @@ def score_proxy(exploration: Exploration, checkpoint: str | Path | None = None, 
         ex.require_budget("proxy scores")
         if planted := sorted(p.name for p in out.iterdir()):  # written while it waited for the lock
             raise InputError(out, None, f"the scoring's folder is not empty ({', '.join(planted[:5])}): not scored")
+        if sha256_tree(resolved) != digest:  # changed while it waited for the lock
+            raise InputError(checkpoint, None, "changed while its scoring waited for the GPU lock: not scored")
         try:
             sandbox = _run_steps(ex, resolved, out, slot)
         except InputError as exc:

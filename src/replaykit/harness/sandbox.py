@@ -158,6 +158,37 @@ ENV_ALLOWED = (
 # there or in a folder the plan lets the run write (HOME, TMPDIR, TZ and the harness's own
 # REPLAYKIT_ variables aside).
 SEARCH_PATHS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
+# What a frozen-only plan's environment may hold (the exploration's proxy scoring, which the
+# exploring agent starts with its own environment): locale, paths, thread count, malloc
+# settings, the GPU slot and the offline switches; no CUDA_*, TORCH_*, TRITON_*, NCCL_* or
+# KMP_* switch, which could load a library or change how the frozen code computes.
+FROZEN_ENV_ALLOWED = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONHASHSEED",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "MALLOC_MMAP_MAX_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
+)
 # Variables named like a path (the allow-list's patterns include CUDA_*, TORCH_*, TRITON_*):
 # their every entry must be absolute, as well as in the software or a folder the run writes.
 PATH_NAMES = ("*_PATH", "*_DIR", "*_DIRS", "*_HOME", "*_FILE", "*_LIBRARIES", "*_CACHE*", "*INJECTION*")
@@ -301,6 +332,9 @@ class IsolationPlan:
         software: the shown paths that hold programs and libraries (the Python environment,
             the frozen package and plug-ins' code, what ``sandbox_show`` names), the only ones
             besides the system's that a search path (:data:`SEARCH_PATHS`) may name inside.
+        frozen_only: only frozen code runs (the exploration's proxy scoring), started by whoever
+            explores: its environment is :data:`FROZEN_ENV_ALLOWED` only, and no variable may
+            name a folder it writes (the agent can write there too).
     """
 
     mode: str
@@ -311,6 +345,7 @@ class IsolationPlan:
     devices: tuple[str, ...] | None = None
     limits: Limits | None = None
     software: tuple[Path, ...] = ()
+    frozen_only: bool = False
 
     def confine(self) -> Confinement:
         """The enforcement of :attr:`limits` for one job started under this plan (its
@@ -356,6 +391,8 @@ class IsolationPlan:
         if self.mode != "bwrap":  # no sandbox: all but the final-split salt (never to candidates)
             return {name: value for name, value in env.items() if name != SALT_ENV}
         out = allowed_env(env)
+        if self.frozen_only:  # no switch of torch, CUDA or the compilers: only what scoring needs
+            out = {k: v for k, v in out.items() if any(fnmatch.fnmatchcase(k, p) for p in FROZEN_ENV_ALLOWED)}
         if "TMPDIR" in out:
             out["TMPDIR"] = "/tmp"
         if "HOME" in out:  # an empty scratch folder inside, never a shown one (user site-packages)
@@ -377,18 +414,17 @@ class IsolationPlan:
             else:
                 del out["PYTHONWARNINGS"]
         for name, value in list(out.items()):
-            if (
-                name in SEARCH_PATHS
-                or name in ("HOME", "TMPDIR", "TZ", "PYTHONWARNINGS")
-                or name.startswith("REPLAYKIT_")
-            ):
+            if name in SEARCH_PATHS or name in ("HOME", "TMPDIR", "PYTHONWARNINGS") or name.startswith("REPLAYKIT_"):
                 continue
             pieces = [e for e in value.split(os.pathsep) if e]
             path_like = any(fnmatch.fnmatchcase(name, pattern) for pattern in PATH_NAMES)
             places = [Path(e) for e in pieces if os.path.isabs(e)]
             relative = path_like and len(places) < len(pieces)
-            if relative or not all(self._software(e) or self._writable(e) for e in places):
+            writable = (lambda e: False) if self.frozen_only else self._writable
+            if relative or not all(self._software(e) or writable(e) for e in places):
                 del out[name]  # CUDA_INJECTION64_PATH, TRITON_CACHE_DIR on a shown data folder
+            elif self.frozen_only and "/" in value and not places:
+                del out[name]  # a relative path (LC_ALL=x/locale) resolves in the agent's folder
         return out
 
     def _software(self, path: Path) -> bool:
@@ -404,6 +440,7 @@ class IsolationPlan:
         if any(inside(real, Path(m)) for m in self.masked):
             return False
         software = [*self.software, *(Path(os.path.realpath(d)) for d in SYSTEM_DIRS)]
+        software += [Path(os.path.realpath(f"/etc/{e}")) for e in _etc()]  # TZ=:/etc/localtime
         if any(inside(real, s) for s in software):
             return True
         return any(s.parent == real and (s / "__init__.py").is_file() for s in self.software)
@@ -426,11 +463,18 @@ class IsolationPlan:
         return [check_available(), *self.mounts(), *NAMESPACES, "--chdir", str(Path(chdir).absolute()), "--", *command]
 
     def mounts(self) -> list[str]:
-        """bwrap's mount options: the system, then every shown, masked and scratch path in
+        """bwrap's mount options (:class:`InputError` for a shown data folder that has become a
+        symbolic link since the plan was made): the system, then every shown, masked and scratch path in
         order of depth (parents first; at one path scratch, masked, read-only, writable), so a
         mask inside a shown folder lands on top of it and a shown folder inside a scratch one
         (the Python environment under ``$HOME``) reappears; then links; then masked folders and the
         root made read-only."""
+        software = set(self.software)
+        for path in (*(p for p in self.read_only if p not in software), *self.writable):
+            # bwrap follows a source that is a link when it starts: a data folder swapped for a
+            # link after the plan was made (to a hidden split) would be shown in its place
+            if os.path.lexists(path) and os.path.realpath(path) != str(path):
+                raise InputError(path, None, "became a symbolic link after the sandbox's plan was made: not shown")
         size = ["--size", str(self.limits.memory_bytes)] if self.limits and self.limits.memory_bytes else []
         argv = _system_mounts() + [*size, "--tmpfs", "/dev/shm"]
         argv += [arg for dev in self._devices() for arg in ("--dev-bind", dev, dev)]

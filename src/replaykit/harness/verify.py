@@ -157,11 +157,14 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
 
 def _check_audit(run_dir: Path, cache: HashCache) -> list[Finding]:
     """The run's ``audit.json`` against its receipt (``audit.json.sha256``, written with it):
-    one edited afterwards is ``tampered`` and is made again (and ``final/`` from it). None
-    without the pair (an audit not run yet, or written before receipts)."""
+    one edited afterwards is ``tampered``, one gone (or no file) ``missing``; either is made
+    again (and ``final/`` from it). None without the receipt (an audit not run yet, or
+    written before receipts)."""
     audit, receipt = run_dir / "audit.json", run_dir / "audit.json.sha256"
-    if not audit.is_file() or not receipt.is_file():
+    if not receipt.is_file():
         return []
+    if not audit.is_file() or audit.is_symlink():
+        return [Finding(str(audit), "missing", f"gone or no file, but {receipt.name} names it", [str(audit)])]
     recorded = receipt.read_text(errors="replace").split(" ")[0].strip()
     if cache.file(audit) != recorded:
         return [Finding(str(audit), "tampered", f"edited since the audit wrote it (not {receipt.name})", [str(audit)])]
