@@ -104,6 +104,13 @@ def test_explore_greedy_submit_and_formal_replay_are_linked(work):
     line = one_error_line(rk(work, "explore", "proxy", str(copy), "-e", str(ex), check=False))
     assert line == f"error: {copy}: not a checkpoint a probe published (none of receipts.jsonl's probes lists it)"
     shutil.rmtree(copy)
+    # the published checkpoint edited since its probe's receipt (third pass): refused too
+    coefficients_file = checkpoint / "coefficients.json"
+    kept = coefficients_file.read_bytes()
+    coefficients_file.write_bytes(kept + b" ")
+    line = one_error_line(rk(work, "explore", "proxy", str(checkpoint), "-e", str(ex), check=False))
+    assert line == f"error: {checkpoint}: changed since its probe published it (its SHA-256 is not the receipt's)"
+    coefficients_file.write_bytes(kept)
     assert sorted((ex / "proxy").iterdir()) == before
     rk(work, "explore", "proxy", str(checkpoint), "-e", str(ex))
     receipt = receipts(ex)[-1]
