@@ -146,7 +146,8 @@ def test_a_patch_with_a_few_final_prompts_is_confirmed(dpo_run, tmp_path):
     )
     ws = work / "results/dpo/shipped-seed42/workspace.json"
     ws.write_text(json.dumps({**read(ws), "patch": str(patch.relative_to(work))}))
-    (work / "results/dpo/shipped-seed42/audit.json").unlink()
+    for name in ("audit.json", "audit.json.sha256"):  # computed now from the receipts
+        (work / "results/dpo/shipped-seed42" / name).unlink()
     shown = rk(work, "audit", "dpo", "shipped-seed42", check=False)
     assert shown.returncode == 1, shown.stdout + shown.stderr
     first = next(line for line in shown.stdout.splitlines() if "protocol_exposure:" in line)
@@ -209,7 +210,8 @@ def test_final_items_in_the_replays_log_or_checkpoint_are_confirmed(soup_run, tm
     first_id = json.loads(rows[0])["id"]
 
     def audited(name: str) -> tuple[subprocess.CompletedProcess, dict]:
-        (run / "audit.json").unlink(missing_ok=True)  # shown as computed now, not as the workflow wrote it
+        for name_ in ("audit.json", "audit.json.sha256"):  # shown as computed now, not as the workflow wrote it
+            (run / name_).unlink(missing_ok=True)
         shown = rk(work, "audit", "soup", "shipped-seed42", check=False)
         rk(work, "audit", "soup", "shipped-seed42", "--out", str(tmp_path / f"{name}.json"))
         return shown, read(tmp_path / f"{name}.json")
@@ -278,12 +280,20 @@ def start(work: Path, name: str, budget_s: float) -> Path:
 def probe_and_proxy(work: Path, ex: Path, seconds: float) -> None:
     """A probe that runs ``seconds``, then the proxy score of a checkpoint in its run folder (the
     shipped run's, copied in on the host: the sandboxed probe cannot read results/)."""
-    rk(work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c", f"import time; time.sleep({seconds})")
     import shutil
 
-    dest = ex / "runs/probe-1/publish/checkpoint-3"
-    shutil.copytree(work / "results/soup/shipped-seed42/replay/checkpoint-3", dest)
-    rk(work, "explore", "proxy", str(dest), "-e", str(ex))
+    # the probe publishes it (a proxy scores only what a probe's receipt lists), from a copy put
+    # in its workspace, taken out again before the patch is made
+    source = ex / "workspace/shipped-checkpoint"
+    shutil.copytree(work / "results/soup/shipped-seed42/replay/checkpoint-3", source)
+    publish = (
+        "import os, shutil, time; "
+        "shutil.copytree('shipped-checkpoint', os.environ['REPLAYKIT_RUN_DIR'] + '/publish/checkpoint-3'); "
+        f"time.sleep({seconds})"
+    )
+    rk(work, "explore", "run", "-e", str(ex), "--", sys.executable, "-c", publish)
+    shutil.rmtree(source)
+    rk(work, "explore", "proxy", str(ex / "runs/probe-1/publish/checkpoint-3"), "-e", str(ex))
 
 
 def behaviour_of(work: Path, name: str) -> list[dict]:

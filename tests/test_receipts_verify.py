@@ -972,11 +972,13 @@ def test_an_audit_edited_after_final_is_tampered_for_status_and_not_shown_as_the
             f"  {audit}: not an audit (no verdict of task_defect, protocol_exposure, agent_behaviour, platform)"
         ], (text, lines)
     audit.unlink()
+    audit.mkdir()  # no file
     lines, confirmed = show("t", None, "results")
-    assert (
-        confirmed
-        and lines[1] == f"  {audit}: gone or no file, but audit.json.sha256 names it: rebuild it with snakemake"
-    )
+    assert confirmed and lines[1:] == [
+        f"  {audit}: not an audit (no verdict of task_defect, protocol_exposure, agent_behaviour, platform)"
+    ]
+    audit.rmdir()
+    audit.write_text(json.dumps(sections))
     # another run's audit, recorded under "others", is checked the same way
     summary["audit"] = {"run": "x", "path": "results/t/x/audit.json", "sha256": "0" * 64, "others": []}
     summary["audit"]["others"] = [{"run": "shipped-seed1", "path": str(audit), "sha256": recorded}]
