@@ -437,12 +437,12 @@ class IsolationPlan:
         folder that merely holds software (``/``, ``/work``), from which every shown folder
         below it is importable as a namespace package."""
         real = Path(os.path.realpath(path))
-        if any(inside(real, Path(m)) for m in self.masked):
-            return False
         software = [*self.software, *(Path(os.path.realpath(d)) for d in SYSTEM_DIRS)]
         software += [Path(os.path.realpath(f"/etc/{e}")) for e in _etc()]  # TZ=:/etc/localtime
-        if any(inside(real, s) for s in software):
-            return True
+        covering = [len(s.parts) for s in software if inside(real, s)]
+        if covering:  # unless a mask deeper than that software hides it (a conda package cache)
+            return not any(inside(real, Path(m)) and len(Path(m).parts) > max(covering) for m in self.masked)
+        # a package's folder, shown by name (inside the masked working directory, say)
         return any(s.parent == real and (s / "__init__.py").is_file() for s in self.software)
 
     def _writable(self, path: Path) -> bool:
