@@ -101,9 +101,12 @@ ETC_ENTRIES = (
 )
 
 
-# Environment variables a replay may see (fnmatch patterns); everything else is cleared,
-# and a name matching ENV_DENIED is cleared even when allowed (e.g. NVIDIA_API_KEY).
-ENV_ALLOWED = (
+# What every sandboxed process may see (fnmatch patterns), and all a frozen-only plan's may
+# (the exploration's proxy scoring, which the exploring agent starts with its own
+# environment): locale, paths, thread count, malloc settings, the GPU slot and the offline
+# switches; no CUDA_*, TORCH_*, TRITON_*, NCCL_* or KMP_* switch, which could load a library
+# or change how the frozen code computes.
+FROZEN_ENV_ALLOWED = (
     "PATH",
     "HOME",
     "USER",
@@ -120,11 +123,24 @@ ENV_ALLOWED = (
     "PYTHONUNBUFFERED",
     "PYTHONDONTWRITEBYTECODE",
     "PYTHONHASHSEED",
-    "PYTHONWARNINGS",
     "PYTHONPATH",
     "LD_LIBRARY_PATH",  # the operator's install (e.g. a cluster's CUDA module)
     "MALLOC_MMAP_MAX_",  # glibc malloc settings of the replay (replay.MALLOC_ENV)
     "MALLOC_TRIM_THRESHOLD_",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "TOKENIZERS_PARALLELISM",
+)
+# Environment variables a replay or a probe may see: those and the libraries' switches;
+# everything else is cleared, and a name matching ENV_DENIED is cleared even when allowed
+# (e.g. NVIDIA_API_KEY).
+ENV_ALLOWED = FROZEN_ENV_ALLOWED + (
+    "PYTHONWARNINGS",
     "VIRTUAL_ENV",
     "OMP_*",
     "MKL_*",
@@ -133,17 +149,11 @@ ENV_ALLOWED = (
     "CUDA_*",
     "CUBLAS_*",
     "CUDNN_*",
-    "NVIDIA_VISIBLE_DEVICES",
-    "NVIDIA_DRIVER_CAPABILITIES",
     "NCCL_*",
     "TORCH_*",
     "PYTORCH_*",
     "TORCHINDUCTOR_*",
     "TRITON_*",
-    "HF_HUB_OFFLINE",
-    "HF_DATASETS_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "TOKENIZERS_PARALLELISM",
     "REPLAYKIT_RUN_DIR",
     "REPLAYKIT_REQUEST",
     "REPLAYKIT_FAULT_EXIT_AFTER_PUBLISH",  # publish.FAULT_ENV: the recovery tests' fault injection
@@ -158,37 +168,6 @@ ENV_ALLOWED = (
 # there or in a folder the plan lets the run write (HOME, TMPDIR, TZ and the harness's own
 # REPLAYKIT_ variables aside).
 SEARCH_PATHS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
-# What a frozen-only plan's environment may hold (the exploration's proxy scoring, which the
-# exploring agent starts with its own environment): locale, paths, thread count, malloc
-# settings, the GPU slot and the offline switches; no CUDA_*, TORCH_*, TRITON_*, NCCL_* or
-# KMP_* switch, which could load a library or change how the frozen code computes.
-FROZEN_ENV_ALLOWED = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LANGUAGE",
-    "LC_*",
-    "TERM",
-    "TZ",
-    "TMPDIR",
-    "PYTHONUNBUFFERED",
-    "PYTHONDONTWRITEBYTECODE",
-    "PYTHONHASHSEED",
-    "PYTHONPATH",
-    "LD_LIBRARY_PATH",
-    "MALLOC_MMAP_MAX_",
-    "MALLOC_TRIM_THRESHOLD_",
-    "OMP_NUM_THREADS",
-    "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-    "NVIDIA_DRIVER_CAPABILITIES",
-    "HF_HUB_OFFLINE",
-    "HF_DATASETS_OFFLINE",
-    "TRANSFORMERS_OFFLINE",
-    "TOKENIZERS_PARALLELISM",
-)
 # Variables named like a path (the allow-list's patterns include CUDA_*, TORCH_*, TRITON_*):
 # their every entry must be absolute, as well as in the software or a folder the run writes.
 PATH_NAMES = ("*_PATH", "*_DIR", "*_DIRS", "*_HOME", "*_FILE", "*_LIBRARIES", "*_CACHE*", "*INJECTION*")
