@@ -89,8 +89,10 @@ SOUP_MODEL = {"builder": "soup-digits", "seed": 0, "n_ingredients": 3, "pretrain
         ),
         ({"builder": "qm9pack", "wheel": "qm9pack"}, "models.m", "'version' is a required property"),
         ({"builder": "tiny-llama", "seed": 0, "layers": 2}, "models.m.layers", "unknown key"),
-        # nothing says which kind of entry was meant: the schema's own words
-        ({"seed": 0}, "models.m", "{'seed': 0} is not valid under any of the given schemas"),
+        # nothing says which kind of entry was meant: what each kind needs (2026-12-05, later)
+        ({"seed": 0}, "models.m", "'seed' alone does not say which kind: an entry needs the keys wheel, version and"),
+        ({}, "models.m", "no keys: an entry needs the keys wheel, version and member; or builder: one of ['soup-dig"),
+        ({"bogus": 1, "b2": 2}, "models.m", "unknown keys 'bogus', 'b2': an entry needs the keys wheel, version an"),
         # a name where a block is wanted (second hostile pass)
         ("soup-digits", "models.m", "'soup-digits' is not a block of keys (each kind here is one"),
     ],

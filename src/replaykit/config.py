@@ -404,9 +404,47 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
                 instance=error.instance[key],
                 path=[*error.absolute_path, key],
             )
+        elif not missed:  # `{}`, only keys that no kind defines, or keys that several share
+            return _no_kind_error(error)
         else:
             return error
     return error
+
+
+def _no_kind_error(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """A mapping that says of no one branch of ``error`` (an ``anyOf``/``oneOf`` of blocks of
+    keys) that it is meant (no keys, keys no branch defines, or keys several share): the error
+    names those keys and what each kind needs, e.g.
+    ``unknown key 'bogus': an entry needs the keys wheel, version and member; or builder: one of
+    ['soup-digits', ...]``. Raises nothing; ``error`` must be an ``anyOf``/``oneOf`` error."""
+    branches = error.validator_value
+    unknown = [k for k in error.instance if not any(k in b.get("properties", {}) for b in branches)]
+    kinds: list[str] = []
+    choices: dict[str, list] = {}
+    for branch in branches:
+        known = branch.get("properties", {})
+        discriminators = [k for k in branch.get("required", []) if {"enum", "const"} & set(known.get(k, {}))]
+        for key in discriminators:
+            values = known[key]["enum"] if "enum" in known[key] else [known[key]["const"]]
+            choices.setdefault(key, []).extend(v for v in values if v not in choices[key])
+        if not discriminators:
+            *first, last = branch.get("required", [])
+            kinds.append(f"the keys {', '.join(first)} and {last}" if first else f"the key {last}")
+    kinds += [f"{key}: one of {values!r}" for key, values in choices.items()]
+    names = ", ".join(map(repr, unknown or error.instance))
+    if unknown:
+        what = f"unknown key{'s' if len(unknown) > 1 else ''} {names}"
+    elif error.instance:
+        what = f"{names} alone {'does' if len(error.instance) == 1 else 'do'} not say which kind"
+    else:
+        what = "no keys"
+    return jsonschema.ValidationError(
+        f"{what}: an entry needs {'; or '.join(kinds)} (see config/README.md)",
+        validator="required",
+        validator_value=kinds,
+        instance=error.instance,
+        path=list(error.absolute_path),
+    )
 
 
 def _schema_error(error: jsonschema.ValidationError, layers: list[Layer], default: str) -> InputError:
