@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from replaykit.report.final import render_report
-from replaykit.report.formats import fmt_number, fmt_percent, fmt_seconds
+from replaykit.report.formats import fmt_number, fmt_percent, fmt_seconds, fmt_signed
 
 SUMMARY = {
     "metric": "accuracy",
@@ -68,6 +68,10 @@ DOC = {
 def test_formatting_helpers():
     assert fmt_number(0.8125, 0.048796) == "0.8125 ± 0.0488"
     assert fmt_number(None) == "-" and fmt_percent(0.25) == "25.0%" and fmt_seconds(419.6) == "420 s"
+    # a value that rounds to zero has no sign: -0.0 (a minimised metric's gap of -1 * 0.0) and
+    # float noise below the 4th decimal (new user, 2026-12-05: "oracle gap ... -0.0000")
+    assert fmt_number(-0.0) == "0.0000" and fmt_number(-3e-17, -0.0) == "0.0000 ± 0.0000"
+    assert fmt_signed(-0.0) == "+0.0000" and fmt_signed(-2e-9) == "+0.0000" and fmt_signed(-0.00051) == "-0.0005"
 
 
 def test_every_number_of_the_summary_is_in_the_report():

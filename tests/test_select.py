@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from replaykit.harness.select import TIE_RULE, best_valid, proxy_selected
@@ -56,6 +58,8 @@ def test_proxy_selected_minimised_and_gap_sign():
     assert chosen["progress"] == 3 and chosen["oracle_gap"] == pytest.approx(1.0)
     same = proxy_selected([{**checkpoints[0], "proxy_value": 60.0}, *checkpoints[1:]], "minimize")
     assert same["progress"] == 1 and same["oracle_gap"] == 0.0  # the proxy agrees with the final split
+    # -1 * (69.0 - 69.0) is -0.0, which reports printed as -0.0000 (new user, 2026-12-05)
+    assert math.copysign(1.0, same["oracle_gap"]) == 1.0
 
 
 def test_proxy_selected_none_without_a_scored_valid_checkpoint():

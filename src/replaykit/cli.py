@@ -21,6 +21,7 @@ from .harness.protocol import options as replay_options
 from .harness.replay import ReplayError
 from .harness.sandbox import SandboxUnavailable
 from .harness.selftest import SelfTestFailed
+from .harness.stats import decimal
 
 
 def _json_arg(text: str, option: str = "argument") -> dict:
@@ -256,7 +257,7 @@ def cmd_final(a) -> None:
         )
     normalised = "undefined" if s["normalised_undefined"] else s["normalised_score"]
     print(
-        f"[final] {a.task}: {s['metric']} = {s['value']:.4f} ± {s['uncertainty']['value']:.4f} "
+        f"[final] {a.task}: {s['metric']} = {decimal(s['value'])} ± {decimal(s['uncertainty']['value'])} "
         f"(normalised {normalised})"
     )
 
@@ -288,7 +289,8 @@ def cmd_campaign(a) -> None:
     s = campaign_result(a.ablations, a.out_dir)
     for task, t in s["tasks"].items():
         for c in t["candidates"]:
-            print(f"[campaign] {task}: {c['candidate']} {c['difference']:+.4f} against shipped: {c['verdict']}")
+            difference = decimal(c["difference"], signed=True)
+            print(f"[campaign] {task}: {c['candidate']} {difference} against shipped: {c['verdict']}")
 
 
 def cmd_figures(a) -> None:

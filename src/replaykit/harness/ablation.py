@@ -37,6 +37,7 @@ from .fileio import read_json, read_jsonl
 from .receipts import read_complete_summary
 from .stats import (
     ci_verdict,
+    decimal,
     decision_threshold,
     detectable_difference,
     hierarchical_bootstrap,
@@ -518,17 +519,18 @@ def _sentence(summary: dict, metric: str, main: dict) -> str:
     k, h, d = len(summary["seeds"]), main["hierarchical"], summary["decision"]
     pi = main["probability_of_improvement"]
     level = f"{100 * h['confidence']:g} %"
-    fixed = d["rule_file"].get("fixed_in_advance")
+    in_advance = d["rule_file"].get("fixed_in_advance")
     rule = (
         f"decision rule {d['rule_file']['sha256'][:12]} "
-        + ("fixed before the first replay" if fixed else "NOT fixed before the first replay")
+        + ("fixed before the first replay" if in_advance else "NOT fixed before the first replay")
         if d["rule_file"].get("sha256")
         else "no decision rule file"
     )
     return (
         f"With {k} seed{'s' if k != 1 else ''} and {summary['n']} final rows, `{summary['candidate']}` "
-        f"differs from the shipped recipe by {main['mean_difference']:+.4f} in {metric} "
-        f"({main['selection'].replace('_', '-')} checkpoints; {level} CI [{h['ci_low']:+.4f}, {h['ci_high']:+.4f}], "
+        f"differs from the shipped recipe by {decimal(main['mean_difference'], signed=True)} in {metric} "
+        f"({main['selection'].replace('_', '-')} checkpoints; {level} CI "
+        f"[{decimal(h['ci_low'], signed=True)}, {decimal(h['ci_high'], signed=True)}], "
         f"two-stage bootstrap over seeds and rows; P(candidate better) {pi['value']:.2f} "
         f"[{pi['ci_low']:.2f}, {pi['ci_high']:.2f}]): {summary['verdict']} ({rule})."
     )

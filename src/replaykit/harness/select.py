@@ -54,7 +54,7 @@ def proxy_selected(checkpoints: list[dict], direction: str) -> dict | None:
         "progress": chosen["progress"],
         "proxy_value": chosen["proxy_value"],
         "final_value": chosen["value"],
-        "oracle_gap": sign * (official["value"] - chosen["value"]),
+        "oracle_gap": sign * (official["value"] - chosen["value"]) + 0.0,  # never -0.0 (IEEE 754)
         "official_progress": official["progress"],
         "rule": f"best proxy value among the valid retained checkpoints; {TIE_RULE}",
     }

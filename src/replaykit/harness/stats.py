@@ -8,6 +8,14 @@ from collections.abc import Sequence
 import numpy as np
 
 
+def decimal(value: float, digits: int = 4, signed: bool = False) -> str:
+    """``value`` with ``digits`` decimals, never a negative zero: a value that rounds to zero
+    (``-0.0``, ``-3e-17``) reads ``0.0000`` (``+0.0000`` when ``signed``), as a minimised metric's
+    oracle gap of ``-1 * 0.0`` would otherwise read ``-0.0000``."""
+    rounded = round(float(value), digits) + 0.0  # -0.0 + 0.0 is +0.0 (IEEE 754)
+    return f"{rounded:{'+' if signed else ''}.{digits}f}"
+
+
 def binomial_se(successes: int, n: int) -> float:
     """Standard error of a proportion, ``sqrt(p (1 - p) / n)`` with ``p = successes / n``.
 
@@ -144,8 +152,8 @@ def normalisation_undefined(fixed_start: float, shipped: float, direction: str) 
         return None
     relation = "equals" if gain == 0 else ("is below" if direction == "maximize" else "is above")
     return (
-        f"normalised score undefined: the shipped reference ({shipped:.4f}) {relation} the fixed start "
-        f"({fixed_start:.4f}) of this {WORDS[direction]} metric, so fixed start = 0 and shipped = 1 is no scale "
+        f"normalised score undefined: the shipped reference ({decimal(shipped)}) {relation} the fixed start "
+        f"({decimal(fixed_start)}) of this {WORDS[direction]} metric, so fixed start = 0 and shipped = 1 is no scale "
         "on which higher means better"
     )
 

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from ..harness.stats import decimal
+
 
 def fmt_number(value, se=None) -> str:
     """``0.1234`` or ``0.1234 ± 0.0100`` (4 decimals); ``-`` for no value (the reports' filter ``fmt``)."""
     if value is None:
         return "-"
-    return f"{value:.4f}" + (f" ± {se:.4f}" if se is not None else "")
+    return decimal(value) + (f" ± {decimal(se)}" if se is not None else "")
 
 
 def fmt_percent(value) -> str:
@@ -29,9 +31,9 @@ def fmt_seconds(value) -> str:
 
 def fmt_plain(value) -> str:
     """4 decimals without a sign for zero (``-0.0000`` reads ``0.0000``); ``-`` for none."""
-    return "-" if value is None else f"{value + 0.0:.4f}"
+    return "-" if value is None else decimal(value)
 
 
 def fmt_signed(value) -> str:
     """A difference with its sign, 4 decimals (``+0.0067``); ``-`` for none."""
-    return "-" if value is None else f"{value:+.4f}"
+    return "-" if value is None else decimal(value, signed=True)

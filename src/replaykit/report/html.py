@@ -22,6 +22,7 @@ from ..harness.ablation import holm_verdicts
 from ..harness.fileio import atomic_write_text, read_json
 from ..harness.receipts import read_complete_summary
 from ..harness.results import paired_comparison
+from ..harness.stats import decimal
 from . import templates
 
 FIGURE_CAPTIONS = {
@@ -41,7 +42,7 @@ FIGURE_CAPTIONS = {
 
 
 def fmt(value) -> str:
-    return "-" if value is None or value == "" else f"{value:.4f}"
+    return "-" if value is None or value == "" else decimal(value)
 
 
 def _href(target: str | Path, base: Path) -> str:
