@@ -8,7 +8,7 @@ import base64
 import json
 from pathlib import Path
 
-from replaykit.harness.audit import section
+from replaykit.harness.audit import check, section
 from replaykit.harness.audit.behaviour import behaviour_checks, cycles, overlap_check, timing_check
 from replaykit.harness.audit.defect import shipped_check, split_size_check
 from replaykit.harness.audit.exposure import patch_check, sandbox_check, shown_final
@@ -483,3 +483,22 @@ def test_a_linked_or_malformed_attempt_log_leaves_the_replay_search_inconclusive
     result = replay_outputs_check(tmp_path, run, record_path, record, items, public)
     assert result["result"] == "unknown" and "logs/a1.log is not here (or is a link)" in result["evidence"][0]
     assert replay_outputs_check(tmp_path, run, record_path, {"attempts": 5}, items, public)["result"] == "pass"
+
+
+def test_a_section_whose_checks_all_skipped_says_no_check_applies_first():
+    """New user (2026-12-05): a shipped run's agent behaviour read ``none_found`` while every
+    check was skipped; docs/audit.md says *none found* is visibly the outcome of checks that
+    ran. The verdict stays one of SPEC's three, and its first evidence line says nothing looked."""
+    skipped = [check(f"c{i}", "skipped", "not from an exploration") for i in range(3)]
+    noted = check("refused", "noted", "listed", ["x.json:4: refused a.bin"])
+    assert section([*skipped, noted])["evidence"] == [
+        "no check applies (all 4 skipped or noted): not from an exploration",
+        "c0: not from an exploration",
+        "c1: not from an exploration",
+        "c2: not from an exploration",
+        "x.json:4: refused a.bin",
+    ]
+    assert section([*skipped, noted])["verdict"] == "none_found"
+    # one check that looked: the evidence is every check's, as before, with no such line
+    ran = section([*skipped, check("looked", "pass", "found nothing", ["y.json:2: ok"])])
+    assert ran["verdict"] == "none_found" and not ran["evidence"][0].startswith("no check applies")

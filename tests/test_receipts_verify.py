@@ -953,7 +953,8 @@ def test_an_audit_edited_after_final_is_tampered_for_status_and_not_shown_as_the
     assert confirmed and lines == [
         f"t/shipped-seed1 ({audit}):",
         f"  {audit}: edited since it was written (SHA-256 {file_sha(audit)[:12]}, final/summary.json recorded "
-        f"{recorded[:12]}): its verdicts are not the audit's; rebuild it with snakemake (`--forcerun audit`)",
+        f"{recorded[:12]}): its verdicts are not the audit's; run the snakemake command that built it again, "
+        "which sees the edit and audits the run again",
     ]
     # third pass: before final/ exists, the audit's own receipt (audit.json.sha256) tells the
     # edit; a file that is no audit, or gone, is one line too, never a traceback
@@ -984,3 +985,24 @@ def test_an_audit_edited_after_final_is_tampered_for_status_and_not_shown_as_the
     summary["audit"]["others"] = [{"run": "shipped-seed1", "path": str(audit), "sha256": recorded}]
     (final / "summary.json").write_text(json.dumps(summary))
     assert check_final(final, officials).reason.startswith("results/t/x/audit.json: not the audit")
+
+
+def test_audit_names_the_folder_its_evidence_paths_are_relative_to(tmp_path, monkeypatch):
+    """New user (2026-12-05): ``audit soup --results tiny/results`` headed each run with
+    ``tiny/results/...`` while its evidence said ``results/soup/...`` (the workflow's working
+    directory, ``tiny/``), which from the launch folder points at the real runs. A first line
+    now names that folder; from inside it, nothing is added."""
+    from replaykit.audit import show
+    from replaykit.harness.audit.checks import SECTIONS
+
+    fake_run(tmp_path / "tiny")
+    sections = {s: {"verdict": "none_found", "evidence": ["results/t/x.json:1: ok"], "checks": []} for s in SECTIONS}
+    Path(tmp_path / "tiny/results/t/shipped-seed1/audit.json").write_text(json.dumps(sections))
+    monkeypatch.chdir(tmp_path)
+    lines, confirmed = show("t", None, "tiny/results")
+    assert not confirmed and lines[:2] == [
+        "(evidence paths are relative to tiny/, the workflow's working directory)",
+        "t/shipped-seed1 (tiny/results/t/shipped-seed1/audit.json):",
+    ]
+    monkeypatch.chdir(tmp_path / "tiny")
+    assert show("t", None, "results")[0][0] == "t/shipped-seed1 (results/t/shipped-seed1/audit.json):"

@@ -79,11 +79,16 @@ def show(task: str, run: str | None, results: str | Path = "results") -> tuple[l
     computed now from the receipts with the default inputs) and whether any is confirmed, or
     an ``audit.json`` is not what was written (against its receipt ``audit.json.sha256`` and
     the hash ``final/summary.json`` recorded of it) or is no audit: then one line says so in
-    place of its verdicts, and it counts as confirmed (exit status 1)."""
+    place of its verdicts, and it counts as confirmed (exit status 1). Evidence paths are
+    relative to the workflow's working directory (the parent of ``results``): a first line
+    names it when that is not the current directory (a tiny run's ``tiny/``)."""
     lines, confirmed = [], False
     names = runs_to_show(task, run, results)
     if not names:  # as ``status``: not an error, and nothing confirmed
         return [f"{Path(results) / task}: nothing has run yet (no official.json): nothing to audit"], False
+    workdir = Path(results).parent
+    if workdir.resolve() != Path.cwd().resolve():  # tiny/ (config/test.yaml), or --results elsewhere
+        lines.append(f"(evidence paths are relative to {workdir}/, the workflow's working directory)")
     for name in names:
         path = Path(results) / task / name / "audit.json"
         problem = _not_as_written(path, _recorded_sha256(Path(results) / task, name))
@@ -134,6 +139,7 @@ def _not_as_written(path: Path, recorded: str | None) -> str | None:
         if expected is not None and now != expected:
             return (
                 f"{path}: edited since it was written (SHA-256 {now[:12]}, {by} recorded {expected[:12]}): "
-                "its verdicts are not the audit's; rebuild it with snakemake (`--forcerun audit`)"
+                "its verdicts are not the audit's; run the snakemake command that built it again, "
+                "which sees the edit and audits the run again"
             )
     return None

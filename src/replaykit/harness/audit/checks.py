@@ -24,11 +24,16 @@ def check(name: str, result: str, detail: str, evidence: list[str] | tuple[str, 
 def section(checks: list[dict]) -> dict:
     """A section's verdict from its checks: *confirmed* when one failed, else *inconclusive*
     when one could not tell, else *none_found*. Its evidence: the failed checks' evidence
-    (else the undecided ones', else every check's), each line naming a file and a line."""
+    (else the undecided ones', else every check's), each line naming a file and a line; when no
+    check looked (every one skipped or noted: a shipped run's agent behaviour), a first line
+    saying so and why, so that *none_found* never reads as the outcome of checks that ran."""
     results = {c["result"] for c in checks}
     verdict = "confirmed" if "fail" in results else "inconclusive" if "unknown" in results else "none_found"
     wanted = {"confirmed": ("fail",), "inconclusive": ("unknown",), "none_found": ("pass", "noted", "skipped")}[verdict]
     evidence = [e for c in checks if c["result"] in wanted for e in (c["evidence"] or [f"{c['check']}: {c['detail']}"])]
+    if verdict == "none_found" and "pass" not in results:  # nothing looked: say so first
+        why = list(dict.fromkeys(c["detail"] for c in checks if c["result"] == "skipped"))
+        evidence = [f"no check applies (all {len(checks)} skipped or noted): {'; '.join(why)}", *evidence]
     return {"verdict": verdict, "evidence": evidence, "checks": checks}
 
 
