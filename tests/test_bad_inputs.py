@@ -134,6 +134,14 @@ def test_a_workdir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
         ({"workdir": "/"}, "workdir", "'/' is the file system's root: results/, logs/ and .snakemake/"),
         ({"workdir": "/usr/.."}, "workdir", "'/usr/..' is the file system's root"),
         ({"gpus": {"lock_dir": "$TMPDIR/l"}}, "gpus.lock_dir", "'$TMPDIR/l' holds a '$' variable"),
+        # hostile (2026-12-05): a dry run made the folder "tiny\nx"
+        ({"workdir": "tiny\nx"}, "workdir", "'tiny\\nx' holds the control character '\\n': write the path"),
+        ({"sandbox_show": ["/opt\tcuda"]}, "sandbox_show", "'/opt\\tcuda' holds the control character '\\t'"),
+        (
+            {"tasks": {"dpo": {**default_config()["tasks"]["dpo"], "fixed_start": "models/m\r"}}},
+            "tasks.dpo.fixed_start",
+            "'models/m\\r' holds the control character '\\r'",
+        ),
     ],
 )
 def test_a_path_nothing_expands_or_a_relative_lock_folder_is_refused(change, field, start):
@@ -672,3 +680,34 @@ def test_an_exponent_out_of_a_floats_range_gets_no_number_to_write():
         with pytest.raises(InputError) as exc:
             check_config(config, SCHEMA, "config/config.yaml")
         assert exc.value.message == f"{text!r} is a string in YAML 1.1, and out of a float's range"
+
+
+@pytest.mark.parametrize(
+    "doc, field, message",
+    [
+        # hostile (2026-12-05): the replay trained, then stopped on KeyError: 'budget_s'
+        ({"name": "g2"}, "budget_s", "None is not a number of seconds (finite, at least 0)"),
+        ({"budget_s": 10, "budget_used_s": float("nan")}, "budget_used_s", "nan is not a number of seconds"),
+        ({"budget_s": 10, "budget_used_s": 1, "probes": True}, "probes", "True is not a count of probes"),
+        ({"budget_s": 10, "budget_used_s": 1, "probes": 1, "receipts": {}}, "receipts", "{} is not a list of receipts"),
+        ({"budget_s": 10, "budget_used_s": 1, "probes": 1, "receipts": [3]}, "receipts[0]", "not a receipt"),
+    ],
+)
+def test_a_malformed_exploration_sidecar_stops_the_workflow_before_any_job(tmp_path, doc, field, message):
+    """A candidate patch's sidecar (``<patch>.exploration.json``) that names the patch is read
+    into the replay record after training: its fields are checked when the workflow starts."""
+    import hashlib
+
+    patch = tmp_path / "soup-g2.diff"
+    patch.write_text("--- a/train.py\n+++ b/train.py\n")
+    side = tmp_path / "soup-g2.exploration.json"
+    side.write_text(json.dumps({"patch_sha256": hashlib.sha256(patch.read_bytes()).hexdigest(), **doc}))
+    config = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
+    config["tasks"]["soup"].update(candidates={"g2": str(patch)}, candidate="g2")
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/test.yaml")
+    assert (exc.value.path, exc.value.field) == (str(side), field)
+    assert exc.value.message.startswith(message), exc.value.message
+    # a sidecar naming another patch is no error: the record says it is not linked
+    side.write_text(json.dumps({"patch_sha256": "0" * 64}))
+    check_config(config, SCHEMA, "config/test.yaml")

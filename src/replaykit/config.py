@@ -19,6 +19,8 @@ import yaml
 
 from .harness.budget import Budget
 from .harness.errors import InputError, unexpanded_path
+from .harness.hashing import sha256_file
+from .harness.submission import read_sidecar, sidecar
 from .harness.yamlfile import EXPONENT_FLOAT, load_yaml_strict, load_yaml_text
 
 CLI = "--config"  # the source name of values given on the command line
@@ -561,17 +563,23 @@ def check_config(
             key, _, message = str(exc).partition(": ")
             raise InputError(src("data", key), f"tasks.{name}.data.{key}", message) from None
         for cand, patch in task.get("candidates", {}).items():
+            if problem := unexpanded_path(patch):
+                raise InputError(src("candidates", cand), f"tasks.{name}.candidates.{cand}", problem)
             if not Path(patch).is_file():
                 raise InputError(
                     src("candidates", cand),
                     f"tasks.{name}.candidates.{cand}",
                     f"patch file {patch!r} not found",
                 )
+            if sidecar(patch).is_file():  # the exploration it came from: malformed stops here, not after training
+                read_sidecar(sidecar(patch), sha256_file(patch))
         try:
             Budget.from_config(task["budget"])
         except ValueError as exc:
             raise InputError(src("budget"), f"tasks.{name}.budget", str(exc)) from None
         fixed_start = task["fixed_start"]
+        if fixed_start not in config.get("models", {}) and (problem := unexpanded_path(fixed_start)):
+            raise InputError(src("fixed_start"), f"tasks.{name}.fixed_start", problem)
         if fixed_start not in config.get("models", {}) and not any(
             (Path(fixed_start) / f).is_file() for f in ("config.json", "model_index.json")
         ):  # HF model / diffusers pipeline

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 
 
@@ -27,7 +28,11 @@ class InputError(Exception):
 def unexpanded_path(value: str) -> str | None:
     """Why path ``value`` is not what its writer meant, or None: it starts with ``~`` or holds a
     ``$NAME`` / ``${NAME}`` (a shell expands them; nothing here does, so they would name
-    folders called ``~`` or ``$HOME``), or starts or ends with white space."""
+    folders called ``~`` or ``$HOME``), starts or ends with white space, or holds a control
+    character (a newline, a tab: a folder so named is legal but never what was meant, and the
+    shell commands and logs that name it would split it)."""
+    if control := next((c for c in value if unicodedata.category(c) == "Cc"), None):
+        return f"{value!r} holds the control character {control!r}: write the path without it"
     if value.startswith("~"):
         what = "starts with '~'"
     elif re.search(r"\$[A-Za-z_{(]", value):

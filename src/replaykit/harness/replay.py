@@ -204,14 +204,16 @@ class Outcome(NamedTuple):
 
 def verify_inputs(spec: ReplaySpec) -> Verified:
     """Check the workspace against its record, the overrides against the recipe profile and
-    the fixed start and public split against the asset manifest, before anything is removed
-    or started. Raises :class:`InputError` naming what differs or is missing."""
+    the fixed start and public split against the asset manifest, and the patch's exploration
+    sidecar, before anything is removed or started. Raises :class:`InputError` naming what
+    differs, is missing or is malformed."""
     ws_info = read_json(spec.workspace_record, required=("workspace_sha256", "patch_sha256"))
     if sha256_tree(spec.workspace) != ws_info["workspace_sha256"]:
         raise InputError(
             spec.workspace, "workspace_sha256", f"workspace differs from its record {spec.workspace_record}"
         )
     check_overrides(spec.workspace, spec.profile, spec.overrides)
+    exploration_of(ws_info.get("patch"), ws_info["patch_sha256"])  # a malformed sidecar: before training
     manifest_sha = sha256_file(spec.manifest)
     manifest_doc = verify_assets(spec.manifest, spec.fixed_start)
     return Verified(ws_info, manifest_sha, manifest_doc)
