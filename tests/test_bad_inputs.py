@@ -477,8 +477,14 @@ def test_a_shown_folder_holding_a_config_file_is_refused_when_the_config_loads(t
         )
 
 
-@pytest.mark.parametrize("value", ["/tmp/a\0b", "/tmp/" + "x" * 300])
-def test_a_shown_path_that_is_no_path_is_one_line_naming_the_key(value):
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("/tmp/a\0b", "'/tmp/a\\x00b' holds the control character '\\x00'"),
+        ("/tmp/" + "x" * 300, "is not a usable path"),
+    ],
+)
+def test_a_shown_path_that_is_no_path_is_one_line_naming_the_key(value, message):
     from replaykit.isolation import check_shown_paths
 
     config = default_config()
@@ -486,7 +492,7 @@ def test_a_shown_path_that_is_no_path_is_one_line_naming_the_key(value):
     with pytest.raises(InputError) as exc:
         check_shown_paths(config, lambda keys: "shown.yaml")
     assert (exc.value.path, exc.value.field) == ("shown.yaml", "sandbox_show")
-    assert "is not a usable path" in exc.value.message and "\n" not in str(exc.value)
+    assert message in exc.value.message and "\n" not in str(exc.value)
 
 
 def dry_run_errors(work: Path, *options: str):
