@@ -179,6 +179,7 @@ class Relay:
         self._last_publish_emit: float | None = None
         self._dropping = False
         self._last_emit: float | None = None
+        self._last_state: tuple | None = None
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)  # the last lines, for the exit's verdict
 
     def feed(self, raw: str) -> None:
@@ -235,7 +236,7 @@ class Relay:
             deadline_left_s=self.deadline_unix - now,
             log=self.log_name,
         )
-        self._last_emit = now
+        self._last_emit, self._last_state = now, self._state()
         if self.terminal is not None:
             try:
                 self.terminal.write(text + "\n")
@@ -244,9 +245,15 @@ class Relay:
                 self.terminal = None
         return text
 
+    def _state(self) -> tuple:
+        """What a progress line says, less the clock: a line saying it again is not written."""
+        p = self.progress
+        return (p.unit, p.done, p.total, p.loss, tuple(p.published))
+
     def close(self) -> None:
-        """The last progress line, and how many repeated warning lines were left out."""
-        if self.progress.total:
+        """The last progress line (unless the last one written said the same, e.g. the last
+        checkpoint's line just before), and how many repeated warning lines were left out."""
+        if self.progress.total and self._state() != self._last_state:
             self.emit()
         if self.dropped:
             self.log.write(f"[replay] {self.dropped} lines of repeated warnings left out of this log\n")
