@@ -563,16 +563,7 @@ def check_config(
             key, _, message = str(exc).partition(": ")
             raise InputError(src("data", key), f"tasks.{name}.data.{key}", message) from None
         for cand, patch in task.get("candidates", {}).items():
-            if problem := unexpanded_path(patch):
-                raise InputError(src("candidates", cand), f"tasks.{name}.candidates.{cand}", problem)
-            if not Path(patch).is_file():
-                raise InputError(
-                    src("candidates", cand),
-                    f"tasks.{name}.candidates.{cand}",
-                    f"patch file {patch!r} not found",
-                )
-            if sidecar(patch).is_file():  # the exploration it came from: malformed stops here, not after training
-                read_sidecar(sidecar(patch), sha256_file(patch))
+            _check_patch(patch, src("candidates", cand), f"tasks.{name}.candidates.{cand}")
         try:
             Budget.from_config(task["budget"])
         except ValueError as exc:
@@ -606,6 +597,18 @@ def check_config(
                 keys = exc.field.split(".")[2:] if (exc.field or "").startswith("tasks.") else []
                 raise InputError(src(*keys) if keys else exc.path, exc.field, exc.message) from None
     check_campaign(config, layers, source)
+
+
+def _check_patch(patch: str, path: str, field: str) -> None:
+    """A candidate's patch file (``path``/``field``: where the config names it) exists, and its
+    exploration sidecar, when there is one, is well formed: a malformed one stops the workflow
+    here, not the replay after training. Raises :class:`InputError`."""
+    if problem := unexpanded_path(patch):
+        raise InputError(path, field, problem)
+    if not Path(patch).is_file():
+        raise InputError(path, field, f"patch file {patch!r} not found")
+    if sidecar(patch).is_file():
+        read_sidecar(sidecar(patch), sha256_file(patch))
 
 
 def _check_paths(config: dict, layers: list[Layer], source: str) -> None:
