@@ -7,7 +7,8 @@
 #             10 s; more steps say whether that run drew heavier pairs), `full-nogc` over 10 steps
 #             (GPUs with >= 80 GB; 7.9 s in the recipe bench), then the straightforward path
 #             (`full` with `micro_batch_tokens: null`, one pair per micro-batch) over 3 steps.
-#   rm-layers `full` with gradient_checkpointing_every_n_layers 2, 1 and 4, over 12 steps each.
+#   rm-layers `full` with gradient_checkpointing_every_n_layers 2, 1 and 4, over 12 steps each
+#             (LAYERS="2 1": those two only, which fit one 10-minute device call).
 #   digress   `full` (compiled, CUDA graph) over 4 epochs, saving every 2, whose first attempt
 #             exits right after checkpoint-2 (publish.FAULT_ENV) and is retried by Snakemake
 #             (--retries 1): the resumed attempt's first epoch_s holds its compile, from the
@@ -37,7 +38,7 @@ runs_of() {  # name|SET|SNAKEMAKE_ARGS of each replay of task $1
             echo "plain|recipe.overrides.max_steps=3 recipe.overrides.save_steps=3 recipe.overrides.micro_batch_tokens=null|"
             ;;
         rm-layers)  # gradient_checkpointing_every_n_layers 2 and 4 against 1 (`full` as it is), steps 2-12 each
-            for n in 2 1 4; do
+            for n in ${LAYERS:-2 1 4}; do
                 echo "layers$n|recipe.overrides.max_steps=12 recipe.overrides.save_steps=12 recipe.overrides.gradient_checkpointing_every_n_layers=$n|"
             done
             ;;
