@@ -137,6 +137,7 @@ RECORD_KEYS = (
     "budget",
     "stop_reason",
     "utilisation",
+    "reported_by_recipe",
     "publication_count",
     "exploration",
 )
