@@ -30,6 +30,9 @@ r = json.loads(Path(sys.argv[2]).read_text())
 pub, state = Path(r["publish_dir"]), Path(r["state_dir"])
 deadline, reserve = r["deadline_unix"], r["export_reserve_s"]
 MODE = "@MODE@"
+if r["resume"]:  # a later attempt of the same replay: nothing left to train
+    (state / "train_result.json").write_text(json.dumps({"stop_reason": "deadline", "steps": 2}))
+    raise SystemExit(0)
 
 
 def weights(n):
@@ -87,6 +90,13 @@ def fake_replay(tmp_path: Path, mode: str) -> dict:
     """``run_replay`` of a one-file recipe (``RECIPE`` in ``mode``) under bubblewrap on a budget
     of seconds: internal deadline 4 s, export reserve 3 s, outer limit 30 s."""
     from replaykit.harness import replay
+
+    return replay.run_replay(replay_spec(tmp_path, mode))
+
+
+def replay_spec(tmp_path: Path, mode: str, build: bool = True):
+    """The :class:`ReplaySpec` of :func:`fake_replay`; ``build``: make its workspace, fixed start
+    and assets first (else they are there from an earlier replay)."""
     from replaykit.harness.budget import Budget
     from replaykit.harness.hashing import tree_files
     from replaykit.harness.protocol import ReplaySpec
@@ -94,20 +104,20 @@ def fake_replay(tmp_path: Path, mode: str) -> dict:
     from replaykit.isolation import RunPaths, Settings, plan
     from replaykit.tasks import frozen_code
 
-    recipe = tmp_path / "recipe"
-    (recipe / "configs").mkdir(parents=True)
-    (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
-    (recipe / "train.py").write_text(RECIPE.replace("@MODE@", mode))
-    workspace = build_workspace(recipe, tmp_path / "ws", tmp_path / "ws.json")["workspace"]
-    fixed = tmp_path / "fixed"
-    fixed.mkdir()
-    (fixed / "config.json").write_text("{}")
-    manifest = tmp_path / "assets" / "manifest.json"
-    manifest.parent.mkdir()
-    manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
+    workspace, fixed, manifest = tmp_path / "ws", tmp_path / "fixed", tmp_path / "assets" / "manifest.json"
+    if build:
+        recipe = tmp_path / "recipe"
+        (recipe / "configs").mkdir(parents=True)
+        (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
+        (recipe / "train.py").write_text(RECIPE.replace("@MODE@", mode))
+        build_workspace(recipe, workspace, tmp_path / "ws.json")
+        fixed.mkdir()
+        (fixed / "config.json").write_text("{}")
+        manifest.parent.mkdir()
+        manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
     run = RunPaths(fixed, tmp_path / "assets", read_only=(workspace,), writable=(tmp_path / "pub", tmp_path / "state"))
     budget = {"outer_limit_s": 30, "internal_deadline_s": DEADLINE_S, "export_reserve_s": RESERVE_S}
-    spec = ReplaySpec(
+    return ReplaySpec(
         task="soup",
         run="x-seed1",
         workspace=Path(workspace),
@@ -126,7 +136,6 @@ def fake_replay(tmp_path: Path, mode: str) -> dict:
         isolation=plan("soup", {}, Settings.from_config({"isolation": "bwrap"}), run),
         frozen=frozen_code(),
     )
-    return replay.run_replay(spec)
 
 
 def marker(tmp_path: Path, progress: int) -> dict:
@@ -252,3 +261,31 @@ def test_the_watch_fingerprints_at_the_cutoff_and_judges_what_changed_since(tmp_
     assert sorted(late) == ["2", "9"] and observed["late"] == late
     assert late["2"] == "changed after the internal deadline + export reserve 10 s"
     assert late["9"] == "published after the internal deadline + export reserve 10 s"
+
+
+def test_an_attempt_whose_driver_died_after_its_cutoff_is_judged_when_the_next_one_starts(tmp_path):
+    """The driver fingerprints the publish folder at the cutoff and records it at once; when it
+    dies before judging (kill -9, node loss), the next attempt of the same replay judges that
+    attempt before it starts: a checkpoint not there at the earlier cutoff is late for good."""
+    from replaykit.harness import replay
+    from replaykit.harness.audit.platform import budget_check
+    from replaykit.harness.observe import fingerprint
+
+    fake_replay(tmp_path, "honest")
+    # as the driver left it had it died after fingerprinting only checkpoint-1 at its cutoff
+    path = tmp_path / "replay-attempts.json"
+    attempts = json.loads(path.read_text())
+    observed = attempts[-1]["observed"]
+    observed["at_cutoff"] = {"1": fingerprint(tmp_path / "pub" / "checkpoint-1")}
+    del observed["late"]
+    attempts[-1].update(ended_unix=None, cause="unknown")
+    path.write_text(json.dumps(attempts))
+    (tmp_path / "record.json").unlink()
+    record = replay.run_replay(replay_spec(tmp_path, "honest", build=False))
+    assert record["resumed"] is True and len(record["attempts"]) == 2
+    assert record["attempts"][0]["cause"] == "platform"  # no end recorded
+    late = record["observed"]["late"]
+    assert list(late) == ["2"] and late["2"].startswith("published after the internal deadline")
+    assert late["2"].endswith("(attempt 1)") and record["checkpoints"]["2"]["late"] == late["2"]
+    assert record["attempts"][0]["observed"]["late"] == {"2": late["2"].removesuffix(" (attempt 1)")}
+    assert budget_check(str(tmp_path / "record.json"), record)["result"] == "fail"
