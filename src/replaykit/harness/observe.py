@@ -70,9 +70,19 @@ def fingerprint(root: str | Path) -> str | None:
     return hashlib.sha256(json.dumps(sorted(rows)).encode()).hexdigest()
 
 
+def listed(publish_dir: str | Path) -> list[int]:
+    """The progress values of the ``checkpoint-N`` folders under ``publish_dir``; ``[]`` when it
+    cannot be listed (candidate code can take the permission away)."""
+    try:
+        return published(publish_dir)
+    except OSError:
+        return []
+
+
 def fingerprints(publish_dir: str | Path) -> dict[str, str | None]:
-    """``{progress: fingerprint}`` of every ``checkpoint-N`` under ``publish_dir`` now."""
-    return {str(p): fingerprint(Path(publish_dir) / f"checkpoint-{p}") for p in published(publish_dir)}
+    """``{progress: fingerprint}`` of every ``checkpoint-N`` under ``publish_dir`` now (none when
+    the folder cannot be listed: then nothing found later was there at the cutoff)."""
+    return {str(p): fingerprint(Path(publish_dir) / f"checkpoint-{p}") for p in listed(publish_dir)}
 
 
 def judge(publish_dir: str | Path, observed: dict) -> dict[str, str]:
@@ -123,7 +133,7 @@ class Watch:
             process_ended_unix=None,
         )
         self._next_look = 0.0
-        for p in published(self.publish_dir):  # an earlier attempt's: seen before this one started
+        for p in listed(self.publish_dir):  # an earlier attempt's: seen before this one started
             observed["first_seen"][str(p)] = None
 
     @property
@@ -135,7 +145,7 @@ class Watch:
         the cutoff, fingerprint every checkpoint present. Returns True when it fingerprinted."""
         if now >= self._next_look:
             self._next_look = now + LOOK_S
-            for p in published(self.publish_dir):
+            for p in listed(self.publish_dir):
                 self.observed["first_seen"].setdefault(str(p), now)
         if now >= self.cutoff_unix and self.observed["at_cutoff"] is None:
             self.cut(now)
@@ -152,6 +162,6 @@ class Watch:
 
     def ended(self, now: float) -> None:
         """The training process has ended at ``now``: a last look (first_seen), no fingerprint."""
-        for p in published(self.publish_dir):
+        for p in listed(self.publish_dir):
             self.observed["first_seen"].setdefault(str(p), now)
         self.observed["process_ended_unix"] = now

@@ -416,7 +416,7 @@ def supervise(launched: Launched, start: Start) -> Exit:
     outer_hit = wait_until(proc, start.outer_unix, beat, before_stop=at_outer_limit)
     returncode = proc.wait()
     watch.ended(time.time())
-    for progress, why in judge(launched.watch.publish_dir, watch.observed).items():
+    for progress, why in judge(watch.publish_dir, watch.observed).items():
         print(f"[replay] checkpoint-{progress}: late: {why}", flush=True)
     launched.relay_thread.join(timeout=10)
     launched.relay.close()
