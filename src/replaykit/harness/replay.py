@@ -17,11 +17,20 @@ recipe's side is :mod:`replaykit.runtime`):
   and optionally ``history``: the training curve, ``[{"progress": int, "<name>": float,
   ...}]`` over all attempts (copied into the record as ``train_history``; the report plots it);
 * exit 0 when it stopped by itself (``max_steps`` or ``deadline``), non-zero otherwise.
+
+What the recipe writes is its own account, and candidate code can write anything there. The
+timing facts of the record are the driver's own (:mod:`.observe`): when it saw each checkpoint
+appear, what was there at the internal deadline + export reserve, when the training process
+ended. A checkpoint published or changed after that cutoff is *late*: the record marks it
+(``checkpoints.<N>.late``), its validation marker says invalid and the audit's ``budget_held``
+names it. ``stop_reason`` is the driver's (``outer_limit``, ``overtime``) or else the recipe's
+when it is one of its own reasons; the recipe's account is kept under ``reported_by_recipe``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -42,6 +51,7 @@ from .frozen import first_difference
 from .hashing import sha256_bytes, sha256_file, sha256_tree
 from .launch import set_parent_death_signal, start_group, stop_group, training_env, wait_until
 from .limits import Confinement, failure_line
+from .observe import Watch, judge
 from .profile import check_overrides, save_every
 from .progress import Relay, terminal_from_env
 from .protocol import ReplayRequest, ReplaySpec, StopReason, TrainResult
@@ -182,6 +192,7 @@ class Launched(NamedTuple):
     relay_thread: threading.Thread
     frozen_before: dict[str, str]
     confinement: Confinement  # the job's resource limits
+    watch: Watch  # the driver's own account of the attempt's timing (observed)
 
 
 class Exit(NamedTuple):
@@ -191,12 +202,14 @@ class Exit(NamedTuple):
     outer_hit: bool
     ended_unix: float
     limits: dict  # the record's sandbox.limits: stated, enforced by, hit (Confinement.describe)
+    overtime: bool  # the training process was still running at the internal deadline + export reserve
 
 
 class Outcome(NamedTuple):
     """What a successful replay left (:func:`interpret_exit`)."""
 
-    result: TrainResult  # stop_reason ``outer_limit`` when the driver stopped it
+    result: TrainResult  # what the recipe reports (train_result.json), as it wrote it
+    stop_reason: str  # the driver's (:func:`stop_reason`)
     ledger: list[dict]
     retained: list[int]
     hashes: dict[int, str]  # progress -> tree SHA-256 of each retained checkpoint
@@ -275,6 +288,11 @@ def decide_start(spec: ReplaySpec, verified: Verified, started_unix: float, star
     earlier = Attempts.earlier(attempts_file, legacy=state_dir / "attempts.json") if resume else []
     attempts = Attempts(attempts_file, started_unix, os.environ.get("REPLAYKIT_LOG"), earlier)
     attempts.current["publication_checks"] = checks
+    for entry in attempts.previous:  # one whose driver died after its cutoff was never judged
+        observed = entry.get("observed")
+        if isinstance(observed, dict) and observed.get("at_cutoff") is not None and "late" not in observed:
+            for progress, why in judge(publish_dir, observed).items():
+                print(f"[replay] checkpoint-{progress}: late (attempt {entry['attempt']}): {why}", flush=True)
     attempts.heartbeat(started_unix)
     spent_s = attempts.previous_s
     return Start(
@@ -335,6 +353,8 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
     except BaseException:
         confinement.close()
         raise
+    observed = start.attempts.current.setdefault("observed", {})
+    watch = Watch(publish_dir, observed, start.deadline_unix, spec.budget.export_reserve_s, time.time())
     # training output -> this log, cleaned; a progress line -> the job's terminal
     relay = Relay(
         sys.stdout,
@@ -348,14 +368,17 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
         published=earlier,
     )
     relay_thread = relay.start(proc.stdout)
-    return Launched(proc, relay, relay_thread, frozen_before, confinement)
+    return Launched(proc, relay, relay_thread, frozen_before, confinement, watch)
 
 
 def supervise(launched: Launched, start: Start) -> Exit:
     """Wait for the training process group: stop it at the outer limit, record a heartbeat of
-    the attempt every ``HEARTBEAT_S``, and on SIGTERM, SIGINT or SIGHUP stop it and exit with
-    ``128 + signal`` (SystemExit). Returns how it ended, once its output is relayed."""
-    proc, attempts = launched.proc, start.attempts
+    the attempt every ``HEARTBEAT_S``, watch the publish folder (:class:`~.observe.Watch`:
+    when each checkpoint appears; at the internal deadline + export reserve, what is there),
+    judge which checkpoints are late once it has ended (:func:`~.observe.judge`), and on
+    SIGTERM, SIGINT or SIGHUP stop it and exit with ``128 + signal`` (SystemExit). Returns how
+    it ended, once its output is relayed."""
+    proc, attempts, watch = launched.proc, start.attempts, launched.watch
 
     def on_signal(signum, _frame):
         print(f"[replay] received signal {signum}: stopping the training process group", flush=True)
@@ -368,16 +391,35 @@ def supervise(launched: Launched, start: Start) -> Exit:
         signal.signal(sig, on_signal)
     last_beat = [start.started_unix]
 
+    def at_cutoff(now: float) -> None:
+        print(
+            f"[replay] internal deadline + export reserve reached ({now - start.started_unix:.0f} s after the start)"
+            " and training is still running: what it publishes or changes from now on is late"
+            " (not eligible for the official result)",
+            flush=True,
+        )
+        attempts.heartbeat(now)
+        last_beat[0] = now
+
     def beat(now: float) -> None:
+        if watch.look(now):
+            at_cutoff(now)
         if now - last_beat[0] >= HEARTBEAT_S:
             attempts.heartbeat(now)
             last_beat[0] = now
 
     def at_outer_limit() -> None:
+        now = time.time()
+        if watch.observed["at_cutoff"] is None:  # the cutoff is the outer limit: what it found, before the stop
+            watch.cut(now)
+            at_cutoff(now)
         print("[replay] outer limit reached: stopping the training process group", flush=True)
 
     outer_hit = wait_until(proc, start.outer_unix, beat, before_stop=at_outer_limit)
     returncode = proc.wait()
+    watch.ended(time.time())
+    for progress, why in judge(watch.publish_dir, watch.observed).items():
+        print(f"[replay] checkpoint-{progress}: late: {why}", flush=True)
     launched.relay_thread.join(timeout=10)
     launched.relay.close()
     ended_unix = time.time()
@@ -388,7 +430,7 @@ def supervise(launched: Launched, start: Start) -> Exit:
     attempts.heartbeat(ended_unix)
     if hit:
         print(f"[replay] {failure_line(hit, limits)}", flush=True)
-    return Exit(returncode, outer_hit, ended_unix, limits)
+    return Exit(returncode, outer_hit, ended_unix, limits, watch.observed["at_cutoff"] is not None)
 
 
 def _fail(
@@ -414,6 +456,21 @@ def _fail(
         },
     )
     return ReplayError(f"{workspace}/train.py: {why}", cause)
+
+
+RECIPE_REASONS = (StopReason.MAX_STEPS, StopReason.DEADLINE, StopReason.NAN_LOSS)  # what a recipe may say
+
+
+def stop_reason(reported, ended: Exit) -> str:
+    """Why training stopped, as the record says it: ``outer_limit`` when the driver stopped the
+    process there, ``overtime`` when the driver saw it still running at the internal deadline +
+    export reserve, else the recipe's own reason when it is one a recipe gives (``max_steps``,
+    ``deadline``, ``nan_loss``: the driver cannot tell these apart), else ``unknown``."""
+    if ended.outer_hit:
+        return StopReason.OUTER_LIMIT.value
+    if ended.overtime:
+        return StopReason.OVERTIME.value
+    return reported if reported in RECIPE_REASONS else StopReason.UNKNOWN.value
 
 
 def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, ended: Exit) -> Outcome:
@@ -445,7 +502,7 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
     retained = published(publish_dir)
     failure = killed = None
     if ended.outer_hit:
-        result = replace(result, stop_reason=StopReason.OUTER_LIMIT.value)
+        pass  # stopped by the driver: not a failure of the recipe's
     elif ended.limits.get("hit"):
         failure = failure_line(ended.limits["hit"], ended.limits)
     elif returncode != 0:
@@ -485,24 +542,94 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
     if failure is not None:
         cause = "platform" if failure == killed_failure else "candidate"  # a later check's failure is the recipe's
         raise _fail(publish_dir, workspace, failure, returncode, retained, ended.limits, cause)
-    return Outcome(result, ledger, retained, hashes)
+    return Outcome(result, stop_reason(result.stop_reason, ended), ledger, retained, hashes)
+
+
+def _number(value) -> float | None:
+    """A number the recipe reported, or None when it is not one (candidate code wrote it)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def observed_account(attempts: Attempts, retained: list[int]) -> dict:
+    """The record's ``observed``: the driver's own account of the replay's timing
+    (:mod:`.observe`), this attempt's clock, and over all attempts when each checkpoint was
+    first seen and which retained ones are late (``{progress: why}``)."""
+    entries = [e.get("observed") for e in attempts.entries]
+    entries = [(n, e) for n, e in enumerate(entries, 1) if isinstance(e, dict)]
+    first_seen, late = {}, {}
+    for number, obs in entries:  # oldest first: an earlier attempt saw it first
+        for progress, when in (obs.get("first_seen") or {}).items():
+            if when is not None:
+                first_seen.setdefault(str(progress), when)
+        for progress, why in (obs.get("late") or {}).items():
+            if int(progress) in retained:
+                late.setdefault(str(progress), why if number == len(attempts.entries) else f"{why} (attempt {number})")
+    now = attempts.current.get("observed") or {}
+    ended, deadline = now.get("process_ended_unix"), now.get("deadline_unix")
+    return {
+        "by": "the replay driver, outside the sandbox (replaykit.harness.observe)",
+        "deadline_unix": deadline,
+        "cutoff_unix": now.get("cutoff_unix"),
+        "look_s": now.get("look_s"),
+        "process_started_unix": now.get("process_started_unix"),
+        "process_ended_unix": ended,
+        "ended_after_deadline_s": ended - deadline if ended is not None and deadline is not None else None,
+        "running_at_cutoff": now.get("at_cutoff") is not None,
+        "at_cutoff_unix": now.get("at_cutoff_unix"),
+        "at_cutoff_s": now.get("at_cutoff_s"),
+        "first_seen": dict(sorted(first_seen.items(), key=lambda kv: int(kv[0]))),
+        "late": dict(sorted(late.items(), key=lambda kv: int(kv[0]))),
+    }
+
+
+def budget_use(budget, start: Start, wall_s: float, result: TrainResult, observed: dict) -> dict:
+    """The record's ``utilisation`` (the driver's clock: wall time over all attempts, and the
+    training process's end as the driver saw it against the internal deadline), the recipe's
+    own account of its time (``reported_by_recipe``, from ``train_result.json``) and
+    ``observed`` (:func:`observed_account`)."""
+    started_unix, spent_s = start.started_unix, start.spent_s
+    total_s = spent_s + wall_s
+    process_end, process_start = observed["process_ended_unix"], observed["process_started_unix"]
+    t0, t1 = _number(result.train_start_unix), _number(result.train_end_unix)
+    setup_s = (t0 - started_unix) if t0 else None
+    train_s = (t1 - t0) if t0 and t1 else None
+    accounted = sum(x for x in (setup_s, train_s) if x is not None)
+    return {
+        "utilisation": {
+            "wall_s_all_attempts": total_s,
+            "budget_fraction": total_s / budget.outer_limit_s,
+            "deadline_fraction": (spent_s + process_end - started_unix) / budget.internal_deadline_s,
+            "process_s": process_end - process_start,
+            "after_deadline_s": max(0.0, observed["ended_after_deadline_s"]),
+        },
+        "reported_by_recipe": {  # train_result.json: candidate code wrote it
+            "stop_reason": result.stop_reason,
+            "train_start_unix": t0,
+            "train_end_unix": t1,
+            "setup_s": setup_s,
+            "train_s": train_s,
+            "publish_s": _number(result.publish_s),
+            "idle_s": max(0.0, wall_s - accounted),
+        },
+        "observed": observed,
+    }
 
 
 def write_record(
     spec: ReplaySpec, verified: Verified, start: Start, launched: Launched, ended: Exit, outcome: Outcome
 ) -> dict:
     """Write the replay record to ``spec.record_path`` (last: its presence means the replay
-    succeeded) and say so on stdout. Returns the record."""
-    result, ledger, retained, hashes = outcome
-    ws_info, budget, started_unix, spent_s = verified.workspace_info, spec.budget, start.started_unix, start.spent_s
+    succeeded) and say so on stdout. Its timing (``stop_reason``, ``utilisation``,
+    ``observed``, ``checkpoints.<N>.late``) is the driver's own; the recipe's account is under
+    ``reported_by_recipe``. Returns the record."""
+    result, _, ledger, retained, hashes = outcome
+    ws_info, started_unix, spent_s = verified.workspace_info, start.started_unix, start.spent_s
     wall_s = ended.ended_unix - started_unix
     total_s = spent_s + wall_s
-    t0, t1 = result.train_start_unix, result.train_end_unix
-    setup_s = (t0 - started_unix) if t0 else None
-    train_s = (t1 - t0) if t0 and t1 else None
-    publish_s = result.publish_s
-    accounted = sum(x for x in (setup_s, train_s) if x is not None)
     attempts, config = start.attempts, workflow_provenance()
+    timing = budget_use(spec.budget, start, wall_s, result, observed_account(attempts, retained))
+    late = timing["observed"]["late"]
     record = {
         "task": spec.task,
         "run": spec.run,
@@ -513,23 +640,23 @@ def write_record(
         "ended_at": utc_now(),
         "wall_s": wall_s,
         "attempts": attempts.previous + [attempts.current],
-        "budget": budget.as_dict(),
-        "utilisation": {
-            "wall_s_all_attempts": total_s,
-            "budget_fraction": total_s / budget.outer_limit_s,
-            "deadline_fraction": (spent_s + t1 - started_unix) / budget.internal_deadline_s if t1 else None,
-            "setup_s": setup_s,
-            "train_s": train_s,
-            "publish_s": publish_s,
-            "idle_s": max(0.0, wall_s - accounted),
-        },
-        "stop_reason": result.stop_reason,
+        "budget": spec.budget.as_dict(),
+        **timing,  # utilisation, reported_by_recipe, observed
+        "stop_reason": outcome.stop_reason,
         "steps": result.steps,
-        "publications": ledger,
+        # publications.jsonl (its times are the recipe's), with when the driver first saw each
+        "publications": [
+            {**e, "first_seen_unix": timing["observed"]["first_seen"].get(str(e["progress"]))} for e in ledger
+        ],
         "publication_count": len(ledger),
         "retained": retained,
         "checkpoints": {
-            str(p): {"path": str(spec.publish_dir / f"checkpoint-{p}"), "sha256": hashes[p]} for p in retained
+            str(p): {
+                "path": str(spec.publish_dir / f"checkpoint-{p}"),
+                "sha256": hashes[p],
+                **({"late": late[str(p)]} if str(p) in late else {}),
+            }
+            for p in retained
         },
         "workspace_record": str(spec.workspace_record),
         "workspace_sha256": ws_info["workspace_sha256"],
@@ -559,6 +686,7 @@ def write_record(
     done = (
         f"done: stop_reason={record['stop_reason']} steps={record['steps']} "
         f"retained={retained} wall={wall_s:.1f} s ({total_s:.1f} s over all attempts)"
+        + (f" late={[int(p) for p in late]} (not eligible for the official result)" if late else "")
     )
     print(f"[replay] {done}", flush=True)
     terminal = terminal_from_env()  # the job's terminal: why training ended (a deadline, its end)
@@ -608,12 +736,12 @@ def run_replay(spec: ReplaySpec) -> dict:
     except ReplayError as exc:
         attempts.end(ended.ended_unix, ended.returncode, exc.cause, str(exc), limit_hit=hit)
         raise
-    stopped = outcome.result.stop_reason in (StopReason.DEADLINE, StopReason.OUTER_LIMIT)
+    stopped = outcome.stop_reason in (StopReason.DEADLINE, StopReason.OUTER_LIMIT, StopReason.OVERTIME)
     attempts.end(
         ended.ended_unix,
         ended.returncode,
         "deadline" if stopped else "completed",
-        f"stop_reason {outcome.result.stop_reason}",
+        f"stop_reason {outcome.stop_reason}",
         limit_hit=hit,
     )
     return write_record(spec, verified, start, launched, ended, outcome)

@@ -137,6 +137,7 @@ RECORD_KEYS = (
     "budget",
     "stop_reason",
     "utilisation",
+    "reported_by_recipe",
     "publication_count",
     "exploration",
 )
@@ -241,8 +242,13 @@ def paired_comparison(a_dir: str | Path, b_dir: str | Path, n_boot: int, seed: i
 
 def _no_official(official_path: str | Path, doc: dict) -> InputError:
     """The error of a run whose retained checkpoints are all invalid, with the repair when one
-    changed after its publication."""
+    changed after its publication, and why when one was late."""
     message = "no valid checkpoint: there is no official result"
+    if any(c["reason"].startswith("late: ") for c in doc["checkpoints"]):
+        message += (
+            "; the replay published a retained checkpoint after the internal deadline + export reserve"
+            " (the validation markers and the audit's budget_held name it): that replay has no result"
+        )
     if any(c["reason"].startswith("checkpoint changed after publication") for c in doc["checkpoints"]):
         run_dir = Path(official_path).parent
         message += (

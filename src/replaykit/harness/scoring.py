@@ -61,7 +61,9 @@ def validate_checkpoint(
     ``frozen_record`` first.
 
     With the replay ``record``, the checkpoint must be the one the replay published: a tree
-    hash that differs from the recorded one makes it invalid without loading it. ``slot``: the
+    hash that differs from the recorded one makes it invalid without loading it, and so does
+    the record's ``late`` (the replay driver saw it published or changed after the internal
+    deadline + export reserve: not eligible for the official result). ``slot``: the
     job's :class:`~.slots.GpuSlot`, let go before the marker is written and recorded in it as
     ``gpu_slot``. Returns the marker. Raises :class:`InputError` when the record does not list the checkpoint, and what
     :func:`verify_frozen` raises.
@@ -73,18 +75,20 @@ def validate_checkpoint(
     files = tree_files(checkpoint) if checkpoint.is_dir() else {}
     actual = listing_sha256(files)
     record_doc = read_json(record, required=("checkpoints",)) if record else {}
-    recorded = None
+    recorded = late = None
     if record:  # the receipt: the checkpoint must be the one the replay published
         entry = record_doc["checkpoints"].get(str(progress))
         if not isinstance(entry, dict) or "sha256" not in entry:
             raise InputError(record, f"checkpoints.{progress}.sha256", "not in the replay record")
-        recorded = entry["sha256"]
+        recorded, late = entry["sha256"], entry.get("late")
     if recorded is not None and actual != recorded:
         verdict = {
             "valid": False,
             "reason": f"checkpoint changed after publication: tree sha256 {actual} "
             f"differs from {recorded} in its replay record {record}",
         }
+    elif late:
+        verdict = {"valid": False, "reason": f"late: {late} (the replay driver's observation, {record})"}
     else:
         verdict = plugin.validate(checkpoint, fixed_start, cfg)
     verdict["isolation"] = record_doc.get("isolation", "unknown")

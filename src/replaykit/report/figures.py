@@ -156,19 +156,22 @@ def _benchmark_seconds(folder: Path, prefix: str) -> float:
 
 
 def budget_use(doc: dict, record: dict, path: str | Path, benchmarks: str | Path | None = None) -> Path:
-    """Where the replay's time went, per phase, against the budget: earlier attempts, setup,
-    training, publishing, idle (from the record's ``utilisation``), then validation and
-    final scoring of the retained checkpoints (Snakemake benchmark files, when present),
-    with the internal deadline and the outer limit marked; the title says why training stopped."""
+    """Where the replay's time went, per phase, against the budget: earlier attempts (the
+    record's ``utilisation``, the driver's clock), then setup, training, publishing, idle as the
+    recipe reports them (``reported_by_recipe``; older records: ``utilisation``), then
+    validation and final scoring of the retained checkpoints (Snakemake benchmark files, when
+    present), with the internal deadline and the outer limit marked; the title says why
+    training stopped (the driver's ``stop_reason``)."""
     util, budget = record.get("utilisation") or {}, record.get("budget") or {}
+    reported = record.get("reported_by_recipe") or util
     earlier = (util.get("wall_s_all_attempts") or 0.0) - (record.get("wall_s") or 0.0)
-    publish = util.get("publish_s") or 0.0
+    publish = reported.get("publish_s") or 0.0
     phases = [
         ("earlier attempts", max(earlier, 0.0)),
-        ("setup", util.get("setup_s") or 0.0),
-        ("training", max((util.get("train_s") or 0.0) - publish, 0.0)),
-        ("publishing", publish),
-        ("idle", util.get("idle_s") or 0.0),
+        ("setup (recipe's account)", reported.get("setup_s") or 0.0),
+        ("training (recipe's account)", max((reported.get("train_s") or 0.0) - publish, 0.0)),
+        ("publishing (recipe's account)", publish),
+        ("idle", reported.get("idle_s") or 0.0),
     ]
     after = []
     if benchmarks is not None and Path(benchmarks).is_dir():

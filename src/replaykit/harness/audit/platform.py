@@ -136,7 +136,11 @@ def gpu_check(task_dir: Path, run_dir: Path) -> dict:
 
 
 def budget_check(record_path: str, record: dict) -> dict:
-    """Wall time over all attempts within the outer limit (+ :data:`BUDGET_SLACK_S`)."""
+    """The budget held, by the replay driver's own account (the record's ``utilisation`` and
+    ``observed``, never the recipe's ``train_result.json`` or ledger times): wall time over all
+    attempts within the outer limit (+ :data:`BUDGET_SLACK_S`), and no retained checkpoint
+    published or changed after the internal deadline + export reserve (``observed.late``:
+    *confirmed*, naming each). A record without the driver's observation is *inconclusive*."""
     name = "budget_held"
     used = (record.get("utilisation") or {}).get("wall_s_all_attempts")
     outer = (record.get("budget") or {}).get("outer_limit_s")
@@ -148,9 +152,32 @@ def budget_check(record_path: str, record: dict) -> dict:
         f"{where(record_path, key_line(record_path, 'wall_s_all_attempts'))}: {used:.1f} s of the {outer:.0f} s "
         f"outer limit over all attempts ({used / outer:.0%}), stop_reason {record.get('stop_reason')}"
     )
+    observed = record.get("observed")
     if used > outer + BUDGET_SLACK_S:
         return check(name, "fail", "over the outer limit", [at])
-    return check(name, "pass", "within the outer limit", [at])
+    if not isinstance(observed, dict):
+        return check(
+            name,
+            "unknown",
+            "the record has no observation of the internal deadline by the replay driver",
+            [f"{at}; no observed (a record written before the driver kept its own account of the deadline)"],
+        )
+    late = observed.get("late") or {}
+    if late:
+        found = [  # each at its checkpoint's entry in the record (checkpoints.<N>.late)
+            f"{where(record_path, key_line(record_path, 'late', why))}: checkpoint-{p}: late: {why}"
+            for p, why in late.items()
+        ]
+        return check(name, "fail", f"{len(late)} retained checkpoints published after the internal deadline", found)
+    after = observed.get("ended_after_deadline_s")
+    reserve = (record.get("budget") or {}).get("export_reserve_s")
+    if after is not None:
+        when = f"{after:.1f} s after" if after >= 0 else f"{-after:.1f} s before"
+        allowed = f" (export reserve {reserve:.0f} s)" if isinstance(reserve, int | float) else ""
+        at += f"; the driver saw the training process end {when} the internal deadline{allowed}"
+    return check(
+        name, "pass", "within the outer limit; no checkpoint after the internal deadline + export reserve", [at]
+    )
 
 
 def stale_check(run_dir: Path, record: dict, record_path: str) -> dict:
