@@ -450,6 +450,86 @@ def test_a_sys_path_folder_holding_a_config_file_is_refused_by_both_plans(work, 
         )
 
 
+def read_in_sandbox(plan, paths: list[Path], masked: list[Path]) -> str:
+    """What ``cat`` prints of ``paths`` in a real process under ``plan``; each of ``masked``
+    cannot be opened there (a masked file is bwrap's bind of ``/dev/null``, no device)."""
+    argv = plan.argv(["cat", *map(str, paths)], chdir="/")
+    out = subprocess.run(argv, env=plan.environment({"PATH": "/usr/bin:/bin"}), capture_output=True, timeout=60)
+    errors = out.stderr.decode(errors="replace")
+    assert all(f"{m}: Permission denied" in errors for m in masked), errors
+    return out.stdout.decode(errors="replace")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_config_file_inside_the_python_environment_is_masked_by_both_plans(work, task, monkeypatch):
+    """Hostile, 2026-12-05: a private config file (``final_salt``) kept in the venv's own folder
+    (``sys.prefix``) was shown to candidate code by both plans, which checked config files only
+    against ``sandbox_show``, data paths and ``sys.path`` folders outside the prefix. Both plans
+    now show the prefix with the config file in use masked; a real process in each reads the
+    environment's file beside it and cannot open the config file."""
+    prefix = work / "venv"
+    prefix.mkdir()
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    config = prefix / "private.yaml"
+    config.write_text('final_salt: "S3CRET-in-the-prefix"\n')
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(config)]}))
+    replay = replay_plan(task, work)
+    monkeypatch.delenv("REPLAYKIT_WORKFLOW")
+    ex = exploration(task, work, config_files=(config,))
+    probe = probe_plan(ex, ex.dir / "runs" / "probe-1")
+    for plan in (replay, probe):
+        assert prefix.resolve() in plan.read_only and config.resolve() in plan.masked, plan.masked
+    if task == "soup":
+        for plan in (replay, probe):
+            assert read_in_sandbox(plan, [prefix / "pyvenv.cfg", config], [config]) == "home = /usr/bin\n"
+
+
+def test_a_secret_in_the_systems_folders_is_masked_where_the_sandbox_shows_it(work, monkeypatch):
+    """The system's part of the sandbox (``/usr``, the ``/etc`` entries) is shown whatever the
+    plan says, and no secret lying there was masked: a config file in use under ``/etc`` (here
+    ``/etc/hosts`` stands for one) or a ``sandbox_hide`` file under ``/usr`` (an operator's copy of
+    a final split under ``/usr/share``). Both plans mask each where it appears inside; a real
+    process reads ``/etc/nsswitch.conf`` beside them and cannot open either."""
+    etc, beside = Path("/etc/hosts"), Path("/etc/nsswitch.conf")
+    usr = next(Path(d) / f for d, _, files in os.walk("/usr/share") for f in sorted(files) if _readable(Path(d) / f))
+    if not (_readable(etc) and _readable(beside)):
+        pytest.skip("no /etc/hosts or /etc/nsswitch.conf here")
+    settings = {**SETTINGS, "sandbox_hide": [str(usr)]}
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(etc)]}))
+    replay = replay_plan("soup", work, settings)
+    monkeypatch.delenv("REPLAYKIT_WORKFLOW")
+    ex = exploration("soup", work, settings, config_files=(etc,))
+    probe = probe_plan(ex, ex.dir / "runs" / "probe-1")
+    for plan in (replay, probe):
+        assert {etc, usr} <= set(plan.masked), plan.masked
+        assert read_in_sandbox(plan, [etc, usr, beside], [etc, usr]) == beside.read_text()
+
+
+def _readable(path: Path) -> bool:
+    """A regular file, not a link, with something in it that this process can read."""
+    try:
+        return path.is_file() and not path.is_symlink() and path.stat().st_size > 0 and bool(path.read_bytes())
+    except OSError:
+        return False
+
+
+def test_a_config_file_that_is_one_of_the_runs_paths_is_refused(work):
+    """A mask would hide the path itself: a config file in use that is one of the run's own paths
+    (a read-only path here) is refused in one line naming it."""
+    from replaykit.isolation import RunPaths, Settings, plan
+
+    salt = work / "salt.yaml"
+    salt.write_text("final_salt: s3cret\n")
+    settings = Settings("bwrap", config_files=(str(salt),))
+    with pytest.raises(InputError) as exc:
+        plan("soup", {}, settings, RunPaths(work / "fixed", work / "public", read_only=(salt,)))
+    assert str(exc.value) == (
+        f"{salt}: is a config file in use, which can hold final_salt, and a path the sandbox would "
+        "show (the run's own paths); keep config files out of them"
+    )
+
+
 def test_the_proxy_scoring_sees_the_fixed_start_and_writes_only_its_folder(work):
     """The exploration's proxy scoring runs frozen code only: it sees the fixed start even where
     candidate code may not (digress), the checkpoint read-only, and writes its own folder."""
