@@ -59,11 +59,11 @@ def data_of(task: str, root: Path) -> dict:
 SETTINGS = {"isolation": "bwrap", "sandbox_show": [], "sandbox_hide": []}
 
 
-def replay_plan(task: str, root: Path, settings: dict = SETTINGS):
+def replay_plan(task: str, root: Path, settings: dict = SETTINGS, fixed_start: Path | None = None):
     run = f"results/{task}/shipped-seed42"
     argv = ["replay", "--task", task, "--run", "shipped-seed42", "--workspace", f"{run}/workspace"]
     argv += ["--workspace-record", f"{run}/workspace.json", "--manifest", f"results/{task}/assets/manifest.json"]
-    argv += ["--fixed-start", str(root / "fixed"), "--public", f"results/{task}/assets/public"]
+    argv += ["--fixed-start", str(fixed_start or root / "fixed"), "--public", f"results/{task}/assets/public"]
     argv += ["--publish-dir", f"{run}/replay", "--state-dir", f"{run}/replay-state", "--record", f"{run}/r.json"]
     argv += ["--budget", json.dumps({"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5})]
     argv += ["--profile", "embedded", "--seed", "42", "--data", json.dumps(data_of(task, root))]
@@ -71,13 +71,19 @@ def replay_plan(task: str, root: Path, settings: dict = SETTINGS):
     return cli.replay_spec(cli.parser().parse_args(argv)).isolation
 
 
-def exploration(task: str, root: Path, settings: dict = SETTINGS, config_files: tuple[Path, ...] = ()) -> Exploration:
+def exploration(
+    task: str,
+    root: Path,
+    settings: dict = SETTINGS,
+    config_files: tuple[Path, ...] = (),
+    fixed_start: Path | None = None,
+) -> Exploration:
     """An exploration's record as ``explore start`` writes it (``config_files``: the config files
-    it read, recorded as ``{"path", "sha256"}``)."""
+    it read, recorded as ``{"path", "sha256"}``; ``fixed_start``: default ``<root>/fixed``)."""
     folder = Path("explore") / task / "x"
     (folder / "runs" / "probe-1").mkdir(parents=True)
     (folder / "workspace").mkdir()
-    info = {"task": task, "started_unix": 0, "budget_s": 1, "fixed_start": str(root / "fixed")}
+    info = {"task": task, "started_unix": 0, "budget_s": 1, "fixed_start": str(fixed_start or root / "fixed")}
     info.update(workdir=str(Path.cwd()), config_files=[{"path": str(f), "sha256": ""} for f in config_files])
     info.update(public_dir=f"results/{task}/assets/public", manifest=f"results/{task}/assets/manifest.json")
     info.update(data=data_of(task, root), sandbox=settings, isolation=settings["isolation"])
@@ -528,6 +534,51 @@ def test_a_config_file_that_is_one_of_the_runs_paths_is_refused(work):
         f"{salt}: is a config file in use, which can hold final_salt, and a path the sandbox would "
         "show (the run's own paths); keep config files out of them"
     )
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_local_fixed_start_is_checked_as_a_data_path_by_both_plans(work, task, monkeypatch):
+    """A hostile tester's suspicion (2026-12-05), found true: a local fixed start (a folder the
+    config names, not a name in ``models``) was shown with none of the checks a data path gets.
+    Both plans (and, for digress, whose raw-data fixed start only frozen code sees, the proxy
+    scoring's) refuse one that holds a config file in use, holds the working directory or lies
+    in the workflow's own folders, naming ``tasks.<task>.fixed_start``; a built model
+    (``results/models/<name>``) is shown."""
+    private = work / "private-model"
+    private.mkdir()
+    salt = private / "salt.yaml"
+    salt.write_text("final_salt: s3cret\n")
+    cwd = Path.cwd().resolve()
+    cases = {
+        private: f"{private} holds the config file {salt}",
+        work: f"{work} holds the working directory {cwd}",
+        cwd / "results" / task: f"{cwd / 'results' / task} is inside the workflow's own {cwd / 'results'}",
+    }
+    data = tasks.get_task(task).FIXED_START_IS_DATA
+
+    def plans(fixed: Path):
+        ex = exploration(task, work, config_files=(salt,), fixed_start=fixed)
+        try:
+            if data:  # shown to the proxy scoring only
+                (ex.dir / "proxy").mkdir()
+                yield lambda: proxy_plan(ex, ex.dir / "runs" / "probe-1", ex.dir / "proxy")
+            else:
+                yield lambda: replay_plan(task, work, fixed_start=fixed)
+                yield lambda: probe_plan(ex, ex.dir / "runs" / "probe-1")
+        finally:
+            shutil.rmtree(ex.dir)
+
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(salt)]}))
+    for fixed, message in cases.items():
+        for make in plans(fixed):
+            with pytest.raises(InputError) as exc:
+                make()
+            assert exc.value.field == f"tasks.{task}.fixed_start", str(exc.value)
+            assert exc.value.message.startswith(message), exc.value.message
+    built = Path("results/models/built")
+    built.mkdir(parents=True)
+    for make in plans(built):
+        assert built.resolve() in make().read_only
 
 
 def test_the_proxy_scoring_sees_the_fixed_start_and_writes_only_its_folder(work):

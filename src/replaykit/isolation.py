@@ -20,8 +20,8 @@ It is an allow-list. A run sees the system's part of the sandbox
   ``/opt``, the folders of ``LD_LIBRARY_PATH``);
 
 and writable the run's own folders. A shown path the config names (``sandbox_show``, a data
-path) is refused when it holds the working directory, lies in the workflow's own folders or
-the host's, or is or holds a config file in use (:func:`declared`).
+path, a local fixed start) is refused when it holds the working directory, lies in the
+workflow's own folders or the host's, or is or holds a config file in use (:func:`declared`).
 Never shown, and masked wherever they lie inside a shown path -- the Python environment, a
 shown folder, a run's folder, or the system's part (``/usr``, the ``/etc`` entries) -- every
 secret the plan knows (:func:`secret_masks`): every final-split path (the installed package
@@ -219,21 +219,26 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     Raises:
         InputError: the task's plug-in does not load, or its code folder holds the working
             directory (:func:`replaykit.tasks.code_roots`); a shown path the config names
-            (``sandbox_show``, a data path) that :func:`declared` refuses;
+            (``sandbox_show``, a data path, a local fixed start) that :func:`declared` refuses;
             a config file in use that is one of the run's paths.
     """
     from .tasks import code_roots, frozen_code, get_task
 
-    limits = settings.limits.resolve(run.fixed_start)
     if settings.mode == "none":
-        return IsolationPlan(mode="none", limits=limits)
+        return IsolationPlan(mode="none", limits=settings.limits.resolve(run.fixed_start))
     final = final_paths(task, data, settings)
     cwd = Path.cwd().resolve()
-    fixed = [run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else []
-    named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
     workdirs = (Path(settings.results).parent,)  # an exploration plans from where snakemake starts
     configs = tuple(Path(f).resolve() for f in settings.config_files or workflow_config_paths())
     hidden = tuple(final)
+    fixed = _real([run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else [], False)
+    # a local fixed start is a path the config names, checked as a data path is; a built model
+    # (<results>/models/<name>) is the workflow's own, shown by name
+    models = Path(settings.results).resolve() / "models"
+    local = [p for p in fixed if p.parent != models]
+    declared(local, f"tasks.{task}.fixed_start", workdirs=workdirs, config_files=configs, hidden=hidden)
+    limits = settings.limits.resolve(run.fixed_start)  # its size, read once it is known to be fine to read
+    named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
     named += declared(
         data_paths(task, data), f"tasks.{task}.data", workdirs=workdirs, config_files=configs, hidden=hidden
     )
@@ -450,19 +455,19 @@ def check_shown_paths(
     config: dict, source_of: Callable[[list[str]], str], config_files: Iterable[str | Path] = ()
 ) -> None:
     """Refused when the workflow or an exploration command reads the config, before any job
-    runs: what :func:`plan` refuses, a ``sandbox_show`` entry or a task's local ``data`` path
-    that is the root, holds the working directory (the launch folder, or the config's
-    ``workdir`` under it) or lies inside their :data:`OWN_FOLDERS`, or is, holds or lies inside
-    one of the host's :data:`SYSTEM_FOLDERS`; also one that is or holds one of ``config_files``
-    (the config files read: names that are not files, such as ``--config``, are passed over);
-    and a ``sandbox_hide`` entry that is or holds the working directory (``""``, ``.``, ``/``:
-    no sandbox could start in it). Nothing to check
-    with ``isolation: none``. ``source_of(keys)``: the config file that set the key
-    (``replaykit.config.source_of`` over the config's layers).
+    runs: what :func:`plan` refuses, a ``sandbox_show`` entry, a task's local ``data`` path or
+    its local ``fixed_start`` (a folder, not a name in ``models``) that is the root, holds the
+    working directory (the launch folder, or the config's ``workdir`` under it) or lies inside
+    their :data:`OWN_FOLDERS`, or is, holds or lies inside one of the host's
+    :data:`SYSTEM_FOLDERS`; also one that is or holds one of ``config_files`` (the config files
+    read: names that are not files, such as ``--config``, are passed over); and a
+    ``sandbox_hide`` entry that is or holds the working directory (``""``, ``.``, ``/``: no
+    sandbox could start in it). Nothing to check with ``isolation: none``. ``source_of(keys)``:
+    the config file that set the key (``replaykit.config.source_of`` over the config's layers).
 
     Raises:
-        InputError: ``<file>: sandbox_show: ...``, ``<file>: sandbox_hide: ...`` or
-            ``<file>: tasks.<task>.data.<key>: ...``
+        InputError: ``<file>: sandbox_show: ...``, ``<file>: sandbox_hide: ...``,
+            ``<file>: tasks.<task>.data.<key>: ...`` or ``<file>: tasks.<task>.fixed_start: ...``
             (also for a value that is no usable path: a NUL byte, a name too long).
     """
     if config.get("isolation") == "none":
@@ -487,6 +492,10 @@ def check_shown_paths(
         for key, path in data_path_items(name, task.get("data", {})):
             field = f"tasks.{name}.data.{key}"
             declared([path], field, source_of(["tasks", name, "data", key]), workdirs, files)
+        fixed = task.get("fixed_start")
+        if isinstance(fixed, str) and fixed and fixed not in config.get("models", {}):  # a local folder
+            field, where = f"tasks.{name}.fixed_start", source_of(["tasks", name, "fixed_start"])
+            declared([_usable(fixed, field, where)], field, where, workdirs, files)
 
 
 def _real(paths, existing: bool = True) -> list[Path]:
