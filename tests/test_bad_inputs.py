@@ -393,6 +393,36 @@ def test_a_task_data_path_that_holds_the_working_directory_is_refused_when_the_c
     assert f"{tmp_path.parent} holds the working directory" in exc.value.message
 
 
+def test_a_local_fixed_start_is_checked_as_a_shown_path_when_the_config_loads(tmp_path, monkeypatch):
+    """A local fixed start (a folder, not a name in ``models``) is shown to the sandbox as a data
+    path is, and refused as one when the config loads (it was not: a hostile tester's suspicion,
+    2026-12-05): here a model folder holding the private config file, and one inside the
+    workflow's ``results/``, each naming the file that set it; a name in ``models`` is no path."""
+    from replaykit.config import source_of
+    from replaykit.isolation import check_shown_paths
+
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "model"
+    model.mkdir()
+    private = model / "private.yaml"
+    private.write_text("final_salt: s3cret\n")
+    config = default_config()
+    for fixed, message in (
+        (str(model), f"{model} holds the config file {private}"),
+        ("results/models/soup-digits", f"{tmp_path / 'results/models/soup-digits'} is inside the workflow's own"),
+    ):
+        config["tasks"]["soup"]["fixed_start"] = fixed
+        layers = [("config/config.yaml", default_config()), ("local.yaml", {"tasks": {"soup": {"fixed_start": fixed}}})]
+        with pytest.raises(InputError) as exc:
+            check_shown_paths(
+                config, lambda keys, layers=layers: source_of(keys, layers, "config"), config_files=[private]
+            )
+        assert (exc.value.path, exc.value.field) == ("local.yaml", "tasks.soup.fixed_start")
+        assert exc.value.message.startswith(message), exc.value.message
+    config["tasks"]["soup"]["fixed_start"] = "soup-digits"  # a name in models: built in results/models
+    check_shown_paths(config, lambda keys: "config/config.yaml", config_files=[private])
+
+
 @pytest.mark.parametrize(
     "shown, own",
     [

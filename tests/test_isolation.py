@@ -59,11 +59,11 @@ def data_of(task: str, root: Path) -> dict:
 SETTINGS = {"isolation": "bwrap", "sandbox_show": [], "sandbox_hide": []}
 
 
-def replay_plan(task: str, root: Path, settings: dict = SETTINGS):
+def replay_plan(task: str, root: Path, settings: dict = SETTINGS, fixed_start: Path | None = None):
     run = f"results/{task}/shipped-seed42"
     argv = ["replay", "--task", task, "--run", "shipped-seed42", "--workspace", f"{run}/workspace"]
     argv += ["--workspace-record", f"{run}/workspace.json", "--manifest", f"results/{task}/assets/manifest.json"]
-    argv += ["--fixed-start", str(root / "fixed"), "--public", f"results/{task}/assets/public"]
+    argv += ["--fixed-start", str(fixed_start or root / "fixed"), "--public", f"results/{task}/assets/public"]
     argv += ["--publish-dir", f"{run}/replay", "--state-dir", f"{run}/replay-state", "--record", f"{run}/r.json"]
     argv += ["--budget", json.dumps({"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5})]
     argv += ["--profile", "embedded", "--seed", "42", "--data", json.dumps(data_of(task, root))]
@@ -71,13 +71,19 @@ def replay_plan(task: str, root: Path, settings: dict = SETTINGS):
     return cli.replay_spec(cli.parser().parse_args(argv)).isolation
 
 
-def exploration(task: str, root: Path, settings: dict = SETTINGS, config_files: tuple[Path, ...] = ()) -> Exploration:
+def exploration(
+    task: str,
+    root: Path,
+    settings: dict = SETTINGS,
+    config_files: tuple[Path, ...] = (),
+    fixed_start: Path | None = None,
+) -> Exploration:
     """An exploration's record as ``explore start`` writes it (``config_files``: the config files
-    it read, recorded as ``{"path", "sha256"}``)."""
+    it read, recorded as ``{"path", "sha256"}``; ``fixed_start``: default ``<root>/fixed``)."""
     folder = Path("explore") / task / "x"
     (folder / "runs" / "probe-1").mkdir(parents=True)
     (folder / "workspace").mkdir()
-    info = {"task": task, "started_unix": 0, "budget_s": 1, "fixed_start": str(root / "fixed")}
+    info = {"task": task, "started_unix": 0, "budget_s": 1, "fixed_start": str(fixed_start or root / "fixed")}
     info.update(workdir=str(Path.cwd()), config_files=[{"path": str(f), "sha256": ""} for f in config_files])
     info.update(public_dir=f"results/{task}/assets/public", manifest=f"results/{task}/assets/manifest.json")
     info.update(data=data_of(task, root), sandbox=settings, isolation=settings["isolation"])
@@ -448,6 +454,131 @@ def test_a_sys_path_folder_holding_a_config_file_is_refused_by_both_plans(work, 
             f"the Python environment: sys.path: {outside.resolve()} holds the config file {config.resolve()}, "
             "which can hold final_salt; keep config files out of shown paths"
         )
+
+
+def read_in_sandbox(plan, paths: list[Path], masked: list[Path]) -> str:
+    """What ``cat`` prints of ``paths`` in a real process under ``plan``; each of ``masked``
+    cannot be opened there (a masked file is bwrap's bind of ``/dev/null``, no device)."""
+    argv = plan.argv(["cat", *map(str, paths)], chdir="/")
+    out = subprocess.run(argv, env=plan.environment({"PATH": "/usr/bin:/bin"}), capture_output=True, timeout=60)
+    errors = out.stderr.decode(errors="replace")
+    assert all(f"{m}: Permission denied" in errors for m in masked), errors
+    return out.stdout.decode(errors="replace")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_config_file_inside_the_python_environment_is_masked_by_both_plans(work, task, monkeypatch):
+    """Hostile, 2026-12-05: a private config file (``final_salt``) kept in the venv's own folder
+    (``sys.prefix``) was shown to candidate code by both plans, which checked config files only
+    against ``sandbox_show``, data paths and ``sys.path`` folders outside the prefix. Both plans
+    now show the prefix with the config file in use masked; a real process in each reads the
+    environment's file beside it and cannot open the config file."""
+    prefix = work / "venv"
+    prefix.mkdir()
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    config = prefix / "private.yaml"
+    config.write_text('final_salt: "S3CRET-in-the-prefix"\n')
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(config)]}))
+    replay = replay_plan(task, work)
+    monkeypatch.delenv("REPLAYKIT_WORKFLOW")
+    ex = exploration(task, work, config_files=(config,))
+    probe = probe_plan(ex, ex.dir / "runs" / "probe-1")
+    for plan in (replay, probe):
+        assert prefix.resolve() in plan.read_only and config.resolve() in plan.masked, plan.masked
+    if task == "soup":
+        for plan in (replay, probe):
+            assert read_in_sandbox(plan, [prefix / "pyvenv.cfg", config], [config]) == "home = /usr/bin\n"
+
+
+def test_a_secret_in_the_systems_folders_is_masked_where_the_sandbox_shows_it(work, monkeypatch):
+    """The system's part of the sandbox (``/usr``, the ``/etc`` entries) is shown whatever the
+    plan says, and no secret lying there was masked: a config file in use under ``/etc`` (here
+    ``/etc/hosts`` stands for one) or a ``sandbox_hide`` file under ``/usr`` (an operator's copy of
+    a final split under ``/usr/share``). Both plans mask each where it appears inside; a real
+    process reads ``/etc/nsswitch.conf`` beside them and cannot open either."""
+    etc, beside = Path("/etc/hosts"), Path("/etc/nsswitch.conf")
+    usr = next(Path(d) / f for d, _, files in os.walk("/usr/share") for f in sorted(files) if _readable(Path(d) / f))
+    if not (_readable(etc) and _readable(beside)):
+        pytest.skip("no /etc/hosts or /etc/nsswitch.conf here")
+    settings = {**SETTINGS, "sandbox_hide": [str(usr)]}
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(etc)]}))
+    replay = replay_plan("soup", work, settings)
+    monkeypatch.delenv("REPLAYKIT_WORKFLOW")
+    ex = exploration("soup", work, settings, config_files=(etc,))
+    probe = probe_plan(ex, ex.dir / "runs" / "probe-1")
+    for plan in (replay, probe):
+        assert {etc, usr} <= set(plan.masked), plan.masked
+        assert read_in_sandbox(plan, [etc, usr, beside], [etc, usr]) == beside.read_text()
+
+
+def _readable(path: Path) -> bool:
+    """A regular file, not a link, with something in it that this process can read."""
+    try:
+        return path.is_file() and not path.is_symlink() and path.stat().st_size > 0 and bool(path.read_bytes())
+    except OSError:
+        return False
+
+
+def test_a_config_file_that_is_one_of_the_runs_paths_is_refused(work):
+    """A mask would hide the path itself: a config file in use that is one of the run's own paths
+    (a read-only path here) is refused in one line naming it."""
+    from replaykit.isolation import RunPaths, Settings, plan
+
+    salt = work / "salt.yaml"
+    salt.write_text("final_salt: s3cret\n")
+    settings = Settings("bwrap", config_files=(str(salt),))
+    with pytest.raises(InputError) as exc:
+        plan("soup", {}, settings, RunPaths(work / "fixed", work / "public", read_only=(salt,)))
+    assert str(exc.value) == (
+        f"{salt}: is a config file in use, which can hold final_salt, and a path the sandbox would "
+        "show (the run's own paths); keep config files out of them"
+    )
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_local_fixed_start_is_checked_as_a_data_path_by_both_plans(work, task, monkeypatch):
+    """A hostile tester's suspicion (2026-12-05), found true: a local fixed start (a folder the
+    config names, not a name in ``models``) was shown with none of the checks a data path gets.
+    Both plans (and, for digress, whose raw-data fixed start only frozen code sees, the proxy
+    scoring's) refuse one that holds a config file in use, holds the working directory or lies
+    in the workflow's own folders, naming ``tasks.<task>.fixed_start``; a built model
+    (``results/models/<name>``) is shown."""
+    private = work / "private-model"
+    private.mkdir()
+    salt = private / "salt.yaml"
+    salt.write_text("final_salt: s3cret\n")
+    cwd = Path.cwd().resolve()
+    cases = {
+        private: f"{private} holds the config file {salt}",
+        work: f"{work} holds the working directory {cwd}",
+        cwd / "results" / task: f"{cwd / 'results' / task} is inside the workflow's own {cwd / 'results'}",
+    }
+    data = tasks.get_task(task).FIXED_START_IS_DATA
+
+    def plans(fixed: Path):
+        ex = exploration(task, work, config_files=(salt,), fixed_start=fixed)
+        try:
+            if data:  # shown to the proxy scoring only
+                (ex.dir / "proxy").mkdir()
+                yield lambda: proxy_plan(ex, ex.dir / "runs" / "probe-1", ex.dir / "proxy")
+            else:
+                yield lambda: replay_plan(task, work, fixed_start=fixed)
+                yield lambda: probe_plan(ex, ex.dir / "runs" / "probe-1")
+        finally:
+            shutil.rmtree(ex.dir)
+
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(salt)]}))
+    for fixed, message in cases.items():
+        for make in plans(fixed):
+            with pytest.raises(InputError) as exc:
+                make()
+            assert exc.value.field == f"tasks.{task}.fixed_start", str(exc.value)
+            assert exc.value.message.startswith(message), exc.value.message
+    built = Path("results/models/built")
+    built.mkdir(parents=True)
+    for make in plans(built):
+        assert built.resolve() in make().read_only
 
 
 def test_the_proxy_scoring_sees_the_fixed_start_and_writes_only_its_folder(work):

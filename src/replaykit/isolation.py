@@ -19,12 +19,18 @@ It is an allow-list. A run sees the system's part of the sandbox
   final-split sources, and the operator's ``sandbox_show`` paths (e.g. a CUDA install under
   ``/opt``, the folders of ``LD_LIBRARY_PATH``);
 
-and writable the run's own folders. Never shown, and masked where they lie inside a shown
-path: every final-split path (the installed package data of ``FINAL_PACKAGE_DATA``, the local
-``FINAL_SOURCES``, the task's ``results/<task>/assets/hidden``) and the operator's
-``sandbox_hide`` paths; the working directory is masked (an empty, read-only folder: what a run
-needs from it is shown by name inside it, and nothing can be created there). The config files
-need no hiding: nothing of the working directory is shown unless named.
+and writable the run's own folders. A shown path the config names (``sandbox_show``, a data
+path, a local fixed start) is refused when it holds the working directory, lies in the
+workflow's own folders or the host's, or is or holds a config file in use (:func:`declared`).
+Never shown, and masked wherever they lie inside a shown path -- the Python environment, a
+shown folder, a run's folder, or the system's part (``/usr``, the ``/etc`` entries) -- every
+secret the plan knows (:func:`secret_masks`): every final-split path (the installed package
+data of ``FINAL_PACKAGE_DATA``, the local ``FINAL_SOURCES``, the task's
+``results/<task>/assets/hidden``, builders' ``*.private.json``), every task's hidden split, the
+operator's ``sandbox_hide`` paths and the config files in use (which may hold ``final_salt``; a
+config file that is itself a run's path is refused); the working directory is masked (an
+empty, read-only folder: what a run needs from it is shown by name inside it, and nothing can
+be created there).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from .harness.sandbox import (
     python_links,
     python_masks,
     python_paths,
+    system_shown,
 )
 from .harness.selftest import Targets
 
@@ -211,20 +218,27 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
 
     Raises:
         InputError: the task's plug-in does not load, or its code folder holds the working
-            directory (:func:`replaykit.tasks.code_roots`).
+            directory (:func:`replaykit.tasks.code_roots`); a shown path the config names
+            (``sandbox_show``, a data path, a local fixed start) that :func:`declared` refuses;
+            a config file in use that is one of the run's paths.
     """
     from .tasks import code_roots, frozen_code, get_task
 
-    limits = settings.limits.resolve(run.fixed_start)
     if settings.mode == "none":
-        return IsolationPlan(mode="none", limits=limits)
+        return IsolationPlan(mode="none", limits=settings.limits.resolve(run.fixed_start))
     final = final_paths(task, data, settings)
     cwd = Path.cwd().resolve()
-    fixed = [run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else []
-    named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
     workdirs = (Path(settings.results).parent,)  # an exploration plans from where snakemake starts
     configs = tuple(Path(f).resolve() for f in settings.config_files or workflow_config_paths())
     hidden = tuple(final)
+    fixed = _real([run.fixed_start] if run.frozen_only or not get_task(task).FIXED_START_IS_DATA else [], False)
+    # a local fixed start is a path the config names, checked as a data path is; a built model
+    # (<results>/models/<name>) is the workflow's own, shown by name
+    models = Path(settings.results).resolve() / "models"
+    local = [p for p in fixed if p.parent != models]
+    declared(local, f"tasks.{task}.fixed_start", workdirs=workdirs, config_files=configs, hidden=hidden)
+    limits = settings.limits.resolve(run.fixed_start)  # its size, read once it is known to be fine to read
+    named = _real([*run.read_only, *fixed, run.public_dir], existing=False)
     named += declared(
         data_paths(task, data), f"tasks.{task}.data", workdirs=workdirs, config_files=configs, hidden=hidden
     )
@@ -241,10 +255,23 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
     outside = [p for p in python if not any(inside(p, q) for q in prefixes)]
     declared(outside, "sys.path", "the Python environment", workdirs=workdirs, config_files=configs)
     environment = [*python, package_dir(), *_real([*code_roots(task), *plugins])]
-    writable = [p for p in _real(run.writable, existing=False) if not any(inside(p, f) for f in final)]
-    shown = [p for p in dict.fromkeys(environment + named) if not any(inside(p, f) for f in final)]
+    # every secret the plan knows: the final-split paths, the workflow's other hidden splits and
+    # builders' private files, and (below) the config files in use
+    secrets = [*final, *(p for p in workflow_secrets(workdirs) if p not in final)]
+    writable = [p for p in _real(run.writable, existing=False) if not any(inside(p, f) for f in secrets)]
+    shown = [p for p in dict.fromkeys(environment + named) if not any(inside(p, f) for f in secrets)]
     shown = [p for p in shown if p not in writable]
-    masks = [f for f in [*final, *python_masks()] if any(inside(f, p) and f != p for p in shown + writable)]
+    config = next((c for c in configs if c in shown or c in writable), None)
+    if config is not None:  # a file: no mask could hide it and show the path
+        raise InputError(
+            config,
+            None,
+            "is a config file in use, which can hold final_salt, and a path the sandbox would show "
+            "(the run's own paths); keep config files out of them",
+        )
+    masks = secret_masks([*secrets, *configs], shown + writable) + [
+        f for f in python_masks() if any(inside(f, p) and f != p for p in shown + writable)
+    ]
     masks += [cwd] if cwd != Path("/") else []  # empty and read-only, but for what is named inside it
     spelled = [*run.read_only, run.fixed_start, run.public_dir, *run.writable]
     links = python_links() + [link for p in spelled for link in links_to(p)]
@@ -259,6 +286,30 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
         links=tuple(dict.fromkeys(links)),
         limits=limits,
     )
+
+
+def workflow_secrets(workdirs: tuple[Path, ...] = ()) -> list[Path]:
+    """The secrets of the workflow's results (of the working directory and ``workdirs``), as real
+    paths: every task's hidden split (``results/<task>/assets/hidden``) and every builder's
+    private file (``results/models/*.private.json``), existing ones."""
+    found = []
+    for root in dict.fromkeys(w.resolve() for w in (Path.cwd(), *workdirs)):
+        found += map(Path, sorted(glob.glob(f"{glob.escape(str(root))}/results/*/assets/hidden")))
+        found += map(Path, sorted(glob.glob(f"{glob.escape(str(root))}/results/models/*.private.json")))
+    return _real(found)
+
+
+def secret_masks(secrets: list[Path], shown: list[Path]) -> list[Path]:
+    """Where the sandbox must mask ``secrets`` (real paths: final-split paths, config files):
+    each that lies inside one of ``shown`` (the plan's read-only and writable paths: the Python
+    environment, a ``sandbox_show`` folder, a data folder, the run's folders), and where each
+    that lies in the system's part of the sandbox appears there
+    (:func:`~replaykit.harness.sandbox.system_shown`: ``/usr``, the ``/etc`` entries). Masked, a
+    folder is an empty read-only folder and a file ``/dev/null``."""
+    out = [f for f in secrets if any(inside(f, p) and f != p for p in shown)]
+    for inner, real in system_shown():
+        out += [inner / f.relative_to(real) for f in secrets if inside(f, real) and not (f == real and f.is_dir())]
+    return list(dict.fromkeys(out))
 
 
 # The workflow's own folders in a working directory: every run's results (the final split's
@@ -404,19 +455,19 @@ def check_shown_paths(
     config: dict, source_of: Callable[[list[str]], str], config_files: Iterable[str | Path] = ()
 ) -> None:
     """Refused when the workflow or an exploration command reads the config, before any job
-    runs: what :func:`plan` refuses, a ``sandbox_show`` entry or a task's local ``data`` path
-    that is the root, holds the working directory (the launch folder, or the config's
-    ``workdir`` under it) or lies inside their :data:`OWN_FOLDERS`, or is, holds or lies inside
-    one of the host's :data:`SYSTEM_FOLDERS`; also one that is or holds one of ``config_files``
-    (the config files read: names that are not files, such as ``--config``, are passed over);
-    and a ``sandbox_hide`` entry that is or holds the working directory (``""``, ``.``, ``/``:
-    no sandbox could start in it). Nothing to check
-    with ``isolation: none``. ``source_of(keys)``: the config file that set the key
-    (``replaykit.config.source_of`` over the config's layers).
+    runs: what :func:`plan` refuses, a ``sandbox_show`` entry, a task's local ``data`` path or
+    its local ``fixed_start`` (a folder, not a name in ``models``) that is the root, holds the
+    working directory (the launch folder, or the config's ``workdir`` under it) or lies inside
+    their :data:`OWN_FOLDERS`, or is, holds or lies inside one of the host's
+    :data:`SYSTEM_FOLDERS`; also one that is or holds one of ``config_files`` (the config files
+    read: names that are not files, such as ``--config``, are passed over); and a
+    ``sandbox_hide`` entry that is or holds the working directory (``""``, ``.``, ``/``: no
+    sandbox could start in it). Nothing to check with ``isolation: none``. ``source_of(keys)``:
+    the config file that set the key (``replaykit.config.source_of`` over the config's layers).
 
     Raises:
-        InputError: ``<file>: sandbox_show: ...``, ``<file>: sandbox_hide: ...`` or
-            ``<file>: tasks.<task>.data.<key>: ...``
+        InputError: ``<file>: sandbox_show: ...``, ``<file>: sandbox_hide: ...``,
+            ``<file>: tasks.<task>.data.<key>: ...`` or ``<file>: tasks.<task>.fixed_start: ...``
             (also for a value that is no usable path: a NUL byte, a name too long).
     """
     if config.get("isolation") == "none":
@@ -441,6 +492,10 @@ def check_shown_paths(
         for key, path in data_path_items(name, task.get("data", {})):
             field = f"tasks.{name}.data.{key}"
             declared([path], field, source_of(["tasks", name, "data", key]), workdirs, files)
+        fixed = task.get("fixed_start")
+        if isinstance(fixed, str) and fixed and fixed not in config.get("models", {}):  # a local folder
+            field, where = f"tasks.{name}.fixed_start", source_of(["tasks", name, "fixed_start"])
+            declared([_usable(fixed, field, where)], field, where, workdirs, files)
 
 
 def _real(paths, existing: bool = True) -> list[Path]:

@@ -485,6 +485,17 @@ def _etc() -> list[str]:
     return [e for e in ETC_ENTRIES if os.path.lexists(f"/etc/{e}")]
 
 
+def system_shown() -> list[tuple[Path, Path]]:
+    """The system's part of the sandbox (:func:`_system_mounts`) as ``(path inside, real path
+    shown there)``: the :data:`SYSTEM_DIRS` folders that are no link (a link such as ``/lib ->
+    usr/lib`` is recreated as a link: what it names is shown by ``/usr``) and the
+    :data:`ETC_ENTRIES` there are (``/etc/ssl`` may be a link to another folder, bound at
+    ``/etc/ssl``). A secret lying in one is masked where it appears inside
+    (:func:`replaykit.isolation.plan`)."""
+    dirs = [Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    return [(d, Path(os.path.realpath(d))) for d in dirs + [Path(f"/etc/{e}") for e in _etc()]]
+
+
 def _scratch() -> list[Path]:
     """The empty, writable folders: ``/tmp`` and ``$HOME`` (unless it is ``/``)."""
     home = os.environ.get("HOME")
