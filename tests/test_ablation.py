@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from replaykit.harness.errors import InputError
-from replaykit.harness.receipts import write_summary
+from replaykit.harness.receipts import seal, write_receipt, write_summary
 from replaykit.harness.select import proxy_selected
 from replaykit.harness.stats import (
     ZERO_WIDTH,
@@ -229,6 +229,7 @@ def fake_run(
         doc["record"] = str(record)
     path = root / run / "official.json"
     path.write_text(json.dumps(doc))
+    write_receipt(path)  # official.json.sha256, as the official step writes it
     return path
 
 
@@ -352,6 +353,7 @@ def test_clustered_rows_and_refusals(tmp_path):
             (score_dir / "rows.jsonl").write_text(
                 "".join(json.dumps({**r, "label": labels[i]}) + "\n" for i, r in enumerate(rows))
             )
+            seal(score_dir)  # as the score step would have written them
     s = toy_ablation(cand, ship, tmp_path / "c", row_cluster="label")
     assert s["comparisons"]["official"]["hierarchical"]["clusters"] == 5 and "clusters" in s["resampling"]
     # seeds not matched
@@ -363,6 +365,9 @@ def test_clustered_rows_and_refusals(tmp_path):
     rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
     rows[0]["score"] += 1.0
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match=f"{rows_file}: tampered: edited since it was written"):
+        toy_ablation(cand, ship, tmp_path / "y")  # against its receipt: refused before it is read
+    seal(rows_file.parent)  # the receipt rewritten too: the rows are checked against the summary
     with pytest.raises(InputError, match="rows give a difference"):
         toy_ablation(cand, ship, tmp_path / "y")
 
@@ -683,6 +688,7 @@ def test_ablation_judged_against_its_rule_and_a_changed_rule_is_visible(tmp_path
         record.parent.mkdir()
         record.write_text(json.dumps({"attempts": [{"started_unix": started + doc["seed"]}]}))
         path.write_text(json.dumps({**doc, "record": str(record)}))
+        write_receipt(path)
     rule_path = tmp_path / "decision-rules" / "cand.json"
     fixed = write_rule(_rule(), rule_path, now=started - 100)
 
