@@ -1120,6 +1120,11 @@ def test_edited_score_rows_are_tampered_for_status_and_refused_by_their_readers(
     assert (finding.path, finding.state) == (str(scores / ".complete"), "stale")
     with pytest.raises(InputError, match="records no SHA-256 of it"):
         paired_comparison(scores, scores, n_boot=10, seed=0)
+    # nor does a receipt of the kind a lone file has (only the folder's .complete vouches for rows)
+    (scores / ".complete").unlink()
+    receipt(scores / "rows.jsonl")
+    with pytest.raises(InputError, match=rf"no receipt \({scores / '.complete'} is not there\)"):
+        paired_comparison(scores, scores, n_boot=10, seed=0)
 
 
 def test_an_edited_official_json_is_tampered_and_final_refuses_it(tmp_path, monkeypatch):
@@ -1151,7 +1156,7 @@ def test_an_edited_official_json_is_tampered_and_final_refuses_it(tmp_path, monk
     [finding] = [f for f in check_run(rel) if f.state != "verified"]
     assert (finding.state, finding.reason) == (
         "stale",
-        "no receipt: neither official.json.sha256 beside it nor .complete in its folder",
+        f"no receipt ({rel / 'official.json.sha256'} is not there)",
     )
 
 

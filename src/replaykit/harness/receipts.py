@@ -105,14 +105,23 @@ def recorded_hashes(receipt: str | Path) -> dict[str, str]:
     return out
 
 
-def receipt_of(path: str | Path) -> Path | None:
-    """The receipt that vouches for ``path``: its folder's ``.complete`` when there is one, else
-    its :func:`sidecar` when there is one, else None."""
+# JSON products that lie alone, each vouched for by <name>.sha256 beside it; every other file
+# by its folder's .complete (a sidecar beside a score's rows is no receipt of them)
+ALONE = ("official.json", "proxy.json", "audit.json")
+SELF_TESTS = "sandbox-self-test"  # results/sandbox-self-test/<task>.json: alone too
+
+
+def expected_receipt(path: str | Path) -> Path:
+    """Where ``path``'s receipt is: its :func:`sidecar` for a product that lies alone
+    (:data:`ALONE`, a sandbox self-test), else its folder's ``.complete``."""
     path = Path(path)
-    for candidate in (path.parent / RECEIPT, sidecar(path)):
-        if candidate.is_file():
-            return candidate
-    return None
+    return sidecar(path) if path.name in ALONE or path.parent.name == SELF_TESTS else path.parent / RECEIPT
+
+
+def receipt_of(path: str | Path) -> Path | None:
+    """``path``'s receipt (:func:`expected_receipt`) when there is one, else None."""
+    receipt = expected_receipt(path)
+    return receipt if receipt.is_file() else None
 
 
 def receipt_problem(path: str | Path, hash_file: Callable[[Path], str] = sha256_file) -> tuple[str, str] | None:
@@ -125,7 +134,7 @@ def receipt_problem(path: str | Path, hash_file: Callable[[Path], str] = sha256_
     path = Path(path)
     receipt = receipt_of(path)
     if receipt is None:
-        return "stale", f"no receipt: neither {sidecar(path).name} beside it nor {RECEIPT} in its folder"
+        return "stale", f"no receipt ({expected_receipt(path)} is not there)"
     recorded = recorded_hashes(receipt).get(path.name)
     if not path.is_file() or path.is_symlink():
         if recorded is not None:

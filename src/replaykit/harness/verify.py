@@ -38,6 +38,7 @@ from .fileio import atomic_write_text
 from .hashing import HashCache
 from .provenance import utc_now
 from .receipts import INPUTS, RECEIPT, SUMMARY, folder_problem, receipt_of, receipt_problem, status
+from .receipts import SELF_TESTS as SELF_TEST  # <results>/sandbox-self-test/<task>.json
 
 CACHE = ".hash-cache.json"  # per run: results/<task>/<run>/.hash-cache.json
 
@@ -236,9 +237,6 @@ def _check_alone(path: Path, root: Path, cache: HashCache) -> Finding:
     return Finding(str(path), "stale", problem, [str(path)]) if problem else Finding(str(path), "verified")
 
 
-SELF_TEST = "sandbox-self-test"  # <results>/sandbox-self-test/<task>.json
-
-
 def check_task(task_dir: str | Path, cache: HashCache | None = None) -> list[Finding]:
     """The receipts of a task's products outside its runs that ``final/`` reads: the fixed-start
     reference score (``reference/fixed-start/final-scores/``: its ``summary.json`` and
@@ -251,8 +249,9 @@ def check_task(task_dir: str | Path, cache: HashCache | None = None) -> list[Fin
     ref = task_dir / "reference" / "fixed-start" / "final-scores"
     if ref.is_dir():
         files = [str(ref / SUMMARY), str(ref / RECEIPT)]
-        sealed = folder_problem(ref, cache.file) if status(ref) == "complete" else None
-        if status(ref) != "complete":
+        complete = status(ref) == "complete"
+        sealed = folder_problem(ref, cache.file) if complete else None
+        if not complete:
             out.append(Finding(str(ref / SUMMARY), "missing", "no complete fixed-start reference score", files))
         elif sealed:
             out.append(Finding(sealed[0], sealed[1], sealed[2], files))
