@@ -36,6 +36,7 @@ rule ablation:
         ],
         fixed_start=get_fixed_start_reference,
         decision_rule="results/{task}/decision-rules/{candidate}.json",
+        stale=receipt_stamp("results/{task}/ablation/{candidate}"),
     output:
         directory("results/{task}/ablation/{candidate}"),
     log:

@@ -4,7 +4,8 @@ rule campaign:
     runs shared by the task's candidates), and one summary page: per task each candidate's
     verdict, across tasks the normalised scores."""
     input:
-        get_campaign_ablations,
+        ablations=get_campaign_ablations,
+        stale=receipt_stamp("results/campaign"),
     output:
         directory("results/campaign"),
     log:
@@ -12,4 +13,4 @@ rule campaign:
     conda:
         "../envs/replaykit.yaml"
     shell:
-        "python -m replaykit campaign --ablations {input} --out-dir {output} > {log} 2>&1"
+        "python -m replaykit campaign --ablations {input.ablations} --out-dir {output} > {log} 2>&1"

@@ -590,8 +590,10 @@ def get_exploration_proxy(w):
 
 
 def receipt_scope():
-    """The run folders on disk of the configured tasks, and each task's final/ folder -> the
-    official.json files it is built from."""
+    """The run folders on disk of the configured tasks; each task's final/ folder -> the
+    official.json files it is built from; the task folders (their fixed-start reference score
+    and sandbox self-test); the product folders on disk built from the runs (each ablation of
+    a configured task, the campaign)."""
     runs = sorted(
         str(p)
         for task in config["tasks"]
@@ -604,7 +606,14 @@ def receipt_scope():
         ]
         for task in config["tasks"]
     }
-    return runs, finals
+    tasks = [f"results/{task}" for task in config["tasks"]]
+    products = sorted(
+        str(p)
+        for task in config["tasks"]
+        for p in Path("results", task, "ablation").glob("*")
+        if p.is_dir() and not p.name.startswith(".")
+    ) + (["results/campaign"] if Path("results/campaign").is_dir() else [])
+    return runs, finals, tasks, products
 
 
 def receipt_stamp(product):

@@ -92,6 +92,9 @@ rule reference_fixed_start:
         hidden="results/{task}/assets/hidden",
         manifest="results/{task}/assets/manifest.json",
         frozen="results/frozen-code.json",
+        stale=receipt_stamp(
+            "results/{task}/reference/fixed-start/final-scores/summary.json"
+        ),
     output:
         summary="results/{task}/reference/fixed-start/final-scores/summary.json",
         receipt="results/{task}/reference/fixed-start/final-scores/.complete",

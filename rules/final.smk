@@ -9,7 +9,9 @@ rule official:
         decision_rule=get_decision_rule,
         stale=receipt_stamp("results/{task}/{run}/official.json"),
     output:
-        update("results/{task}/{run}/official.json"),
+        official=update("results/{task}/{run}/official.json"),
+        # its receipt: a consumer (audit, final, ablation, report) and status check it
+        receipt=update("results/{task}/{run}/official.json.sha256"),
     log:
         "logs/{task}/{run}/official.log",
     conda:
@@ -22,24 +24,26 @@ rule official:
         "python -m replaykit official --task {wildcards.task} --run {wildcards.run}"
         " --record {input.record} --direction {params.direction} --markers {input.markers}"
         " --scores {params.score_dirs} --proxy-scores {params.proxy_dirs}"
-        " --decision-rule '{input.decision_rule}' --out {output} > {log} 2>&1"
+        " --decision-rule '{input.decision_rule}' --out {output.official} > {log} 2>&1"
 
 
 rule proxy:
     """Proxy scores of every retained checkpoint of a run, in one file (shown beside an
     exploration's proxy receipts)."""
     input:
-        get_proxy_scores,
+        scores=get_proxy_scores,
+        stale=receipt_stamp("results/{task}/{run}/proxy.json"),
     output:
-        "results/{task}/{run}/proxy.json",
+        table="results/{task}/{run}/proxy.json",
+        receipt="results/{task}/{run}/proxy.json.sha256",
     log:
         "logs/{task}/{run}/proxy.log",
     conda:
         "../envs/replaykit.yaml"
     params:
-        score_dirs=lambda w, input: [str(Path(p).parent) for p in input],
+        score_dirs=lambda w, input: [str(Path(p).parent) for p in input.scores],
     shell:
-        "python -m replaykit proxy-table --scores {params.score_dirs} --out {output} > {log} 2>&1"
+        "python -m replaykit proxy-table --scores {params.score_dirs} --out {output.table} > {log} 2>&1"
 
 
 rule final:

@@ -3,6 +3,8 @@ rule workspace:
     input:
         recipe=get_recipe_files,
         patch=get_patch,
+        # the run's replay record names another patch than the file holds now (verify.check_run)
+        stale=receipt_stamp("results/{task}/{run}/workspace.json"),
     output:
         # update(): a refused rebuild (a changed patch that no longer applies) keeps the last
         # workspace the run's replay and official result were built from (Snakemake restores it)

@@ -13,8 +13,11 @@ rule sandbox_self_test:
         public="results/{task}/assets/public",
         hidden="results/{task}/assets/hidden",
         fixed_start=get_fixed_start,
+        stale=receipt_stamp("results/sandbox-self-test/{task}.json"),
     output:
-        "results/sandbox-self-test/{task}.json",
+        self_test="results/sandbox-self-test/{task}.json",
+        # its receipt: final/ reads the self-test only through it, status checks it
+        receipt="results/sandbox-self-test/{task}.json.sha256",
     log:
         "logs/sandbox-self-test/{task}.log",
     conda:
@@ -27,4 +30,4 @@ rule sandbox_self_test:
     shell:
         "python -m replaykit self-test --task {wildcards.task} --fixed-start {input.fixed_start}"
         " --public {input.public} --data {params.data:q} --sandbox {params.sandbox:q}"
-        " --out {output} > {log} 2>&1"
+        " --out {output.self_test} > {log} 2>&1"

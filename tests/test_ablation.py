@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from replaykit.harness.errors import InputError
-from replaykit.harness.receipts import write_summary
+from replaykit.harness.receipts import seal, write_receipt, write_summary
 from replaykit.harness.select import proxy_selected
 from replaykit.harness.stats import (
     ZERO_WIDTH,
@@ -229,6 +229,7 @@ def fake_run(
         doc["record"] = str(record)
     path = root / run / "official.json"
     path.write_text(json.dumps(doc))
+    write_receipt(path)  # official.json.sha256, as the official step writes it
     return path
 
 
@@ -352,6 +353,7 @@ def test_clustered_rows_and_refusals(tmp_path):
             (score_dir / "rows.jsonl").write_text(
                 "".join(json.dumps({**r, "label": labels[i]}) + "\n" for i, r in enumerate(rows))
             )
+            seal(score_dir)  # as the score step would have written them
     s = toy_ablation(cand, ship, tmp_path / "c", row_cluster="label")
     assert s["comparisons"]["official"]["hierarchical"]["clusters"] == 5 and "clusters" in s["resampling"]
     # seeds not matched
@@ -363,6 +365,9 @@ def test_clustered_rows_and_refusals(tmp_path):
     rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
     rows[0]["score"] += 1.0
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError, match=f"{rows_file}: tampered: edited since it was written"):
+        toy_ablation(cand, ship, tmp_path / "y")  # against its receipt: refused before it is read
+    seal(rows_file.parent)  # the receipt rewritten too: the rows are checked against the summary
     with pytest.raises(InputError, match="rows give a difference"):
         toy_ablation(cand, ship, tmp_path / "y")
 
@@ -683,6 +688,7 @@ def test_ablation_judged_against_its_rule_and_a_changed_rule_is_visible(tmp_path
         record.parent.mkdir()
         record.write_text(json.dumps({"attempts": [{"started_unix": started + doc["seed"]}]}))
         path.write_text(json.dumps({**doc, "record": str(record)}))
+        write_receipt(path)
     rule_path = tmp_path / "decision-rules" / "cand.json"
     fixed = write_rule(_rule(), rule_path, now=started - 100)
 
@@ -756,3 +762,52 @@ def test_holm_verdicts_on_three_candidates():
     assert holm_verdicts([summary("b", "established gain", 0.04)])[0]["verdict"] == "established gain"
     with pytest.raises(ValueError, match="one alpha"):
         holm_verdicts([summary("a", "x", 0.1), {**summary("b", "y", 0.1), "decision": {"alpha": 0.1, "p_value": 0.1}}])
+
+
+def test_an_edited_ablation_or_one_of_its_inputs_is_found_and_refused(tmp_path, monkeypatch):
+    """Hostile (2026-12-05): an ablation's ``summary.json`` edited to ``verdict: "established
+    gain"``: ``status`` did not look at ablations, and a rerun said nothing to be done. Its
+    ``.complete`` lists the SHA-256 of each of its files now and its summary records every file
+    it read (``inputs_sha256``): ``status`` says the edit tampered and an edited input stale, the
+    workflow's stamp makes the ablation again, and the ablation refuses an edited input."""
+    import hashlib
+
+    from replaykit.harness.verify import check_product, reverify, stamp_of, status_lines
+
+    def sha(path) -> str:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    monkeypatch.chdir(tmp_path)
+    cand, ship = make_ablation(Path("results/t"), 0.0, seeds=(1, 2))
+    folder = Path("results/t/ablation/cand")
+    s = toy_ablation(cand, ship, folder, n_boot=200)
+    names = ["report.md", "summary.json"]  # (no figure drawn here)
+    assert (folder / ".complete").read_text() == "".join(f"{sha(folder / n)}  {n}\n" for n in names)
+    rows = [str(Path(json.loads(Path(p).read_text())["official"]["scores"]) / "rows.jsonl") for p in cand + ship]
+    assert {str(p) for p in cand + ship} | set(rows) <= set(s["inputs_sha256"])
+    assert all(digest == sha(name) for name, digest in s["inputs_sha256"].items())
+    assert check_product(folder).state == "verified"
+    doc = json.loads((folder / "summary.json").read_text())
+    recorded = sha(folder / "summary.json")
+    (folder / "summary.json").write_text(json.dumps({**doc, "verdict": "established gain"}))
+    finding = check_product(folder)
+    assert (finding.state, finding.reason, finding.invalidates) == (
+        "tampered",
+        f"summary.json: edited since it was written (SHA-256 {sha(folder / 'summary.json')[:12]}, "
+        f"{folder / '.complete'} recorded {recorded[:12]})",
+        [str(folder)],
+    )
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[-2:] == ["t/ablation/cand: stale (0 of 1 receipts verified)", f"  {finding.line()}"]
+    assert reverify([], {}, [], [str(folder)], say=[].append) == [str(folder)]
+    assert stamp_of(folder) == Path("results/t/ablation/.receipts/cand") and stamp_of(folder).is_file()
+    # made again; then a compared checkpoint's rows edited: the ablation is stale, and refuses them
+    toy_ablation(cand, ship, folder, n_boot=200)
+    assert check_product(folder).state == "verified"
+    edited = Path(rows[0])
+    edited.write_text(edited.read_text().replace('"score": 0.', '"score": 9.', 1))
+    finding = check_product(folder)
+    assert (finding.state, finding.reason) == ("stale", f"made from another {edited}")
+    with pytest.raises(InputError, match=rf"^{edited}: tampered: edited since it was written"):
+        toy_ablation(cand, ship, tmp_path / "again", n_boot=200)
+    assert not (tmp_path / "again").exists()

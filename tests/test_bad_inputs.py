@@ -1,5 +1,6 @@
 """Bad inputs to the harness and the dpo plug-in: one clear InputError naming file and field."""
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -180,6 +181,8 @@ def test_unknown_override_is_refused_before_anything_runs(tmp_path):
 def test_duplicate_row_ids_are_refused(tmp_path):
     rows = [{"id": "a", "score": 1.0}, {"id": "b", "score": 0.0}, {"id": "a", "score": 0.0}]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    digest = hashlib.sha256((tmp_path / "rows.jsonl").read_bytes()).hexdigest()
+    (tmp_path / ".complete").write_text(f"{digest}  rows.jsonl\n")  # the score's receipt
     with pytest.raises(InputError, match="line 3.id: duplicate row id 'a'"):
         _rows_by_id(tmp_path)
 

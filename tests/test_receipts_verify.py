@@ -210,6 +210,40 @@ def test_an_edited_audit_is_made_again_before_final_takes_it(soup_finished, tmp_
 
 
 @pytest.mark.slow
+def test_an_edited_reference_or_score_rows_are_scored_again_before_final_takes_them(soup_finished, tmp_path):
+    """Hostile (2026-12-05), on the tiny soup run: the fixed-start reference's value edited
+    (0.45 -> 0.99) and every ``score`` of the official checkpoint's ``rows.jsonl`` set to 1, then
+    ``rm -r final`` and a rerun: ``final/`` published fixed start 0.9900 and a significant
+    McNemar gain, and ``status`` said verified. Now ``status`` says both files tampered; the rerun
+    scores the reference and the checkpoint again, and ``final/`` holds what they score, every
+    file it read recorded with the SHA-256 it has on disk."""
+    work = copy_run(soup_finished, tmp_path / "w")
+    ref = Path("results/soup/reference/fixed-start/final-scores")
+    rows = SOUP_RUN / "final-scores/checkpoint-3/rows.jsonl"
+    before = read(work / SOUP / "summary.json")
+    value = read(work / ref / "summary.json")["value"]
+    edited = read(work / ref / "summary.json")
+    (work / ref / "summary.json").write_text(json.dumps({**edited, "value": 0.99}))
+    lines = (work / rows).read_text().splitlines()
+    (work / rows).write_text("".join(json.dumps({**json.loads(r), "score": 1}) + "\n" for r in lines))
+    told = status(work, "soup")
+    assert told.returncode == 1, told.stdout
+    assert f"{ref / 'summary.json'}: tampered: edited since it was written" in told.stdout
+    assert f"{rows}: tampered: edited since it was written" in told.stdout
+    shutil.rmtree(work / SOUP)
+    out = build(work, SOUP)
+    assert set(jobs_run(out)) == {"reference_fixed_start", "score", "official", "audit", "final"}, out.stderr[-3000:]
+    assert f"receipts: {ref / 'summary.json'}: tampered" in out.stderr
+    after = read(work / SOUP / "summary.json")
+    assert after["references"]["fixed_start"]["value"] == value != 0.99
+    assert after["comparisons"] == before["comparisons"]  # the same rows, scored again
+    assert "0.9900" not in (work / SOUP / "report.md").read_text()
+    assert all(digest == file_sha(work / name) for name, digest in after["inputs_sha256"].items())
+    assert {str(ref / "summary.json"), str(ref / "rows.jsonl"), str(rows)} <= set(after["inputs_sha256"])
+    assert status(work).returncode == 0
+
+
+@pytest.mark.slow
 def test_a_dry_run_beside_a_running_instance_leaves_the_receipts_alone(soup_finished, tmp_path):
     """A new user's finding: ``snakemake -n`` started while another instance builds (its lock
     files in ``.snakemake/locks/``) re-verified the receipts of a score folder being written,
@@ -501,6 +535,12 @@ def test_dpo_deleted_record_marker_and_score_are_rebuilt(dpo_finished, tmp_path)
     # checkpoint-4 re-validated, then scored on both splits; checkpoint-5's final score
     assert jobs_run(out) == {"validate": 1, "score": 3, "official": 1, "audit": 1, "final": 1}
     assert_receipts_agree(work, "dpo", DPO_RUN)
+    # the run's proxy.json (built beside final/, not by it) still holds checkpoint-4's old proxy score
+    told = status(work, "dpo")
+    proxy_score = DPO_RUN / "proxy-scores/checkpoint-4/summary.json"
+    assert told.returncode == 1, told.stdout
+    assert f"{DPO_RUN / 'proxy.json'}: stale: made from another {proxy_score}" in told.stdout
+    snakemake(work, str(DPO_RUN / "proxy.json"), *GPU)
     assert status(work, "dpo").returncode == 0
 
 
@@ -594,6 +634,18 @@ def test_rm_resume_never_trains_past_max_steps(tiny_llama, tmp_path, killed_afte
 # ---------------------------------------------------------------- check_run by hand (fast)
 
 
+def seal(folder: Path) -> None:
+    """A folder's ``.complete`` as the steps write it, computed here: ``sha256sum``'s line for
+    every file of the folder whose name starts with no dot."""
+    names = sorted(p.name for p in Path(folder).iterdir() if p.is_file() and not p.name.startswith("."))
+    (Path(folder) / ".complete").write_text("".join(f"{file_sha(Path(folder) / n)}  {n}\n" for n in names))
+
+
+def receipt(path: Path) -> None:
+    """``<path>.sha256`` as the steps write it (``sha256sum``'s format), computed here."""
+    Path(f"{path}.sha256").write_text(f"{file_sha(path)}  {Path(path).name}\n")
+
+
 def fake_run(root: Path) -> Path:
     """A run with one retained checkpoint and every receipt written by hand, as the steps would."""
     run = root / "results/t/shipped-seed1"
@@ -620,7 +672,8 @@ def fake_run(root: Path) -> Path:
         "marker_sha256": file_sha(marker),
     }
     (scores / "summary.json").write_text(json.dumps(summary))
-    (scores / ".complete").touch()
+    (scores / "rows.jsonl").write_text('{"id": "a", "score": 1}\n{"id": "b", "score": 0}\n')
+    seal(scores)
     official = run / "official.json"
     official.write_text(
         json.dumps(
@@ -637,6 +690,7 @@ def fake_run(root: Path) -> Path:
             }
         )
     )
+    receipt(official)
     final = root / "results/t/final"
     final.mkdir()
     (final / "summary.json").write_text(
@@ -650,10 +704,11 @@ def fake_run(root: Path) -> Path:
                 },
                 "seeds": {"per_seed": [{"seed": 1, "value": 0.5, "official": "results/t/shipped-seed1/official.json"}]},
                 "officials_sha256": {"results/t/shipped-seed1/official.json": file_sha(official)},
+                "inputs_sha256": {"results/t/shipped-seed1/official.json": file_sha(official)},
             }
         )
     )
-    (final / ".complete").touch()
+    seal(final)
     return run
 
 
@@ -710,6 +765,7 @@ def test_an_edited_final_number_is_tampered_for_status(tmp_path, monkeypatch, ed
     summary = json.loads((final / "summary.json").read_text())
     summary["report_sha256"] = file_sha(final / "report.md")
     (final / "summary.json").write_text(json.dumps(summary))
+    seal(final)  # as final/ is written; the edits below leave .complete as it is
     officials = ["results/t/shipped-seed1/official.json"]
     assert check_final(final, officials).state == "verified"
     if "report" in edit:
@@ -870,6 +926,7 @@ def test_status_vouches_for_a_final_only_through_runs_of_its_own_task(tmp_path, 
     summary_path = Path("results/t/final/summary.json")
     text = summary_path.read_text().replace("results/t/shipped-seed1", "results/u/shipped-seed1")
     summary_path.write_text(text)
+    seal(summary_path.parent)  # its receipt rewritten too: the runs it names are what is checked
     Path("results/t/shipped-seed1/replay/record.json").unlink()
     lines, ok = status_lines("results", ["t"])
     assert (
@@ -936,6 +993,7 @@ def test_an_audit_edited_after_final_is_tampered_for_status_and_not_shown_as_the
     summary = json.loads((final / "summary.json").read_text())
     summary["audit"] = {"run": "shipped-seed1", "path": str(audit), "sha256": file_sha(audit), "others": []}
     (final / "summary.json").write_text(json.dumps(summary))
+    seal(final)
     officials = ["results/t/shipped-seed1/official.json"]
     assert check_final(final, officials).state == "verified"
     lines, confirmed = show("t", None, "results")
@@ -1006,3 +1064,305 @@ def test_audit_names_the_folder_its_evidence_paths_are_relative_to(tmp_path, mon
     ]
     monkeypatch.chdir(tmp_path / "tiny")
     assert show("t", None, "results")[0][0] == "t/shipped-seed1 (results/t/shipped-seed1/audit.json):"
+
+
+# ------------------------------------------------- every file a published number comes from
+
+
+def scores_of(run: Path) -> Path:
+    return run / "final-scores/checkpoint-2"
+
+
+def test_edited_score_rows_are_tampered_for_status_and_refused_by_their_readers(tmp_path, monkeypatch):
+    """Hostile (2026-12-05): every ``score`` of a checkpoint's ``rows.jsonl`` set to 1, ``final/``
+    rebuilt: its paired McNemar test read a significant gain, and ``status`` said verified (no
+    receipt named the rows). The score's ``.complete`` lists the SHA-256 of ``rows.jsonl`` and
+    ``summary.json`` now: ``status`` says the rows tampered, the workflow scores the checkpoint
+    again (the stamps of the score, ``official.json`` and ``final/``), and a reader of the rows
+    refuses them in one line."""
+    from replaykit.harness.errors import InputError
+    from replaykit.harness.results import paired_comparison
+    from replaykit.harness.verify import check_run, reverify, stamp_of, status_lines
+
+    run = fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rel, scores = Path("results/t/shipped-seed1"), scores_of(Path("results/t/shipped-seed1"))
+    listed = (scores / ".complete").read_text().splitlines()
+    assert listed == [
+        f"{file_sha(scores / 'rows.jsonl')}  rows.jsonl",
+        f"{file_sha(scores / 'summary.json')}  summary.json",
+    ]
+    assert paired_comparison(scores, scores, n_boot=10, seed=0)["difference"] == 0.0
+    recorded = file_sha(scores / "rows.jsonl")
+    (scores_of(run) / "rows.jsonl").write_text('{"id": "a", "score": 1}\n{"id": "b", "score": 1}\n')
+    bad = [f for f in check_run(rel) if f.state != "verified"]
+    assert [(f.path, f.state) for f in bad] == [(str(scores / "rows.jsonl"), "tampered")]
+    assert bad[0].reason == (
+        f"edited since it was written (SHA-256 {file_sha(scores / 'rows.jsonl')[:12]}, "
+        f"{scores / '.complete'} recorded {recorded[:12]})"
+    )
+    assert bad[0].invalidates == [str(scores / "summary.json"), str(scores / ".complete"), str(rel / "official.json")]
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[:2] == ["t/shipped-seed1: stale (3 of 4 receipts verified)", f"  {bad[0].line()}"]
+    assert lines[-1] == "  results/t/final: stale: built from results/t/shipped-seed1, whose receipts are not verified"
+    with pytest.raises(InputError) as refused:
+        paired_comparison(scores, scores, n_boot=10, seed=0)
+    assert str(refused.value).startswith(f"{scores / 'rows.jsonl'}: tampered: edited since it was written")
+    # the workflow's step: the score, official.json and final/ are made again (their stamps)
+    said = []
+    products = reverify([str(rel)], {"results/t/final": [str(rel / "official.json")]}, say=said.append)
+    assert products == [*bad[0].invalidates, "results/t/final"]
+    assert stamp_of(scores / "summary.json").is_file() and stamp_of("results/t/final").is_file()
+    assert said[0] == f"receipts: {bad[0].line()}"
+    # a receipt that names no file (written before receipts listed them, or emptied) vouches for nothing
+    (scores / ".complete").write_text("")
+    [finding] = [f for f in check_run(rel) if f.state != "verified"]
+    assert (finding.path, finding.state) == (str(scores / ".complete"), "stale")
+    with pytest.raises(InputError, match="records no SHA-256 of it"):
+        paired_comparison(scores, scores, n_boot=10, seed=0)
+    # nor does a receipt of the kind a lone file has (only the folder's .complete vouches for rows)
+    (scores / ".complete").unlink()
+    receipt(scores / "rows.jsonl")
+    with pytest.raises(InputError, match=rf"no receipt \({scores / '.complete'} is not there\)"):
+        paired_comparison(scores, scores, n_boot=10, seed=0)
+
+
+def test_an_edited_official_json_is_tampered_and_final_refuses_it(tmp_path, monkeypatch):
+    """``official.json`` was vouched for only by ``final/``'s hash of it, so an edit followed by a
+    rebuild of ``final/`` was taken as the new official result. It has its receipt
+    ``official.json.sha256`` now: ``status`` says tampered, the workflow rebuilds it, and
+    ``final`` refuses it in one line."""
+    from replaykit.harness.errors import InputError
+    from replaykit.harness.results import final_summary
+    from replaykit.harness.verify import check_run
+
+    run = fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rel = Path("results/t/shipped-seed1")
+    assert (rel / "official.json.sha256").read_text() == f"{file_sha(rel / 'official.json')}  official.json\n"
+    doc = read(run / "official.json")
+    doc["official"]["value"] = 0.99
+    (run / "official.json").write_text(json.dumps(doc))
+    [finding] = [f for f in check_run(rel) if f.state != "verified"]
+    assert (finding.path, finding.state, finding.invalidates) == (
+        str(rel / "official.json"),
+        "tampered",
+        [str(rel / "official.json")],
+    )
+    official = str(rel / "official.json")
+    with pytest.raises(InputError, match=rf"^{official}: tampered: edited since it was written"):
+        final_summary(officials=[official], fixed_start_scores=None, shipped_official=official, published={}, n_boot=10)
+    (rel / "official.json.sha256").unlink()  # no receipt at all: made again, never read
+    [finding] = [f for f in check_run(rel) if f.state != "verified"]
+    assert (finding.state, finding.reason) == (
+        "stale",
+        f"no receipt ({rel / 'official.json.sha256'} is not there)",
+    )
+
+
+def test_an_edited_proxy_score_is_tampered_and_not_taken_into_official(tmp_path, monkeypatch):
+    """A proxy score edited by hand was picked into ``official.json``'s proxy_selected at the next
+    rebuild. Its receipt is checked now (``status``: tampered; ``official`` and ``proxy-table``
+    refuse it), and ``official.json`` records its SHA-256, which ``status`` compares too."""
+    from replaykit.harness.errors import InputError
+    from replaykit.harness.receipts import read_complete_summary
+    from replaykit.harness.results import proxy_table
+    from replaykit.harness.verify import check_run
+
+    run = fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rel = Path("results/t/shipped-seed1")
+    proxy = rel / "proxy-scores/checkpoint-2"
+    shutil.copytree(scores_of(rel), proxy)
+    doc = read(run / "official.json")
+    doc["checkpoints"][0]["proxy_summary_sha256"] = file_sha(proxy / "summary.json")
+    (run / "official.json").write_text(json.dumps(doc))
+    receipt(run / "official.json")
+    assert [f.state for f in check_run(rel)] == ["verified"] * 6
+    summary = read(proxy / "summary.json")
+    summary["value"] = 0.99
+    (proxy / "summary.json").write_text(json.dumps(summary))
+    [finding] = [f for f in check_run(rel) if f.state != "verified"]
+    assert (finding.path, finding.state) == (str(proxy / "summary.json"), "tampered")
+    assert str(rel / "official.json") in finding.invalidates and str(rel / "proxy.json") in finding.invalidates
+    for read_it in (lambda: read_complete_summary(proxy), lambda: proxy_table([proxy], tmp_path / "p.json")):
+        with pytest.raises(InputError, match="tampered: edited since it was written"):
+            read_it()
+    assert not (tmp_path / "p.json").exists()
+    # the receipt rewritten too: official.json's hash of the proxy score still tells
+    seal(proxy)
+    [finding] = [f for f in check_run(rel) if f.state != "verified"]
+    assert (finding.path, finding.state, finding.reason) == (
+        str(rel / "official.json"),
+        "stale",
+        "made from another proxy score of checkpoint-2",
+    )
+
+
+def fake_task_products(root: Path) -> tuple[Path, Path]:
+    """The fixed-start reference score and the sandbox self-test of task ``t``, each with its
+    receipt, and ``final/`` recording that it read them (resealed)."""
+    ref = root / "results/t/reference/fixed-start/final-scores"
+    ref.mkdir(parents=True)
+    (ref / "rows.jsonl").write_text('{"id": "a", "score": 1}\n{"id": "b", "score": 0}\n')
+    (ref / "summary.json").write_text(
+        json.dumps(
+            {
+                "metric": "m",
+                "direction": "maximize",
+                "value": 0.45,
+                "uncertainty": {"value": 0.1, "kind": "se"},
+                "n": 2,
+                "diagnostics": {},
+                "advisories": [],
+            }
+        )
+    )
+    seal(ref)
+    test = root / "results/sandbox-self-test/t.json"
+    test.parent.mkdir(parents=True)
+    test.write_text(json.dumps({"passed": True, "attempts": [{"escape": "read", "blocked": True}]}))
+    receipt(test)
+    final = root / "results/t/final"
+    summary = read(final / "summary.json")
+    for path in (ref / "summary.json", ref / "rows.jsonl", test):
+        summary["inputs_sha256"][str(path.relative_to(root))] = file_sha(path)
+    (final / "summary.json").write_text(json.dumps(summary))
+    seal(final)
+    return ref, test
+
+
+def test_an_edited_fixed_start_reference_or_self_test_is_tampered_and_refused(tmp_path, monkeypatch):
+    """Hostile (2026-12-05): the fixed-start reference's value edited 0.45 -> 0.99, ``final/``
+    removed and rebuilt: it published fixed start 0.9900, and ``status`` said verified (nothing
+    looked at the reference). Its ``.complete`` lists its files' SHA-256 now, as the self-test's
+    ``<task>.json.sha256`` does: ``status`` says tampered naming the file and ``final/`` stale,
+    also after a rebuild that took the edit (its ``inputs_sha256``); the workflow scores the
+    reference again; ``final`` refuses the edited file."""
+    from replaykit.harness.errors import InputError
+    from replaykit.harness.receipts import read_complete_summary
+    from replaykit.harness.selftest import self_test_section
+    from replaykit.harness.verify import check_task, reverify, stamp_of, status_lines
+
+    fake_run(tmp_path)
+    ref, test = fake_task_products(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    ref, test = ref.relative_to(tmp_path), test.relative_to(tmp_path)
+    assert status_lines("results", ["t"]) == (
+        [
+            "t/shipped-seed1: verified (5 of 5 receipts verified)",
+            "t/reference/fixed-start: verified (1 of 1 receipts verified)",
+            "t/sandbox-self-test: verified (1 of 1 receipts verified)",
+            "t/final: verified (1 of 1 receipts verified)",
+        ],
+        True,
+    )
+    recorded = file_sha(ref / "summary.json")
+    (ref / "summary.json").write_text((ref / "summary.json").read_text().replace("0.45", "0.99"))
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[1:3] == [
+        "t/reference/fixed-start: stale (0 of 1 receipts verified)",
+        f"  {ref / 'summary.json'}: tampered: edited since it was written (SHA-256 "
+        f"{file_sha(ref / 'summary.json')[:12]}, {ref / '.complete'} recorded {recorded[:12]})",
+    ]
+    assert lines[-1] == f"  results/t/final: stale: made from another {ref / 'summary.json'}"
+    with pytest.raises(InputError) as refused:
+        read_complete_summary(ref)  # what final (and the ablation) read it with
+    assert str(refused.value).startswith(f"{ref / 'summary.json'}: tampered: edited since it was written")
+    # a final/ rebuilt from the edit (hashes and seal rewritten, as a rebuild without the check did)
+    summary = read("results/t/final/summary.json")
+    summary["inputs_sha256"][str(ref / "summary.json")] = file_sha(ref / "summary.json")
+    Path("results/t/final/summary.json").write_text(json.dumps(summary))
+    seal(Path("results/t/final"))
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[-1].startswith(
+        f"  results/t/final: stale: made from {ref / 'summary.json'}, which its receipt does not vouch for (tampered: "
+    )
+    # the workflow's step: the reference is scored again (its rule's stamp), and final/ after it
+    products = reverify(
+        [], {"results/t/final": ["results/t/shipped-seed1/official.json"]}, ["results/t"], say=[].append
+    )
+    assert products == [str(ref / "summary.json"), str(ref / ".complete"), "results/t/final"]
+    assert stamp_of(ref / "summary.json") == ref / ".receipts/summary.json" and stamp_of(ref / "summary.json").is_file()
+    # the self-test, edited: tampered, made again, and final refuses it
+    (test).write_text(json.dumps({"passed": True, "attempts": []}))
+    findings = {f.path: f for f in check_task("results/t")}
+    assert findings[str(test)].state == "tampered" and findings[str(test)].invalidates == [str(test)]
+    with pytest.raises(InputError, match=rf"^{test}: tampered: edited since it was written"):
+        self_test_section(test)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"references": {"fixed_start": {"value": 0.99}}},
+        {"seeds": {"mean": 0.99}},
+        {"n": 999},
+        {"comparisons": {"vs_fixed_start": {"mcnemar": {"p_value": 0.001}}}},
+    ],
+    ids=["references", "seeds.mean", "n", "comparisons"],
+)
+def test_every_field_of_final_summary_is_under_its_receipt(tmp_path, monkeypatch, edit):
+    """Hostile (2026-12-05): ``references.*.value``, ``seeds.mean`` and ``n`` of
+    ``final/summary.json`` edited, and ``status`` said verified: it compared the headline and the
+    per-seed values only. ``final/.complete`` lists the SHA-256 of every file of ``final/`` now,
+    so any edit of the summary is ``tampered``, and the workflow rebuilds ``final/``."""
+    from replaykit.harness.verify import check_final, status_lines
+
+    fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    final = Path("results/t/final")
+    summary = read(final / "summary.json")
+    summary.update(
+        references={"fixed_start": {"value": 0.45}},
+        comparisons={"vs_fixed_start": {"mcnemar": {"p_value": 1.0}}},
+    )
+    summary["seeds"]["mean"] = 0.5
+    (final / "summary.json").write_text(json.dumps(summary))
+    seal(final)
+    officials = ["results/t/shipped-seed1/official.json"]
+    assert check_final(final, officials).state == "verified"
+    recorded = file_sha(final / "summary.json")
+    for key, value in edit.items():
+        summary[key] = {**summary[key], **value} if isinstance(value, dict) else value
+    (final / "summary.json").write_text(json.dumps(summary))
+    finding = check_final(final, officials)
+    assert (finding.state, finding.reason, finding.invalidates) == (
+        "tampered",
+        f"summary.json: edited since it was written (SHA-256 {file_sha(final / 'summary.json')[:12]}, "
+        f"{final / '.complete'} recorded {recorded[:12]})",
+        [str(final)],
+    )
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[-2:] == ["t/final: stale (0 of 1 receipts verified)", f"  {finding.line()}"]
+
+
+def test_a_patch_edited_after_its_replay_is_stale(tmp_path, monkeypatch):
+    """A finished candidate run's patch file was not compared with the ``patch_sha256`` its replay
+    recorded: the run's numbers stood for a patch no longer on disk. Now one edited since is
+    ``stale`` (its workspace, and so the replay and all after it, are made again) and one deleted
+    is ``missing``."""
+    from replaykit.harness.verify import check_run
+
+    run = fake_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rel = Path("results/t/shipped-seed1")
+    patch = Path("patches/t-x.diff")
+    patch.parent.mkdir()
+    patch.write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+    record = read(run / "replay/record.json")
+    record.update(patch=str(patch), patch_sha256=file_sha(patch))
+    (run / "replay/record.json").write_text(json.dumps(record))
+    doc = read(run / "official.json")
+    doc["record_sha256"] = file_sha(run / "replay/record.json")
+    (run / "official.json").write_text(json.dumps(doc))
+    receipt(run / "official.json")
+    findings = check_run(rel)
+    assert {f.state for f in findings} == {"verified"} and str(patch) in [f.path for f in findings]
+    patch.write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+c\n")
+    [finding] = [f for f in check_run(rel) if f.state != "verified"]
+    assert (finding.path, finding.state, finding.invalidates) == (str(patch), "stale", [str(rel / "workspace.json")])
+    assert finding.reason.startswith(f"edited since {rel / 'replay/record.json'} replayed it")
+    patch.unlink()
+    [finding] = [f for f in check_run(rel) if f.state != "verified"]
+    assert (finding.path, finding.state) == (str(patch), "missing")

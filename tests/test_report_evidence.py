@@ -110,10 +110,12 @@ def test_html_shows_the_same_numbers():
 def test_final_summary_carries_the_rule_receipt_and_warns(tmp_path):
     """``final_summary`` copies the official run's rule receipt (short) and proxy-selected
     result from its ``official.json``, and advises when the rule was not fixed in advance."""
-    from replaykit.harness.receipts import write_summary
+    from replaykit.harness.receipts import write_receipt, write_summary
 
     scores = tmp_path / "scores"
-    write_summary(
+    scores.mkdir()
+    (scores / "rows.jsonl").write_text("".join(json.dumps({"id": str(i), "score": i % 2}) + "\n" for i in range(4)))
+    write_summary(  # last, as the score step writes them: .complete seals both files
         scores,
         {
             "metric": "acc",
@@ -125,7 +127,6 @@ def test_final_summary_carries_the_rule_receipt_and_warns(tmp_path):
             "advisories": [],
         },
     )
-    (scores / "rows.jsonl").write_text("".join(json.dumps({"id": str(i), "score": i % 2}) + "\n" for i in range(4)))
     checkpoint = {
         "progress": 2,
         "valid": True,
@@ -173,6 +174,7 @@ def test_final_summary_carries_the_rule_receipt_and_warns(tmp_path):
     }
     official = tmp_path / "official.json"
     official.write_text(json.dumps(doc))
+    write_receipt(official)
     summary, _ = final_summary(
         officials=[official], fixed_start_scores=None, shipped_official=official, published={}, n_boot=50
     )
@@ -181,6 +183,7 @@ def test_final_summary_carries_the_rule_receipt_and_warns(tmp_path):
     assert f"decision rule {SHA_NOW[:12]} not shown to be fixed in advance: {RULE['note']}" in summary["advisories"]
     doc["decision_rule"] = None
     official.write_text(json.dumps(doc))
+    write_receipt(official)
     summary, _ = final_summary(
         officials=[official], fixed_start_scores=None, shipped_official=official, published={}, n_boot=50
     )

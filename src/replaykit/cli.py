@@ -133,6 +133,7 @@ def cmd_self_test(a) -> int:
 
     from .harness.fileio import atomic_write_json
     from .harness.provenance import fingerprint
+    from .harness.receipts import write_receipt
     from .harness.sandbox import NO_ISOLATION_ADVISORY
     from .harness.selftest import failure_line, run_self_test
     from .isolation import RunPaths, Settings, plan, self_test_targets
@@ -151,6 +152,7 @@ def cmd_self_test(a) -> int:
         print(json.dumps(doc, indent=1))
         raise SelfTestFailed(failure_line(doc))
     atomic_write_json(a.out, doc)
+    write_receipt(a.out)  # <task>.json.sha256: final/ reads it, status checks it, only through it
     blocked = f"{len(doc['attempts'])} attempts blocked in {doc['seconds']:.1f} s" if doc["passed"] else doc["note"]
     print(f"[self-test] {a.task}: isolation {settings.mode}: {blocked}; {a.out}")
     return 0

@@ -34,7 +34,7 @@ import numpy as np
 from .decision import DEFAULTS, first_attempt_started, rule_receipt
 from .errors import InputError
 from .fileio import read_json, read_jsonl
-from .receipts import read_complete_summary
+from .receipts import read_complete_summary, read_verified_json, verified
 from .stats import (
     ci_verdict,
     decimal,
@@ -78,9 +78,12 @@ def pick(doc: dict, selection: str) -> dict | None:
 def read_rows(score_dir: str | Path, cluster_field: str | None) -> dict[str, tuple]:
     """``id -> (score, weight, stratum, cluster)`` of a checkpoint's ``rows.jsonl``; the
     cluster is the row's ``cluster_field`` (None without one). Raises :class:`InputError` for
-    a duplicate id or a row lacking the cluster field."""
+    a duplicate id or a row lacking the cluster field, and for rows that differ from their
+    score's receipt (``.complete``)."""
     path = Path(score_dir) / "rows.jsonl"
     out: dict[str, tuple] = {}
+    if path.exists():
+        verified(path)
     for number, row in enumerate(read_jsonl(path, required=("id", "score")), start=1):
         if str(row["id"]) in out:
             raise InputError(path, f"line {number}.id", f"duplicate row id {row['id']!r}")
@@ -323,8 +326,8 @@ def _read_sides(candidate_officials, shipped_officials) -> tuple[list, list]:
     if len(candidate_officials) != len(shipped_officials) or not candidate_officials:
         raise InputError("ablation", "seeds", "one candidate run and one shipped run per seed are needed")
     required = ("run", "seed", "official", "checkpoints")
-    cand = [(read_json(p, required=required), str(p)) for p in candidate_officials]
-    ship = [(read_json(p, required=required), str(p)) for p in shipped_officials]
+    cand = [(read_verified_json(p, required=required), str(p)) for p in candidate_officials]
+    ship = [(read_verified_json(p, required=required), str(p)) for p in shipped_officials]
     for (dc, pc), (ds, ps) in zip(cand, ship):
         if dc["seed"] != ds["seed"]:
             raise InputError(pc, "seed", f"{dc['seed']} is matched with seed {ds['seed']} of {ps}")

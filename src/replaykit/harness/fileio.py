@@ -6,10 +6,12 @@ renamed into place, so a reader (or a crash) never sees half a file.
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import errno
 import fnmatch
 import glob
+import hashlib
 import json
 import os
 import re
@@ -58,6 +60,33 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
     return atomic_write_text(path, text)
 
 
+# The files read while :func:`recording_reads` is active: path -> SHA-256 of the bytes read.
+_READS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("replaykit_reads", default=None)
+
+
+@contextmanager
+def recording_reads():
+    """Record every file :func:`read_json` and :func:`read_jsonl` read inside the block: yields
+    a dict, ``{path as given (normalised): SHA-256 of the bytes read}``. A product records it
+    as the files it was made from (``inputs_sha256``), which ``status`` and the workflow
+    compare with the files on disk (:mod:`.verify`)."""
+    reads: dict[str, str] = {}
+    token = _READS.set(reads)
+    try:
+        yield reads
+    finally:
+        _READS.reset(token)
+
+
+def _read_text(path: Path) -> str:
+    """The text of ``path`` (UTF-8), its SHA-256 recorded when :func:`recording_reads` is on."""
+    data = path.read_bytes()
+    reads = _READS.get()
+    if reads is not None:
+        reads[os.path.normpath(str(path))] = hashlib.sha256(data).hexdigest()
+    return data.decode("utf-8")
+
+
 def read_json(path: str | Path, required: Iterable[str] = ()) -> Any:
     """Read a JSON file; raise :class:`InputError` naming the file and field when it is
     missing, unparsable, or lacks one of the ``required`` top-level keys."""
@@ -65,7 +94,7 @@ def read_json(path: str | Path, required: Iterable[str] = ()) -> Any:
     if not path.exists():
         raise InputError(path, None, "file not found")
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(_read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(path, None, f"not valid JSON ({exc})") from None
     for key in required:
@@ -85,7 +114,7 @@ def read_jsonl(
         raise InputError(path, None, "file not found")
     required = list(required)
     rows, seen = [], set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from .decision import first_attempt_started, rule_receipt
 from .errors import InputError
-from .fileio import atomic_write_json, read_json, read_jsonl
+from .fileio import atomic_write_json, read_json, read_jsonl, recording_reads
 from .hashing import sha256_file
 from .provenance import TINY_ADVISORY, fingerprint, workflow_provenance
-from .receipts import read_complete_summary, status
+from .receipts import INPUTS, read_complete_summary, read_verified_json, status, verified, write_receipt
 from .sandbox import NO_ISOLATION_ADVISORY
 from .select import best_valid, proxy_selected
 from .selftest import self_test_section
@@ -125,6 +125,7 @@ def official_result(
         "decision_rule": _decision_receipt(decision_rule, record),
     }
     atomic_write_json(out, doc)
+    write_receipt(out)  # official.json.sha256: what a consumer and status check it against
     return doc
 
 
@@ -178,10 +179,13 @@ def official_from_paths(
 def proxy_table(scores: list[str | Path], out: str | Path) -> dict:
     """Write the proxy scores of a run's checkpoints (their complete ``summary.json``) to one
     file, ``out``, keyed by score folder name. Returns the document. Raises
-    :class:`InputError` for a score directory that is not complete."""
+    :class:`InputError` for a score directory that is not complete or disagrees with its
+    receipt. The file records the summaries it read (``inputs_sha256``) and has its receipt
+    beside it (``proxy.json.sha256``)."""
     table = {}
-    for score_dir in scores:
-        s = read_complete_summary(score_dir)
+    with recording_reads() as reads:
+        summaries = [(score_dir, read_complete_summary(score_dir)) for score_dir in scores]
+    for score_dir, s in summaries:
         table[Path(score_dir).name] = {
             "metric": s["metric"],
             "value": s["value"],
@@ -190,13 +194,17 @@ def proxy_table(scores: list[str | Path], out: str | Path) -> dict:
             "summary": f"{score_dir}/summary.json",
         }
     doc = {"split": "proxy", "note": "exploration only; never mixed with final numbers", "checkpoints": table}
+    doc[INPUTS] = dict(sorted(reads.items()))
     atomic_write_json(out, doc)
+    write_receipt(out)
     return doc
 
 
 def _rows_by_id(score_dir: str | Path) -> dict[str, dict]:
     path = Path(score_dir) / "rows.jsonl"
     out: dict[str, dict] = {}
+    if path.exists():
+        verified(path)  # the rows the score's receipt (.complete) lists, or none
     for number, row in enumerate(read_jsonl(path, required=("id", "score")), start=1):
         if str(row["id"]) in out:
             raise InputError(path, f"line {number}.id", f"duplicate row id {row['id']!r}")
@@ -373,9 +381,9 @@ def final_summary(
     ``self_test``: the task's sandbox self-test (``sandbox_self_test``, :func:`.selftest.self_test_section`).
     Raises :class:`InputError` when the first seed's run has no valid checkpoint.
     """
-    docs = [read_json(p, required=("official", "checkpoints")) for p in officials]
+    docs = [read_verified_json(p, required=("official", "checkpoints")) for p in officials]
     primary = docs[0]
-    shipped = read_json(shipped_official, required=("official",))
+    shipped = read_verified_json(shipped_official, required=("official",))
     fixed = read_complete_summary(fixed_start_scores) if fixed_start_scores else None
     best = primary["official"]
     if best is None:
@@ -465,7 +473,7 @@ def exploration_section(official: dict, proxy_table: str | Path | None) -> dict 
     link = official.get("exploration")
     if not link:
         return None
-    proxy = read_json(proxy_table)["checkpoints"] if proxy_table else {}
+    proxy = read_verified_json(proxy_table)["checkpoints"] if proxy_table else {}
     formal = [
         {
             "checkpoint": f"checkpoint-{c['progress']}",

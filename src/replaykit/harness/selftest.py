@@ -32,6 +32,7 @@ from .hashing import sha256_file
 from .launch import start_group, stop_group
 from .limits import tail_lines
 from .provenance import fingerprint, utc_now
+from .receipts import read_verified_json
 from .sandbox import IsolationPlan
 
 CANARY = Path(__file__).with_name("canary.py")
@@ -281,7 +282,7 @@ def self_test_section(path: str | Path | None, records: Iterable[dict] = ()) -> 
     listed as unknown). None without a self-test file."""
     if not path:
         return None
-    doc = read_json(path)
+    doc = read_verified_json(path)  # its receipt <task>.json.sha256 vouches for it
     verdicts: dict[str, bool] = {}
     for a in doc.get("attempts", []):
         verdicts[a["escape"]] = verdicts.get(a["escape"], True) and a["blocked"]

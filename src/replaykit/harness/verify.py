@@ -2,16 +2,23 @@
 
 Every product downstream of a replay carries the hashes of what it was made from: a
 validation marker the checkpoint's tree hash (``checkpoint_sha256``) and the record's
-(``recorded_sha256``); a final score the checkpoint's tree hash and its marker's SHA-256;
-``official.json`` the record's SHA-256 and every marker's and summary's; ``final/summary.json``
-every ``official.json``'s. :func:`check_run` and :func:`check_final` compare them with the
-files on disk and return one :class:`Finding` per receipt: ``verified``, ``stale`` (a hash
-differs), ``missing`` or ``tampered`` (a checkpoint differs from its record, already marked
-invalid). A stale or missing receipt names the products that can no longer be trusted
-(``invalidates``): the receipt itself and everything built from it, up to ``final/``.
-:func:`reverify`, the workflow's explicit re-verification step (``rules/common.smk`` runs it
-once when the workflow starts, before the DAG is built, for every run and ``final/`` folder of
-the configured tasks), marks those products stale by rewriting a stamp that is an input of
+(``recorded_sha256``); a final or proxy score the checkpoint's tree hash and its marker's
+SHA-256; ``official.json`` the record's SHA-256 and every marker's, score's and proxy score's;
+``final/summary.json``, an ablation's and the campaign's ``summary.json`` every file they read
+(``inputs_sha256``), ``final/`` every ``official.json``'s too. And every product has its own
+receipt (:mod:`.receipts`), written with it: a score folder's, ``final/``'s, an ablation's and
+the campaign's ``.complete`` lists the SHA-256 of each of its files (``summary.json``,
+``rows.jsonl``, ``report.md``, ...), and ``official.json``, ``proxy.json``, ``audit.json`` and
+the sandbox self-test have ``<name>.sha256`` beside them. :func:`check_run`,
+:func:`check_task`, :func:`check_final` and :func:`check_product` compare them with the files
+on disk and return one :class:`Finding` per receipt: ``verified``, ``stale`` (made from another
+file, or no receipt), ``missing`` or ``tampered`` (a file differs from its own receipt: edited
+by hand; a checkpoint that differs from its record is already marked invalid). A receipt
+that is not verified names the products that can no longer be trusted (``invalidates``): the
+file itself and everything built from it, up to ``final/``. :func:`reverify`, the workflow's
+explicit re-verification step (``rules/common.smk`` runs it once when the workflow starts,
+before the DAG is built, for every run, task product, ``final/``, ablation and campaign folder
+of the configured tasks), marks those products stale by rewriting a stamp that is an input of
 the rule building each one (:func:`stamp_of`): Snakemake rebuilds what is older than its
 input, and nothing is deleted up front -- each rule replaces its product only once the new
 one is complete.
@@ -30,7 +37,8 @@ from pathlib import Path
 from .fileio import atomic_write_text
 from .hashing import HashCache
 from .provenance import utc_now
-from .receipts import RECEIPT, SUMMARY, status
+from .receipts import INPUTS, RECEIPT, SUMMARY, folder_problem, receipt_of, receipt_problem, status
+from .receipts import SELF_TESTS as SELF_TEST  # <results>/sandbox-self-test/<task>.json
 
 CACHE = ".hash-cache.json"  # per run: results/<task>/<run>/.hash-cache.json
 
@@ -93,13 +101,31 @@ def _check_checkpoint(run_dir: Path, record_path: Path, record: dict, progress: 
         else Finding(str(checkpoint), "verified"),
         Finding(str(marker), "verified"),
     ]
+    out.append(_check_score(scores, "final", actual, marker, cache, [*score_files, *downstream]))
+    proxy = run_dir / "proxy-scores" / f"checkpoint-{progress}"
+    if proxy.is_dir():  # every retained checkpoint is proxy-scored for official.json's proxy_selected
+        downstream = [*downstream, str(run_dir / "proxy.json")]
+        out.append(
+            _check_score(
+                proxy, "proxy", actual, marker, cache, [str(proxy / SUMMARY), str(proxy / RECEIPT), *downstream]
+            )
+        )
+    return out
+
+
+def _check_score(scores: Path, split: str, actual: str, marker: Path, cache: HashCache, invalidates: list) -> Finding:
+    """A score folder: complete, its files (``summary.json``, ``rows.jsonl``) as its receipt
+    ``.complete`` lists them (else ``tampered``: edited by hand), made from the checkpoint and
+    marker it names."""
     summary = _json(scores / SUMMARY)
     if status(scores) != "complete" or summary is None:
-        return out + [Finding(str(scores / SUMMARY), "missing", "no complete final score", [*score_files, *downstream])]
+        return Finding(str(scores / SUMMARY), "missing", f"no complete {split} score", invalidates)
+    sealed = folder_problem(scores, cache.file)
+    if sealed:
+        return Finding(sealed[0], sealed[1], sealed[2], invalidates)
     if summary.get("checkpoint_sha256") != actual or summary.get("marker_sha256") != cache.file(marker):
-        why = "made from another checkpoint or marker"
-        return out + [Finding(str(scores / SUMMARY), "stale", why, [*score_files, *downstream])]
-    return out + [Finding(str(scores / SUMMARY), "verified")]
+        return Finding(str(scores / SUMMARY), "stale", "made from another checkpoint or marker", invalidates)
+    return Finding(str(scores / SUMMARY), "verified")
 
 
 def _check_official(run_dir: Path, record_path: Path, record: dict, cache: HashCache) -> Finding:
@@ -109,6 +135,9 @@ def _check_official(run_dir: Path, record_path: Path, record: dict, cache: HashC
     if official is None:
         state = "missing" if not official_path.exists() else "stale"
         return Finding(str(official_path), state, "no readable official.json", [str(official_path)])
+    own = receipt_problem(official_path, cache.file)  # official.json.sha256, written with it
+    if own:
+        return Finding(str(official_path), *own, [str(official_path)])
     problem = None
     if official.get("record_sha256") != cache.file(record_path):
         problem = f"made from another replay record than {record_path}"
@@ -121,6 +150,12 @@ def _check_official(run_dir: Path, record_path: Path, record: dict, cache: HashC
             summary = run_dir / "final-scores" / f"checkpoint-{progress}" / SUMMARY
             if c.get("marker_sha256") != cache.file(marker) or c.get("summary_sha256") != cache.file(summary):
                 problem = f"made from another marker or score of checkpoint-{progress}"
+                break
+            proxy = run_dir / "proxy-scores" / f"checkpoint-{progress}" / SUMMARY
+            if "proxy_summary_sha256" in c and c["proxy_summary_sha256"] != (
+                cache.file(proxy) if proxy.is_file() else None
+            ):
+                problem = f"made from another proxy score of checkpoint-{progress}"
                 break
     if problem:
         return Finding(str(official_path), "stale", problem, [str(official_path)])
@@ -149,10 +184,122 @@ def check_run(run_dir: str | Path, cache: HashCache | None = None) -> list[Findi
     out = [Finding(str(record_path), "verified")]
     for progress in sorted(record["retained"]):
         out += _check_checkpoint(run_dir, record_path, record, progress, cache)
+    out += _check_patch(run_dir, record_path, record, cache)
     if any(f.invalidates for f in out):
         return out
     out.append(_check_official(run_dir, record_path, record, cache))
     return out + _check_audit(run_dir, cache)
+
+
+def _check_patch(run_dir: Path, record_path: Path, record: dict, cache: HashCache) -> list[Finding]:
+    """A candidate run's patch file (the record's ``patch``, relative to the workflow's folder)
+    against the SHA-256 the replay recorded: one edited since is ``stale`` (the run is of
+    another patch: its workspace, replay and all after are made again); one deleted is
+    ``missing`` (nothing to rebuild from). None for a shipped run."""
+    patch, recorded = record.get("patch"), record.get("patch_sha256")
+    if not isinstance(patch, str) or not recorded:
+        return []
+    path = Path(patch) if Path(patch).is_absolute() else run_dir.parent.parent.parent / patch
+    if not path.is_file():
+        return [Finding(str(path), "missing", f"the patch {record_path} was replayed from is gone")]
+    if cache.file(path) != recorded:
+        why = f"edited since {record_path} replayed it (patch_sha256 {str(recorded)[:12]}): the run is of another patch"
+        return [Finding(str(path), "stale", why, [str(run_dir / "workspace.json")])]
+    return [Finding(str(path), "verified")]
+
+
+def _inputs_problem(doc: dict, root: Path, cache: HashCache) -> str | None:
+    """Why a product whose ``doc`` records the files it read (``inputs_sha256``, paths relative
+    to the workflow's folder ``root``) no longer agrees with them: none recorded, one gone, one
+    changed since, or one that its own receipt does not vouch for. None when all agree."""
+    inputs = doc.get(INPUTS)
+    if not isinstance(inputs, dict) or not inputs:
+        return f"records no {INPUTS} (made before products recorded what they read)"
+    for name, digest in inputs.items():
+        file = Path(name) if Path(name).is_absolute() else root / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if cache.file(file) != digest:
+            return f"made from another {name}"
+        problem = receipt_problem(file, cache.file) if receipt_of(file) is not None else None
+        if problem:
+            return f"made from {name}, which its receipt does not vouch for ({problem[0]}: {problem[1]})"
+    return None
+
+
+def _check_alone(path: Path, root: Path, cache: HashCache) -> Finding:
+    """A JSON product that lies alone (``proxy.json``): its receipt ``<name>.sha256``, then the
+    files it records it read (:func:`_inputs_problem`)."""
+    own = receipt_problem(path, cache.file)
+    if own:
+        return Finding(str(path), *own, [str(path)])
+    problem = _inputs_problem(_json(path) or {}, root, cache)
+    return Finding(str(path), "stale", problem, [str(path)]) if problem else Finding(str(path), "verified")
+
+
+def check_task(task_dir: str | Path, cache: HashCache | None = None) -> list[Finding]:
+    """The receipts of a task's products outside its runs that ``final/`` reads: the fixed-start
+    reference score (``reference/fixed-start/final-scores/``: its ``summary.json`` and
+    ``rows.jsonl`` against ``.complete``) and the sandbox self-test
+    (``<results>/sandbox-self-test/<task>.json`` against its ``.sha256``). One edited by hand is
+    ``tampered`` and made again (it and, through its newer receipt, ``final/``)."""
+    task_dir = Path(task_dir)
+    cache = cache if cache is not None else HashCache(None)
+    out = []
+    ref = task_dir / "reference" / "fixed-start" / "final-scores"
+    if ref.is_dir():
+        files = [str(ref / SUMMARY), str(ref / RECEIPT)]
+        complete = status(ref) == "complete"
+        sealed = folder_problem(ref, cache.file) if complete else None
+        if not complete:
+            out.append(Finding(str(ref / SUMMARY), "missing", "no complete fixed-start reference score", files))
+        elif sealed:
+            out.append(Finding(sealed[0], sealed[1], sealed[2], files))
+        else:
+            out.append(Finding(str(ref / SUMMARY), "verified"))
+    test = task_dir.parent / SELF_TEST / f"{task_dir.name}.json"
+    if test.is_file():
+        problem = receipt_problem(test, cache.file)
+        out.append(Finding(str(test), *problem, [str(test)]) if problem else Finding(str(test), "verified"))
+    return out
+
+
+def check_proxy_tables(task_dir: str | Path, cache: HashCache | None = None) -> list[Finding]:
+    """Each run's ``proxy.json`` (:func:`_check_alone`): a table beside the run that only a
+    ``final/`` of an explored candidate reads, so it is checked apart from the run's chain (one
+    being rebuilt makes no ``final/`` stale that did not read it)."""
+    task_dir = Path(task_dir)
+    cache = cache if cache is not None else HashCache(None)
+    tables = sorted(p for p in task_dir.glob("*-seed*/proxy.json") if p.is_file())
+    return [_check_alone(p, task_dir.parent.parent, cache) for p in tables]
+
+
+def check_product(folder: str | Path, root: str | Path = ".", cache: HashCache | None = None) -> Finding | None:
+    """A product folder built from runs (an ablation ``results/<task>/ablation/<candidate>/``,
+    the campaign ``results/campaign/``): its files against its ``.complete`` (``tampered``),
+    then the files its ``summary.json`` records it read (``stale``; :func:`_inputs_problem`,
+    paths relative to the workflow's folder ``root``). None when ``folder`` does not exist."""
+    folder = Path(folder)
+    if not folder.exists():
+        return None
+    cache = cache if cache is not None else HashCache(None)
+    summary = _json(folder / SUMMARY)
+    if not (folder / RECEIPT).is_file() or summary is None:
+        return Finding(str(folder), "stale", "no complete summary", [str(folder)])
+    problem = _product_problem(folder, summary, Path(root), cache)
+    if problem:
+        return Finding(str(folder), problem[0], problem[1], [str(folder)])
+    return Finding(str(folder), "verified")
+
+
+def _product_problem(folder: Path, summary: dict, root: Path, cache: HashCache) -> tuple[str, str] | None:
+    """``(state, why)`` of a sealed product folder: a file that differs from its ``.complete``
+    (named), or an input its summary records that differs from the file on disk."""
+    sealed = folder_problem(folder, cache.file)
+    if sealed:
+        return sealed[1], f"{Path(sealed[0]).name}: {sealed[2]}"
+    problem = _inputs_problem(summary, root, cache)
+    return ("stale", problem) if problem else None
 
 
 def _check_audit(run_dir: Path, cache: HashCache) -> list[Finding]:
@@ -193,6 +340,9 @@ def check_final(
     mismatch = _final_mismatch(final_dir, summary, Path(root), cache)
     if mismatch:
         return Finding(str(final_dir), "tampered", mismatch, [str(final_dir)])
+    problem = _product_problem(final_dir, summary, Path(root), cache)  # its .complete, then its inputs
+    if problem:
+        return Finding(str(final_dir), problem[0], problem[1], [str(final_dir)])
     return Finding(str(final_dir), "verified")
 
 
@@ -358,14 +508,19 @@ def put_back_interrupted(backups: Path, patterns, say=print) -> list[str]:
     return [str(o) for o in found]
 
 
-def reverify(runs, finals: dict, *, say=print) -> list[str]:
+def reverify(runs, finals: dict, tasks=(), products=(), *, say=print) -> list[str]:
     """The re-verification step: check the receipts of each run folder in ``runs`` (with its
-    hash cache) and of each ``final/`` folder in ``finals`` (``final/`` -> the ``official.json``
-    files it is built from; their runs are checked too, and ``final/`` is stale when one of
-    them is being rebuilt); ``say`` one ``receipts: <file>: <state>: <why>`` line per receipt
-    that is not verified, and one line per product to rebuild; mark those products stale
-    (:func:`mark_stale`). Each run is checked once. Returns the products to rebuild."""
+    hash cache), of each task folder in ``tasks`` (:func:`check_task`: its fixed-start
+    reference score and sandbox self-test), of each ``final/`` folder in ``finals`` (``final/``
+    -> the ``official.json`` files it is built from; their runs are checked too, and ``final/``
+    is stale when one of them, or its task's reference or self-test, is being rebuilt) and of
+    each product folder in ``products`` (:func:`check_product`: ablations, the campaign) and of
+    each run's ``proxy.json`` (:func:`check_proxy_tables`; neither makes a ``final/`` stale);
+    ``say`` one ``receipts: <file>: <state>: <why>`` line per receipt that is not verified, and
+    one line per product to rebuild; mark those products stale (:func:`mark_stale`). Each run
+    is checked once. Returns the products to rebuild."""
     checked: dict[Path, list[Finding]] = {}
+    of_tasks = {Path(t): check_task(t) for t in tasks}
 
     def of_run(run_dir: Path) -> list[Finding]:
         if run_dir not in checked:
@@ -379,12 +534,17 @@ def reverify(runs, finals: dict, *, say=print) -> list[str]:
         of_run(Path(run_dir))
     of_finals = []
     for final_dir, officials in finals.items():
-        stale_runs = any(f.invalidates for o in officials for f in of_run(Path(o).parent))
+        stale_runs = any(f.invalidates for o in officials for f in of_run(Path(o).parent)) or any(
+            f.invalidates for f in of_tasks.get(Path(final_dir).parent, [])
+        )
         if stale_runs and Path(final_dir).exists():
             of_finals.append(Finding(str(final_dir), "stale", "built from receipts being rebuilt", [str(final_dir)]))
         elif not stale_runs:
             of_finals += [v for v in [check_final(final_dir, officials)] if v is not None]
-    bad = [f for f in [*(f for fs in checked.values() for f in fs), *of_finals] if f.state != "verified"]
+    of_products = [v for v in (check_product(p) for p in products) if v is not None]
+    of_products += [f for t in tasks for f in check_proxy_tables(t)]
+    found = [*(f for fs in checked.values() for f in fs), *(f for fs in of_tasks.values() for f in fs)]
+    bad = [f for f in [*found, *of_finals, *of_products] if f.state != "verified"]
     for f in bad:
         say(f"receipts: {f.line()}")
     products = mark_stale(bad, utc_now(), finals)
@@ -395,12 +555,49 @@ def reverify(runs, finals: dict, *, say=print) -> list[str]:
     return products
 
 
-def _final_status(final_dir: Path, runs: dict[str, list[Finding]], results: Path) -> Finding:
+def _vouched(folder: Path, officials: list[str], runs: dict[str, list[Finding]], others: list, results: Path):
+    """Whether the runs and task products a product (``final/``, an ablation) was made from are
+    verified: each run whose ``official.json`` it names (``officials``, relative to the
+    workflow's folder, ``results``' parent) must be a run of its task checked here with every
+    receipt verified (``runs``: ``<task>/<run>`` -> its findings), and each finding of
+    ``others`` (the task's reference score and self-test, :func:`check_task`) that names a file
+    the product records it read must be verified. A stale :class:`Finding` of ``folder``, or
+    None."""
+    task = folder.parent if folder.name == "final" else folder.parent.parent
+    for name in officials:
+        run = Path(name).parent
+        # a run of this task under these results, checked above: one elsewhere is not vouched for
+        inside = (results.parent / run).resolve().parent == task.resolve()
+        findings = runs.get(f"{task.name}/{run.name}") if inside else None
+        if not findings or any(f.state != "verified" for f in findings):
+            why = "whose receipts are not verified" if inside else f"not a run of {task}"
+            return Finding(str(folder), "stale", f"built from {run}, {why}", [str(folder)])
+    inputs = (_json(folder / SUMMARY) or {}).get(INPUTS) or {}
+    for f in others:
+        name = os.path.relpath(f.path, results.parent)
+        if f.state != "verified" and name in inputs:
+            return Finding(str(folder), "stale", f"built from {name}, whose receipt is not verified", [str(folder)])
+    return None
+
+
+def _ablation_status(folder: Path, runs: dict[str, list[Finding]], results: Path, others: list) -> Finding:
+    """An ablation's finding for ``status``: :func:`check_product` (its files against its
+    ``.complete``, the files it read against the disk), then the runs and the reference it was
+    made from (:func:`_vouched`)."""
+    verdict = check_product(folder, results.parent, HashCache(None))
+    if verdict.state != "verified":
+        return verdict
+    inputs = (_json(folder / SUMMARY) or {}).get(INPUTS) or {}
+    officials = [name for name in inputs if Path(name).name == "official.json"]
+    return _vouched(folder, officials, runs, others, results) or verdict
+
+
+def _final_status(final_dir: Path, runs: dict[str, list[Finding]], results: Path, others: list = ()) -> Finding:
     """``final/``'s finding for ``status``: :func:`check_final` against the ``official.json``
     files its summary names (relative to the workflow's folder, ``results``' parent); stale
-    also when a run those files belong to is not verified (``runs``: ``<task>/<run>`` -> its
-    findings), or when the workflow marked it stale (:func:`stamp_of`, newer than its
-    ``.complete``) and has not rebuilt it since."""
+    also when a run those files belong to, or a task product it read (``others``: the task's
+    reference score and self-test), is not verified (:func:`_vouched`), or when the workflow
+    marked it stale (:func:`stamp_of`, newer than its ``.complete``) and has not rebuilt it since."""
     recorded = (_json(final_dir / SUMMARY) or {}).get("officials_sha256")
     if not isinstance(recorded, dict) or not recorded:
         return Finding(str(final_dir), "stale", "its summary names no official.json hashes", [str(final_dir)])
@@ -408,15 +605,9 @@ def _final_status(final_dir: Path, runs: dict[str, list[Finding]], results: Path
     verdict = check_final(final_dir, names, root=results.parent)
     if verdict.state != "verified":
         return verdict
-    task = final_dir.parent
-    for name in names:
-        run = Path(name).parent
-        # a run of this task under these results, checked above: one elsewhere is not vouched for
-        inside = (results.parent / run).resolve().parent == task.resolve()
-        findings = runs.get(f"{task.name}/{run.name}") if inside else None
-        if not findings or any(f.state != "verified" for f in findings):
-            why = "whose receipts are not verified" if inside else f"not a run of {task}"
-            return Finding(str(final_dir), "stale", f"built from {run}, {why}", [str(final_dir)])
+    unvouched = _vouched(final_dir, names, runs, list(others), results)
+    if unvouched:
+        return unvouched
     stamp, done = stamp_of(final_dir), final_dir / RECEIPT
     if (
         stamp_applies(final_dir, names)  # one written for other official.json files: another config's
@@ -464,18 +655,25 @@ def unrecorded(run_dir: Path, now: float | None = None) -> str:
 
 
 def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[list[str], bool]:
-    """What is verified, stale or missing, per run and per ``final/``, from the receipts alone
-    (nothing is rebuilt, removed or cached; every file is hashed, the runs' hash caches unread).
-    Runs are the ``<task>/<name>-seed<N>`` directories under ``results``; ``final/`` is checked
-    against the ``official.json`` files its summary names. Returns the report's lines and
-    whether everything is verified."""
+    """What is verified, stale or missing, per run, per task product (the fixed-start reference
+    score, the sandbox self-test), per ``final/``, per ablation and for the campaign, from the
+    receipts alone (nothing is rebuilt, removed or cached; every file is hashed, the runs' hash
+    caches unread). Runs are the ``<task>/<name>-seed<N>`` directories under ``results``;
+    ``final/`` is checked against the ``official.json`` files its summary names and every file it
+    records it read. Returns the report's lines and whether everything is verified."""
     results = Path(results)
     lines, ok = [], True
-    task_dirs = sorted(p for p in results.iterdir() if p.is_dir() and p.name != "models") if results.is_dir() else []
+    apart = ("models", SELF_TEST, "campaign")  # not tasks
+    task_dirs = (
+        sorted(p for p in results.iterdir() if p.is_dir() and p.name not in apart and not p.name.startswith("."))
+        if results.is_dir()
+        else []
+    )
+    entries = []
     for task_dir in task_dirs:
         if tasks and task_dir.name not in tasks:
             continue
-        entries = []
+        runs = []
         for run_dir in sorted(p for p in task_dir.iterdir() if p.is_dir() and "-seed" in p.name):
             # every file hashed here: the run's cache is writable by whoever edits the run, so a
             # forged entry would pass a changed file (the workflow's own re-verification keeps it
@@ -483,21 +681,38 @@ def status_lines(results: str | Path, tasks: list[str] | None = None) -> tuple[l
             findings = check_run(run_dir, HashCache(None))
             if not findings and not (run_dir / "replay").exists():
                 continue
-            entries.append(
+            runs.append(
                 (
                     f"{task_dir.name}/{run_dir.name}",
                     findings or [Finding(str(run_dir / "replay" / "record.json"), "missing", unrecorded(run_dir))],
                 )
             )
+        others = check_task(task_dir, HashCache(None))
+        tables = check_proxy_tables(task_dir, HashCache(None))
+        kind = {True: SELF_TEST, False: "reference/fixed-start"}
+        products = [(f"{task_dir.name}/{kind[SELF_TEST in Path(f.path).parts]}", [f]) for f in others]
+        products += [(f"{task_dir.name}/{Path(f.path).parent.name}/proxy.json", [f]) for f in tables]
+        others = others + tables  # final/ and an ablation are vouched for by those they read
         final_dir = task_dir / "final"
         if final_dir.exists():
-            entries.append((f"{task_dir.name}/final", [_final_status(final_dir, dict(entries), results)]))
-        for name, findings in entries:
-            bad = [f for f in findings if f.state != "verified"]
-            states = {f.state for f in bad}
-            overall = ("stale" if states & {"stale", "tampered"} else "missing") if bad else "verified"
-            ok = ok and not bad
-            counted = len(findings) - len(bad)
-            lines.append(f"{name}: {overall} ({counted} of {len(findings)} receipts verified)")
-            lines += [f"  {f.line()}" for f in bad]
+            products.append((f"{task_dir.name}/final", [_final_status(final_dir, dict(runs), results, others)]))
+        ablations = task_dir / "ablation"
+        for folder in (
+            sorted(p for p in ablations.iterdir() if p.is_dir() and p.name != STAMPS) if ablations.is_dir() else []
+        ):
+            products.append(
+                (f"{task_dir.name}/ablation/{folder.name}", [_ablation_status(folder, dict(runs), results, others)])
+            )
+        entries += runs + products
+    campaign = results / "campaign"
+    if not tasks and campaign.is_dir():
+        entries.append(("campaign", [check_product(campaign, results.parent, HashCache(None))]))
+    for name, findings in entries:
+        bad = [f for f in findings if f.state != "verified"]
+        states = {f.state for f in bad}
+        overall = ("stale" if states & {"stale", "tampered"} else "missing") if bad else "verified"
+        ok = ok and not bad
+        counted = len(findings) - len(bad)
+        lines.append(f"{name}: {overall} ({counted} of {len(findings)} receipts verified)")
+        lines += [f"  {f.line()}" for f in bad]
     return lines, ok

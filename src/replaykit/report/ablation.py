@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..harness.ablation import ablation_summary
-from ..harness.fileio import atomic_write_text
+from ..harness.fileio import atomic_write_text, recording_reads
 from ..harness.receipts import write_summary
 from . import templates
 from .figures import COLOURS, plt, save
@@ -80,13 +80,15 @@ def ablation_result(*, out_dir: str | Path, figure=None, **kwargs) -> dict:
     """Write ``report.md``, ``differences.png`` (``figure(summary, path)``; None: no figure) and,
     last, ``summary.json`` with ``.complete`` of a matched ablation into ``out_dir``.
     ``kwargs`` are :func:`replaykit.harness.ablation.ablation_summary`'s; returns its summary
-    and raises what it raises."""
-    summary = ablation_summary(**kwargs)
+    and raises what it raises. ``summary.json`` records every file read to make it
+    (``inputs_sha256``); ``.complete`` seals the folder's files."""
+    with recording_reads() as reads:
+        summary = ablation_summary(**kwargs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     text = templates().get_template("ablation.md.j2").render(s=summary, f=fmt_plain, sf=fmt_signed)
     atomic_write_text(out_dir / "report.md", text.rstrip("\n") + "\n")
     if figure is not None:
         figure(summary, out_dir / "differences.png")
-    write_summary(out_dir, summary)
+    write_summary(out_dir, summary, inputs=reads)
     return summary

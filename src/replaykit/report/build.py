@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..harness.fileio import read_json
-from ..harness.receipts import read_complete_summary
+from ..harness.receipts import read_complete_summary, read_verified_json
 
 
 def run_figures(
@@ -21,7 +21,7 @@ def run_figures(
     from ..tasks import get_task
     from . import figures
 
-    doc = read_json(official, required=("run", "checkpoints"))
+    doc = read_verified_json(official, required=("run", "checkpoints"))
     record_doc = read_json(record, required=("task", "run"))
     summary = read_complete_summary(final_dir)
     out = Path(out_dir)
@@ -56,7 +56,7 @@ def task_report(
 
     plugin = get_task(task)
     summary = read_complete_summary(final_dir)
-    docs = [read_json(p, required=("run", "checkpoints")) for p in dict.fromkeys(officials)]
+    docs = [read_verified_json(p, required=("run", "checkpoints")) for p in dict.fromkeys(officials)]
     fixed = summary["references"]["fixed_start"]
     figures.seed_spread(summary, docs, out_seeds)
     figures.diagnostics(

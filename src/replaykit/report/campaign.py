@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..harness.errors import InputError
-from ..harness.fileio import atomic_write_json, atomic_write_text
-from ..harness.receipts import RECEIPT, read_complete_summary
+from ..harness.fileio import atomic_write_json, atomic_write_text, recording_reads
+from ..harness.receipts import INPUTS, RECEIPT, read_complete_summary, seal
 from . import templates
 from .formats import fmt_plain, fmt_signed
 
@@ -101,8 +101,11 @@ def campaign_summary(ablations: list[str | Path]) -> dict:
 
 def campaign_result(ablations: list[str | Path], out_dir: str | Path) -> dict:
     """Write ``report.md``, ``report.html`` and, last, ``summary.json`` with ``.complete`` of
-    :func:`campaign_summary` into ``out_dir``; return the summary."""
-    summary = campaign_summary(ablations)
+    :func:`campaign_summary` into ``out_dir``; return the summary. ``summary.json`` records
+    the ablation summaries it was read from (``inputs_sha256``); ``.complete`` seals the folder."""
+    with recording_reads() as reads:
+        summary = campaign_summary(ablations)
+    summary[INPUTS] = dict(sorted(reads.items()))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / RECEIPT).unlink(missing_ok=True)
@@ -111,5 +114,5 @@ def campaign_result(ablations: list[str | Path], out_dir: str | Path) -> dict:
         page = env.get_template(f"campaign.{name.split('.')[1]}.j2").render(s=summary, f=fmt_plain, sf=fmt_signed)
         atomic_write_text(out / name, page)
     atomic_write_json(out / "summary.json", summary)
-    (out / RECEIPT).touch()
+    seal(out)
     return summary

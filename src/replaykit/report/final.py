@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..harness.audit import audit_summary
-from ..harness.fileio import atomic_write_text
+from ..harness.fileio import atomic_write_text, recording_reads
 from ..harness.hashing import sha256_file
 from ..harness.receipts import write_summary
 from ..harness.results import final_summary
@@ -31,12 +31,14 @@ def final_result(
     report's checkpoint columns: ``report_diagnostics``; ``audits``: the official run's
     ``audit.json`` first, then the other runs', :func:`~replaykit.harness.audit.audit_summary`).
     Returns the summary; raises what :func:`~replaykit.harness.results.final_summary` raises
-    (nothing is written then)."""
-    summary, docs = final_summary(**kwargs)
-    summary["audit"] = audit_summary(list(audits))
+    (nothing is written then). ``summary.json`` records every file read to make it, with its
+    SHA-256 (``inputs_sha256``), and ``.complete`` seals both files of the folder."""
+    with recording_reads() as reads:
+        summary, docs = final_summary(**kwargs)
+        summary["audit"] = audit_summary(list(audits))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "report.md", render_report(task, summary, docs, report_diagnostics))
     summary["report_sha256"] = sha256_file(out_dir / "report.md")  # checked by status and the workflow
-    write_summary(out_dir, summary)
+    write_summary(out_dir, summary, inputs=reads)
     return summary

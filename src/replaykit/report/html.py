@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from ..harness.ablation import holm_verdicts
 from ..harness.fileio import atomic_write_text, read_json
-from ..harness.receipts import read_complete_summary
+from ..harness.receipts import read_complete_summary, read_verified_json
 from ..harness.results import paired_comparison
 from ..harness.stats import decimal
 from . import templates
@@ -204,10 +204,10 @@ def write_report(
     base = out_html.parent
     summary = read_complete_summary(final_dir)
     docs = [
-        read_json(p, required=("run", "seed", "checkpoints", "asset_manifest", "workspace_record", "record"))
+        read_verified_json(p, required=("run", "seed", "checkpoints", "asset_manifest", "workspace_record", "record"))
         for p in dict.fromkeys(map(str, officials))
     ]
-    shipped = read_json(summary["references"]["shipped"]["official"], required=("official",))
+    shipped = read_verified_json(summary["references"]["shipped"]["official"], required=("official",))
     rows = checkpoint_rows(docs, summary, shipped, n_boot, scale)
     ablation_section = _ablation_section(ablations, base)
     atomic_write_text(out_table, render_table([dict(r) for r in rows], out_table.parent))

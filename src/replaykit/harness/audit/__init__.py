@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..fileio import atomic_write_json, atomic_write_text, read_json
 from ..hashing import sha256_file
+from ..receipts import read_verified_json
 from .behaviour import behaviour_checks
 from .checks import SECTIONS, VERDICTS, check, line_of, read_json_or_none, read_jsonl, section
 from .defect import defect_checks
@@ -205,10 +206,11 @@ def audit_receipt(audit: str | Path) -> Path:
 def audit_summary(paths: list[str | Path]) -> dict | None:
     """What ``final/summary.json`` carries: the official run's audit (``paths[0]``: its path,
     SHA-256 and four sections in full) and one line for each other run's; None without audits.
-    Raises :class:`~replaykit.harness.errors.InputError` for a missing or unreadable file."""
+    Raises :class:`~replaykit.harness.errors.InputError` for a missing or unreadable file, or
+    one that differs from its receipt (``audit.json.sha256``)."""
     if not paths:
         return None
-    docs = [(Path(p), read_json(p, required=SECTIONS)) for p in paths]
+    docs = [(Path(p), read_verified_json(p, required=SECTIONS)) for p in paths]
     (path, doc), others = docs[0], docs[1:]
     return {
         "run": path.parent.name,
