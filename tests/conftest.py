@@ -762,3 +762,51 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"{line['name']}: {line['worker']} {what} {line['seconds']:.1f} s ({at})")
     waited = sum(line["seconds"] for line in lines if line["role"] == "reused")
     terminalreporter.write_line(f"waits for another worker's build: {waited:.0f} s in all")
+
+
+def bare_replay_spec(
+    tmp_path: Path,
+    workspace: Path,
+    budget: dict,
+    *,
+    settings: dict | None = None,
+    frozen=None,
+    record: str = "record.json",
+    make_inputs: bool = True,
+):
+    """The :class:`~replaykit.harness.protocol.ReplaySpec` of a soup replay of ``workspace`` on an
+    empty fixed start and no assets (made first unless ``make_inputs`` is false: an earlier
+    replay's), publishing to ``pub/`` with its state in ``state/``, under the isolation plan the
+    replay rule's gets (``settings``: the config's isolation keys, default bwrap)."""
+    from replaykit.harness.budget import Budget
+    from replaykit.harness.hashing import tree_files
+    from replaykit.harness.protocol import ReplaySpec
+    from replaykit.isolation import RunPaths, Settings, plan
+    from replaykit.tasks import frozen_code
+
+    fixed, manifest = tmp_path / "fixed", tmp_path / "assets" / "manifest.json"
+    if make_inputs:
+        fixed.mkdir()
+        (fixed / "config.json").write_text("{}")
+        manifest.parent.mkdir()
+        manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
+    run = RunPaths(fixed, tmp_path / "assets", read_only=(workspace,), writable=(tmp_path / "pub", tmp_path / "state"))
+    return ReplaySpec(
+        task="soup",
+        run="x-seed1",
+        workspace=Path(workspace),
+        workspace_record=tmp_path / "ws.json",
+        manifest=manifest,
+        fixed_start=fixed,
+        public_dir=tmp_path / "assets",
+        publish_dir=tmp_path / "pub",
+        state_dir=tmp_path / "state",
+        record_path=tmp_path / record,
+        budget=Budget.from_config(budget),
+        seed=1,
+        profile="embedded",
+        overrides={},
+        threads=1,
+        isolation=plan("soup", {}, Settings.from_config(settings or {"isolation": "bwrap"}), run),
+        frozen=frozen or frozen_code(),
+    )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import bare_replay_spec
 from replaykit.harness.observe import Watch, judge
 
 RECIPE = r"""
@@ -97,45 +98,17 @@ def fake_replay(tmp_path: Path, mode: str) -> dict:
 def replay_spec(tmp_path: Path, mode: str, build: bool = True):
     """The :class:`ReplaySpec` of :func:`fake_replay`; ``build``: make its workspace, fixed start
     and assets first (else they are there from an earlier replay)."""
-    from replaykit.harness.budget import Budget
-    from replaykit.harness.hashing import tree_files
-    from replaykit.harness.protocol import ReplaySpec
     from replaykit.harness.workspace import build_workspace
-    from replaykit.isolation import RunPaths, Settings, plan
-    from replaykit.tasks import frozen_code
 
-    workspace, fixed, manifest = tmp_path / "ws", tmp_path / "fixed", tmp_path / "assets" / "manifest.json"
+    workspace = tmp_path / "ws"
     if build:
         recipe = tmp_path / "recipe"
         (recipe / "configs").mkdir(parents=True)
         (recipe / "configs" / "embedded.yaml").write_text("max_steps: 1\n")
         (recipe / "train.py").write_text(RECIPE.replace("@MODE@", mode))
         build_workspace(recipe, workspace, tmp_path / "ws.json")
-        fixed.mkdir()
-        (fixed / "config.json").write_text("{}")
-        manifest.parent.mkdir()
-        manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
-    run = RunPaths(fixed, tmp_path / "assets", read_only=(workspace,), writable=(tmp_path / "pub", tmp_path / "state"))
     budget = {"outer_limit_s": 30, "internal_deadline_s": DEADLINE_S, "export_reserve_s": RESERVE_S}
-    return ReplaySpec(
-        task="soup",
-        run="x-seed1",
-        workspace=Path(workspace),
-        workspace_record=tmp_path / "ws.json",
-        manifest=manifest,
-        fixed_start=fixed,
-        public_dir=tmp_path / "assets",
-        publish_dir=tmp_path / "pub",
-        state_dir=tmp_path / "state",
-        record_path=tmp_path / "record.json",
-        budget=Budget.from_config(budget),
-        seed=1,
-        profile="embedded",
-        overrides={},
-        threads=1,
-        isolation=plan("soup", {}, Settings.from_config({"isolation": "bwrap"}), run),
-        frozen=frozen_code(),
-    )
+    return bare_replay_spec(tmp_path, workspace, budget, make_inputs=build)
 
 
 def marker(tmp_path: Path, progress: int) -> dict:

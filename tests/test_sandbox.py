@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, copy_workflow, jobs_run, snakemake, tiny_config, write_config
+from conftest import ROOT, bare_replay_spec, copy_workflow, jobs_run, snakemake, tiny_config, write_config
 from conftest import soup_task as tiny_soup_task
 from replaykit.harness import sandbox
 from replaykit.harness.salt import ENV as SALT_ENV
@@ -147,39 +147,12 @@ def bare_replay(tmp_path: Path, workspace: Path, isolation: str, frozen=None, li
     the isolation plan the replay rule's gets (``frozen``: the frozen code to hash; ``limits``:
     the config's ``sandbox_limits``)."""
     from replaykit.harness import replay
-    from replaykit.harness.budget import Budget
-    from replaykit.harness.hashing import tree_files
-    from replaykit.harness.protocol import ReplaySpec
-    from replaykit.isolation import RunPaths, Settings, plan
-    from replaykit.tasks import frozen_code
 
-    fixed = tmp_path / "fixed"
-    fixed.mkdir()
-    (fixed / "config.json").write_text("{}")
-    manifest = tmp_path / "assets" / "manifest.json"
-    manifest.parent.mkdir()
-    manifest.write_text(json.dumps({"fixed_start": {"files": tree_files(fixed)}, "files": {}}))
-    run = RunPaths(fixed, tmp_path / "assets", read_only=(workspace,), writable=(tmp_path / "pub", tmp_path / "state"))
-    spec = ReplaySpec(
-        task="soup",
-        run="x-seed1",
-        workspace=Path(workspace),
-        workspace_record=tmp_path / "ws.json",
-        manifest=manifest,
-        fixed_start=fixed,
-        public_dir=tmp_path / "assets",
-        publish_dir=tmp_path / "pub",
-        state_dir=tmp_path / "state",
-        record_path=tmp_path / "r.json",
-        budget=Budget.from_config({"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5}),
-        seed=1,
-        profile="embedded",
-        overrides={},
-        threads=1,
-        isolation=plan("soup", {}, Settings.from_config({"isolation": isolation, "sandbox_limits": limits}), run),
-        frozen=frozen or frozen_code(),
+    budget = {"outer_limit_s": 60, "internal_deadline_s": 50, "export_reserve_s": 5}
+    settings = {"isolation": isolation, "sandbox_limits": limits}
+    return replay.run_replay(
+        bare_replay_spec(tmp_path, workspace, budget, settings=settings, frozen=frozen, record="r.json")
     )
-    return replay.run_replay(spec)
 
 
 def one_file_workspace(tmp_path, train_py: str) -> Path:
