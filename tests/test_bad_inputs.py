@@ -750,3 +750,22 @@ def test_a_malformed_exploration_sidecar_stops_the_workflow_before_any_job(tmp_p
     # a sidecar naming another patch is no error: the record says it is not linked
     side.write_text(json.dumps({"patch_sha256": "0" * 64}))
     check_config(config, SCHEMA, "config/test.yaml")
+
+
+def test_a_config_file_in_the_recipes_folder_is_refused(tmp_path):
+    """Hostile (2026-12-05): a config file holding ``final_salt`` kept in ``recipes/soup/`` was
+    copied into the exploration's workspace (and would be into a replay's), where candidate
+    code read it: the sandbox masks a config file by its path, not its copies."""
+    recipes = tmp_path / "recipes"
+    (recipes / "soup").mkdir(parents=True)
+    inside = recipes / "soup" / "op.yaml"
+    inside.write_text("final_salt: s3cret\n")
+    config = default_config()
+    layers = [("config/config.yaml", config), (str(inside), {})]
+    with pytest.raises(InputError) as exc:
+        check_config(config, SCHEMA, "config/config.yaml", layers, recipes_root=recipes)
+    assert (exc.value.path, exc.value.field) == (str(inside), None)
+    assert exc.value.message.startswith(f"a config file in use lies in {recipes}/, which every workspace copies")
+    outside = tmp_path / "op.yaml"
+    outside.write_text("final_salt: s3cret\n")
+    check_config(config, SCHEMA, "config/config.yaml", [("config/config.yaml", config), (str(outside), {})])

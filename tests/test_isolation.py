@@ -884,3 +884,33 @@ def test_the_self_test_and_the_fingerprint_travel_with_the_rm_report(rm_run):
     assert_self_test_and_fingerprint_travel(rm_run, "rm")
     html = (rm_run / "results/rm/report.html").read_text()
     assert 'id="sandbox-self-test">Sandbox self-test: <strong>passed</strong>' in html
+
+
+@pytest.mark.parametrize("task", ["soup", "dpo"])
+def test_a_hard_link_to_a_secret_under_a_path_no_config_key_names_is_refused(work, task, monkeypatch):
+    """Hostile (2026-12-05, third pass): a config file hard-linked into the Python
+    environment's site-packages was shown to a probe: the inode check looked only under the
+    paths the config names (``sandbox_show``, data), and the masks go by path. Every shown or
+    writable path is now walked when a secret has another link; here the link lies in the
+    run's workspace (and the exploration's), which no config key names."""
+    private = work / "private"
+    private.mkdir()
+    salt = private / "salt.yaml"
+    salt.write_text("final_salt: s3cret\n")
+    monkeypatch.setenv("REPLAYKIT_WORKFLOW", json.dumps({"config_paths": [str(salt)]}))
+    workspace = Path(f"results/{task}/shipped-seed42/workspace")
+    workspace.mkdir(parents=True)
+    assert replay_plan(task, work).read_only  # one link: nothing walked, the plan is made
+    os.link(salt, workspace / "notes.yaml")
+    with pytest.raises(InputError) as exc:
+        replay_plan(task, work)
+    assert (exc.value.path, exc.value.field) == ("the sandbox's plan", "shown paths")
+    assert exc.value.message.startswith(
+        f"{(workspace / 'notes.yaml').resolve()} is a hard link to {salt}, which the sandbox never shows"
+    ), exc.value.message
+    (workspace / "notes.yaml").unlink()
+    ex = exploration(task, work, config_files=(salt,))
+    os.link(salt, ex.dir / "workspace" / "notes.yaml")
+    with pytest.raises(InputError) as exc:
+        probe_plan(ex, ex.dir / "runs" / "probe-1")
+    assert exc.value.message.startswith(f"{(ex.dir / 'workspace' / 'notes.yaml').resolve()} is a hard link to {salt}")

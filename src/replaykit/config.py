@@ -542,6 +542,8 @@ def check_config(
         InputError: naming the source and the first offending field (``tasks.dpo.budget.outer_limit_s``).
     """
     layers = layers or [(source, config)]
+    if recipes_root is not None:
+        _check_config_files_outside(Path(recipes_root), [name for name, _ in layers])
     schema = config_schema(schema_file, config)
     error = jsonschema.exceptions.best_match(_ConfigValidator(schema).iter_errors(config))
     if error is not None:
@@ -597,6 +599,22 @@ def check_config(
                 keys = exc.field.split(".")[2:] if (exc.field or "").startswith("tasks.") else []
                 raise InputError(src(*keys) if keys else exc.path, exc.field, exc.message) from None
     check_campaign(config, layers, source)
+
+
+def _check_config_files_outside(recipes_root: Path, names: list[str]) -> None:
+    """No config file in use lies in ``recipes_root``: every workspace (a replay's, an
+    exploration's) is a copy of ``recipes/<task>/``, which candidate code reads, and the
+    sandbox's masks go by path, so they would not hide the copy (hostile, 2026-12-05: a config
+    holding ``final_salt`` in ``recipes/soup/``). Raises :class:`InputError` naming the file."""
+    root = recipes_root.resolve()
+    for name in names:
+        if name != CLI and Path(name).is_file() and root in Path(name).resolve().parents:
+            raise InputError(
+                name,
+                None,
+                f"a config file in use lies in {recipes_root}/, which every workspace copies for candidate "
+                "code to read (it can hold final_salt); keep config files outside it",
+            )
 
 
 def _check_patch(patch: str, path: str, field: str) -> None:

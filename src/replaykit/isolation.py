@@ -269,6 +269,11 @@ def plan(task: str, data: dict, settings: Settings, run: RunPaths) -> IsolationP
             "is a config file in use, which can hold final_salt, and a path the sandbox would show "
             "(the run's own paths); keep config files out of them",
         )
+    # a hard link to a secret under any shown path (the environment's prefix, /usr: masks go by
+    # path; declared() checked only the paths the config names); walked only when a secret has
+    # another link (hostile, 2026-12-05: a config file linked into site-packages)
+    system = [real for _, real in system_shown()]
+    _check_hard_links([*shown, *writable, *system], "shown paths", "the sandbox's plan", workdirs, configs, hidden)
     masks = secret_masks([*secrets, *configs], shown + writable) + [
         f for f in python_masks() if any(inside(f, p) and f != p for p in shown + writable)
     ]
