@@ -3,11 +3,14 @@
 A hostile tester's soup patch kept training 75 s past the internal deadline, into and beyond the
 export reserve, published, then rewrote ``train_result.json`` (stop_reason deadline, training
 ended 2 s before the deadline) and the ledger's times: the record said stop_reason deadline,
-deadline_fraction 0.99, and the audit found nothing. These fake recipes do the same on a budget
-of seconds, under the real sandbox; the record's timing must be the driver's, the late
-checkpoint must not be eligible for the official result, and the audit must name it. The
-control recipe stops at the deadline and publishes its last state inside the reserve, as the
-contract allows.
+deadline_fraction 0.99, and the audit found nothing. Another mapped its published ``model.pt``
+(MAP_SHARED), dirtied the pages just before the cutoff and wrote other weights through the
+mapping after it: no size, mtime or ctime moved, so the cutoff's fingerprint matched. The
+driver now kills the training process group at the internal deadline + export reserve. These
+fake recipes do the same on a budget of seconds, under the real sandbox; the record's timing
+must be the driver's, nothing may be written after the cutoff, and what is on disk must be
+what was there at the cutoff. The control recipe stops at the deadline and publishes its last
+state inside the reserve, as the contract allows.
 """
 
 from __future__ import annotations
@@ -48,8 +51,22 @@ def until(t):
         time.sleep(0.05)
 
 
+def forge():  # the forged account: stopped 2 s before the deadline, every publication before it
+    result = {"stop_reason": "deadline", "steps": 2, "train_start_unix": start, "train_end_unix": deadline - 2,
+              "publish_s": 0.1}
+    rows = [json.loads(x) for x in (pub / LEDGER).read_text().splitlines() if x.strip()]
+    for row in rows:
+        row["time"] = min(row["time"], deadline - 3)
+        if MODE == "mmap":  # vouch for what the mapping holds now
+            row["sha256"] = sha256_tree(pub / f"checkpoint-{row['progress']}")
+    (pub / LEDGER).write_text("".join(json.dumps(x) + "\n" for x in rows))
+    (state / "train_result.json").write_text(json.dumps(result))
+
+
 start = time.time()
 publish_checkpoint(weights(1), pub, 1)
+if MODE != "honest":  # forged before the cutoff: the driver stops the recipe there
+    forge()
 if MODE == "honest":  # training stops at the deadline; its last state is exported inside the reserve
     until(deadline)
     publish_checkpoint(weights(2), pub, 2)
@@ -65,15 +82,22 @@ elif MODE == "fill_later":  # an empty checkpoint folder before the cutoff, fill
     rows.append({"progress": 2, "sha256": sha256_tree(pub / "checkpoint-2"), "count": 2, "time": time.time(),
                  "retained": [1, 2], "state": "published"})
     (pub / LEDGER).write_text("".join(json.dumps(x) + "\n" for x in rows))
-result = {"stop_reason": "deadline", "steps": 2, "train_start_unix": start, "train_end_unix": time.time(),
-          "publish_s": 0.1}
-if MODE != "honest":  # the forged account: stopped 2 s before the deadline, every publication before it
-    result["train_end_unix"] = deadline - 2
-    rows = [json.loads(x) for x in (pub / LEDGER).read_text().splitlines() if x.strip()]
-    for row in rows:
-        row["time"] = min(row["time"], deadline - 3)
-    (pub / LEDGER).write_text("".join(json.dumps(x) + "\n" for x in rows))
-(state / "train_result.json").write_text(json.dumps(result))
+elif MODE == "mmap":  # other weights through a shared mapping of the published file, after the cutoff
+    import mmap, os
+    fd = os.open(pub / "checkpoint-1" / "model.pt", os.O_RDWR)
+    os.fsync(fd)  # clean pages: the next write stamps the file once, before the cutoff
+    m = mmap.mmap(fd, os.fstat(fd).st_size)
+    until(deadline + reserve - 1.5)
+    m[:] = m[:]  # every page dirty before the cutoff: a write to it later moves no mtime or ctime
+    until(deadline + reserve + 1.5)
+    m[:] = b"LATE".ljust(len(m), b"!")
+    print("[mmap] wrote other weights through the mapping after the cutoff", flush=True)
+if MODE == "honest":
+    (state / "train_result.json").write_text(json.dumps(
+        {"stop_reason": "deadline", "steps": 2, "train_start_unix": start, "train_end_unix": time.time(),
+         "publish_s": 0.1}))
+else:
+    forge()
 """
 
 DEADLINE_S, RESERVE_S = 4.0, 3.0
@@ -127,52 +151,67 @@ def marker(tmp_path: Path, progress: int) -> dict:
     )
 
 
-@pytest.mark.parametrize("mode", ["overtime", "fill_later"])
-def test_a_checkpoint_after_the_deadline_and_reserve_is_late_whatever_the_recipe_writes(tmp_path, mode):
-    """The hostile recipe publishes (or fills an empty checkpoint folder) 2 s after the internal
-    deadline + export reserve and forges its result and ledger to say it stopped before the
-    deadline. The record's stop_reason, utilisation and publication times are the driver's, the
-    late checkpoint's marker is invalid (so it cannot be the official result), the on-time one
-    stays valid, and the audit's budget_held is confirmed, naming it."""
+def test_a_recipe_still_running_at_the_deadline_and_reserve_is_stopped_there(tmp_path):
+    """The hostile recipe forges its result and ledger to say it stopped before the deadline,
+    then keeps running to publish 2 s after the internal deadline + export reserve. The driver
+    kills it at that cutoff: nothing after it reaches the disk, the record's stop_reason and
+    utilisation are the driver's (overtime), the attempt is the candidate's failure (the record
+    is written: a retry would end the same way), and the checkpoint published in time stays
+    valid."""
     from replaykit.harness.audit.platform import budget_check
 
-    record = fake_replay(tmp_path, mode)
+    record = fake_replay(tmp_path, "overtime")
     observed = record["observed"]
     deadline, cutoff = observed["deadline_unix"], observed["cutoff_unix"]
     assert cutoff == pytest.approx(deadline + RESERVE_S)
     # what the recipe wrote is kept, as its own account
     assert record["reported_by_recipe"]["stop_reason"] == "deadline"
     assert record["reported_by_recipe"]["train_end_unix"] == pytest.approx(deadline - 2)
-    # the driver's account
+    # the driver's account: stopped at the cutoff (its first look after it, then SIGKILL)
     assert record["stop_reason"] == "overtime" and observed["running_at_cutoff"] is True
-    assert observed["process_ended_unix"] > cutoff and observed["ended_after_deadline_s"] > RESERVE_S
-    assert record["utilisation"]["deadline_fraction"] > 1.5  # it ran past 4 + 3 s of a 4 s deadline
-    assert record["utilisation"]["after_deadline_s"] > RESERVE_S
-    assert record["retained"] == [1, 2] and list(observed["late"]) == ["2"]
-    why = "published after" if mode == "overtime" else "changed after"
-    assert observed["late"]["2"].startswith(f"{why} the internal deadline + export reserve 3 s")
-    assert record["checkpoints"]["2"]["late"] == observed["late"]["2"] and "late" not in record["checkpoints"]["1"]
-    first, second = record["publications"]
-    assert first["first_seen_unix"] < deadline
-    if mode == "overtime":
-        assert second["time"] <= deadline - 3  # the forged ledger time, kept as the recipe wrote it
-        assert second["first_seen_unix"] >= cutoff  # when the driver saw it
-        assert "first seen" in observed["late"]["2"]
-    # the driver's own file (the run folder, outside the sandbox) holds what the cutoff found
+    assert cutoff <= observed["process_ended_unix"] < cutoff + 1.5
+    assert record["utilisation"]["after_deadline_s"] == pytest.approx(RESERVE_S, abs=1.5)
+    # what it meant to write after the cutoff never was
+    assert record["retained"] == [1] and observed["late"] == {}
+    assert not (tmp_path / "pub" / "checkpoint-2" / "model.pt").exists()
+    assert [p["progress"] for p in record["publications"]] == [1]
     attempts = json.loads((tmp_path / "replay-attempts.json").read_text())
-    at_cutoff = attempts[-1]["observed"]["at_cutoff"]
-    assert sorted(at_cutoff) == (["1"] if mode == "overtime" else ["1", "2"])
-    assert attempts[-1]["cause"] == "deadline" and attempts[-1]["cause_detail"] == "stop_reason overtime"
-    # not eligible for the official result: its marker is invalid; the on-time one is judged as usual
-    late_marker = marker(tmp_path, 2)
-    assert late_marker["valid"] is False and late_marker["reason"].startswith(f"late: {why}")
+    assert sorted(attempts[-1]["observed"]["at_cutoff"]) == ["1"]
+    assert attempts[-1]["cause"] == "candidate" and attempts[-1]["cause_detail"] == "stop_reason overtime"
     assert marker(tmp_path, 1)["valid"] is True
-    # the audit reads the driver's account
-    budget = budget_check(str(tmp_path / "record.json"), record)
-    assert budget["result"] == "fail" and len(budget["evidence"]) == 1
-    assert f"checkpoint-2: late: {why} the internal deadline" in budget["evidence"][0]
-    line = int(budget["evidence"][0].split(":")[1])  # at the checkpoint's entry in the record
-    assert (tmp_path / "record.json").read_text().splitlines()[line - 1].strip().startswith('"late": "')
+    assert budget_check(str(tmp_path / "record.json"), record)["result"] == "pass"
+
+
+def test_an_empty_checkpoint_folder_it_meant_to_fill_after_the_cutoff_fails_the_replay(tmp_path):
+    """The recipe makes an empty checkpoint folder before the cutoff to fill after it: killed at
+    the cutoff, it leaves a folder no publication vouches for, which fails the replay as the
+    candidate's (last-failure.json says why); the late fill never happens."""
+    from replaykit.harness.replay import ReplayError
+
+    with pytest.raises(ReplayError, match="checkpoint-2: no publication .* vouches for it") as failed:
+        fake_replay(tmp_path, "fill_later")
+    assert failed.value.cause == "candidate"
+    assert list((tmp_path / "pub" / "checkpoint-2").iterdir()) == []
+    attempts = json.loads((tmp_path / "replay-attempts.json").read_text())
+    assert attempts[-1]["cause"] == "candidate" and sorted(attempts[-1]["observed"]["at_cutoff"]) == ["1", "2"]
+    assert attempts[-1]["observed"]["process_ended_unix"] < attempts[-1]["observed"]["cutoff_unix"] + 1.5
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_a_write_through_a_shared_mapping_after_the_cutoff_never_reaches_the_checkpoint(tmp_path):
+    """The hostile tester's mapping: the recipe maps its published ``model.pt`` (MAP_SHARED),
+    dirties every page 1.5 s before the cutoff, and would write other weights through it 1.5 s
+    after (a write to a page already dirty moves no size, mtime or ctime: the fingerprint
+    matches) and vouch for them in the ledger. The driver kills it at the cutoff: the file holds
+    what it held then, and the checkpoint that counts is that one."""
+    record = fake_replay(tmp_path, "mmap")
+    observed = record["observed"]
+    model = tmp_path / "pub" / "checkpoint-1" / "model.pt"
+    assert model.read_bytes() == b"weights 1"  # as at the cutoff: no late bytes
+    assert record["stop_reason"] == "overtime" and observed["process_ended_unix"] < observed["cutoff_unix"] + 1.5
+    assert record["retained"] == [1] and observed["late"] == {}
+    assert "LATE" not in (tmp_path / "pub" / "publications.jsonl").read_text()
+    assert marker(tmp_path, 1)["valid"] is True
 
 
 def test_a_recipe_that_stops_at_the_deadline_exports_inside_the_reserve(tmp_path):

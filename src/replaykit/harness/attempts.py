@@ -14,7 +14,9 @@ attempts) and at the end. The replay record copies them (``attempts``, oldest fi
 
 ``cause``: ``completed`` (the recipe's end), ``deadline`` (stopped at the internal deadline or
 at the outer limit), ``candidate`` (the recipe failed: an error of its own, a non-finite loss,
-nothing published, retention broken, a resource limit hit), ``platform`` (the sandbox did not
+nothing published, retention broken, a resource limit hit, or still running at the internal
+deadline + export reserve, where the driver stopped it: ``stop_reason overtime``, the record
+written all the same), ``platform`` (the sandbox did not
 start, SIGKILL without an error of the recipe's own -- the kernel's out-of-memory killer --,
 SIGTERM or SIGINT from a scheduler or an operator, or no end recorded: the driver was killed or
 its node lost, found at the next start), ``unknown`` (the driver itself failed). Another

@@ -5,7 +5,7 @@ The process runs in its own session (so its whole group can be signalled), gets 
 parent-death signal (it dies with the job that started it; a ``kill -9`` of Snakemake leaves
 no orphan), reads nothing from stdin, and writes stdout and stderr into one pipe the caller
 drains. :func:`stop_group` ends it: SIGTERM to the group, then SIGKILL after
-:data:`GRACE_S`.
+:data:`GRACE_S` (or SIGKILL at once when no grace is owed: the replay's cutoff).
 """
 
 from __future__ import annotations
@@ -80,10 +80,15 @@ def start_group(
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
-    """SIGTERM to ``proc``'s process group, SIGKILL after ``grace_s``; nothing if it ended."""
+    """SIGTERM to ``proc``'s process group, SIGKILL after ``grace_s`` (at once, without a
+    SIGTERM, when ``grace_s`` is 0: nothing it could catch); nothing if it ended."""
     if proc.poll() is not None:
         return
     try:
+        if grace_s <= 0:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=grace_s)
@@ -99,16 +104,17 @@ def wait_until(
     until_unix: float,
     tick: Callable[[float], None] | None = None,
     before_stop: Callable[[], None] | None = None,
+    grace_s: float = GRACE_S,
 ) -> bool:
-    """Wait for ``proc``; stop its group when ``until_unix`` passes first (returns True then,
-    after calling ``before_stop()``). ``tick(now)`` is called about every :data:`POLL_S` while
-    it runs."""
+    """Wait for ``proc``; stop its group (:func:`stop_group` with ``grace_s``) when
+    ``until_unix`` passes first (returns True then, after calling ``before_stop()``).
+    ``tick(now)`` is called about every :data:`POLL_S` while it runs."""
     while proc.poll() is None:
         now = time.time()
         if now > until_unix:
             if before_stop is not None:
                 before_stop()
-            stop_group(proc)
+            stop_group(proc, grace_s)
             return True
         if tick is not None:
             tick(now)

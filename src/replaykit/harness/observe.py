@@ -26,7 +26,12 @@ write), under ``observed``:
 
 A write to a file moves its ctime, which no call can set back, and a rename moves the renamed
 entry's, so a checkpoint filled in, swapped or renamed into place after the cutoff differs from
-its fingerprint even where its folder was made before.
+its fingerprint even where its folder was made before. One write does not: through a shared
+memory mapping, to a page already dirty, the kernel stamps no new mtime or ctime (a hostile
+tester dirtied its mapped ``model.pt`` 2 s before the cutoff and wrote other weights through it
+2.5 s after). So the fingerprint is the second line only: the first is that the driver kills the
+training process group right after it (:func:`.replay.supervise`), so nothing is written after
+the cutoff at all, through any mapping; what changes in the moment the kill takes is late.
 """
 
 from __future__ import annotations

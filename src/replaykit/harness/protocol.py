@@ -33,7 +33,7 @@ class StopReason(StrEnum):
     DEADLINE = "deadline"  # the internal deadline (or an earlier attempt spent the budget)
     NAN_LOSS = "nan_loss"  # a non-finite loss or reward: the recipe stops with an error
     OUTER_LIMIT = "outer_limit"  # the driver stopped the process group at the outer limit
-    OVERTIME = "overtime"  # the driver saw it still running at the internal deadline + export reserve
+    OVERTIME = "overtime"  # still running at the internal deadline + export reserve: the driver stopped it there
     UNKNOWN = "unknown"  # the recipe left no result
 
 

@@ -3,8 +3,8 @@
 The driver verifies the fixed assets against their manifest, decides between a fresh
 formal replay and a resume of the same replay, starts ``train.py`` of the workspace in its
 own process group (:mod:`.launch`: a parent-death signal, so it dies with its job) inside
-the run's isolation plan (:mod:`.sandbox`), enforces the outer limit, checks retention, and
-writes the replay record last.
+the run's isolation plan (:mod:`.sandbox`), stops it at the internal deadline + export reserve
+(the cutoff) if it is still running, checks retention, and writes the replay record last.
 
 Recipe contract (what ``train.py --request request.json`` receives and must produce; the
 recipe's side is :mod:`replaykit.runtime`):
@@ -16,15 +16,21 @@ recipe's side is :mod:`replaykit.runtime`):
   ``steps``, ``train_start_unix``, ``train_end_unix``, ``publish_s``, on failure ``error``,
   and optionally ``history``: the training curve, ``[{"progress": int, "<name>": float,
   ...}]`` over all attempts (copied into the record as ``train_history``; the report plots it);
-* exit 0 when it stopped by itself (``max_steps`` or ``deadline``), non-zero otherwise.
+* exit 0 when it stopped by itself (``max_steps`` or ``deadline``), non-zero otherwise;
+* end by the internal deadline + export reserve (the cutoff): the driver kills the training
+  process group (SIGKILL, no grace: the reserve was the grace) if it is still running then.
 
 What the recipe writes is its own account, and candidate code can write anything there. The
 timing facts of the record are the driver's own (:mod:`.observe`): when it saw each checkpoint
 appear, what was there at the internal deadline + export reserve, when the training process
-ended. A checkpoint published or changed after that cutoff is *late*: the record marks it
-(``checkpoints.<N>.late``), its validation marker says invalid and the audit's ``budget_held``
-names it. ``stop_reason`` is the driver's (``outer_limit``, ``overtime``) or else the recipe's
-when it is one of its own reasons; the recipe's account is kept under ``reported_by_recipe``.
+ended. The driver kills the process group at that cutoff, so nothing is written after it,
+not even through a shared memory mapping of a published file (a write to a page already dirty
+moves no ctime, so no fingerprint sees it: a hostile tester's). A checkpoint published or
+changed after the cutoff all the same (in the moment the kill takes) is *late*: the record
+marks it (``checkpoints.<N>.late``), its validation marker says invalid and the audit's
+``budget_held`` names it. ``stop_reason`` is the driver's (``overtime``: stopped at the
+cutoff; ``outer_limit``: where the cutoff is the outer limit) or else the recipe's when it is
+one of its own reasons; the recipe's account is kept under ``reported_by_recipe``.
 """
 
 from __future__ import annotations
@@ -203,6 +209,7 @@ class Exit(NamedTuple):
     ended_unix: float
     limits: dict  # the record's sandbox.limits: stated, enforced by, hit (Confinement.describe)
     overtime: bool  # the training process was still running at the internal deadline + export reserve
+    stopped: bool  # the driver stopped the process group (at the cutoff, or at the outer limit)
 
 
 class Outcome(NamedTuple):
@@ -372,10 +379,11 @@ def launch(spec: ReplaySpec, start: Start) -> Launched:
 
 
 def supervise(launched: Launched, start: Start) -> Exit:
-    """Wait for the training process group: stop it at the outer limit, record a heartbeat of
-    the attempt every ``HEARTBEAT_S``, watch the publish folder (:class:`~.observe.Watch`:
-    when each checkpoint appears; at the internal deadline + export reserve, what is there),
-    judge which checkpoints are late once it has ended (:func:`~.observe.judge`), and on
+    """Wait for the training process group: stop it at the internal deadline + export reserve
+    (the cutoff, never after the outer limit: SIGKILL, no grace, once what is there has been
+    fingerprinted), record a heartbeat of the attempt every ``HEARTBEAT_S``, watch the publish
+    folder (:class:`~.observe.Watch`: when each checkpoint appears; at the cutoff, what is
+    there), judge which checkpoints are late once it has ended (:func:`~.observe.judge`), and on
     SIGTERM, SIGINT or SIGHUP stop it and exit with ``128 + signal`` (SystemExit). Returns how
     it ended, once its output is relayed."""
     proc, attempts, watch = launched.proc, start.attempts, launched.watch
@@ -394,8 +402,8 @@ def supervise(launched: Launched, start: Start) -> Exit:
     def at_cutoff(now: float) -> None:
         print(
             f"[replay] internal deadline + export reserve reached ({now - start.started_unix:.0f} s after the start)"
-            " and training is still running: what it publishes or changes from now on is late"
-            " (not eligible for the official result)",
+            " and training is still running: stopping the training process group; what it publishes or changes"
+            " from now on is late (not eligible for the official result)",
             flush=True,
         )
         attempts.heartbeat(now)
@@ -408,14 +416,19 @@ def supervise(launched: Launched, start: Start) -> Exit:
             attempts.heartbeat(now)
             last_beat[0] = now
 
-    def at_outer_limit() -> None:
+    stop_unix = min(watch.cutoff_unix, start.outer_unix)  # the cutoff; the outer limit bounds it all the same
+
+    def at_stop() -> None:
         now = time.time()
-        if watch.observed["at_cutoff"] is None:  # the cutoff is the outer limit: what it found, before the stop
+        if watch.observed["at_cutoff"] is None:  # what the cutoff found, before the stop
             watch.cut(now)
             at_cutoff(now)
-        print("[replay] outer limit reached: stopping the training process group", flush=True)
+        if stop_unix >= start.outer_unix:
+            print("[replay] outer limit reached: stopping the training process group", flush=True)
 
-    outer_hit = wait_until(proc, start.outer_unix, beat, before_stop=at_outer_limit)
+    # at the cutoff no grace is owed (the export reserve was it): SIGKILL, nothing to catch
+    stopped = wait_until(proc, stop_unix, beat, before_stop=at_stop, grace_s=0)
+    outer_hit = stopped and stop_unix >= start.outer_unix
     returncode = proc.wait()
     watch.ended(time.time())
     for progress, why in judge(watch.publish_dir, watch.observed).items():
@@ -423,14 +436,15 @@ def supervise(launched: Launched, start: Start) -> Exit:
     launched.relay_thread.join(timeout=10)
     launched.relay.close()
     ended_unix = time.time()
-    hit, evidence = (None, None) if outer_hit else launched.confinement.verdict(returncode, launched.relay.tail)
+    hit, evidence = (None, None) if stopped else launched.confinement.verdict(returncode, launched.relay.tail)
     limits = launched.confinement.describe(hit, evidence)
     launched.confinement.close()
     attempts.current["limit_hit"] = hit  # the attempt's cause: a limit hit is the candidate's failure
     attempts.heartbeat(ended_unix)
     if hit:
         print(f"[replay] {failure_line(hit, limits)}", flush=True)
-    return Exit(returncode, outer_hit, ended_unix, limits, watch.observed["at_cutoff"] is not None)
+    overtime = watch.observed["at_cutoff"] is not None
+    return Exit(returncode, outer_hit, ended_unix, limits, overtime, stopped)
 
 
 def _fail(
@@ -463,9 +477,10 @@ RECIPE_REASONS = (StopReason.MAX_STEPS, StopReason.DEADLINE, StopReason.NAN_LOSS
 
 def stop_reason(reported, ended: Exit) -> str:
     """Why training stopped, as the record says it: ``outer_limit`` when the driver stopped the
-    process there, ``overtime`` when the driver saw it still running at the internal deadline +
-    export reserve, else the recipe's own reason when it is one a recipe gives (``max_steps``,
-    ``deadline``, ``nan_loss``: the driver cannot tell these apart), else ``unknown``."""
+    process there (a cutoff at the outer limit), ``overtime`` when the driver saw it still
+    running at the internal deadline + export reserve (and stopped it there), else the recipe's
+    own reason when it is one a recipe gives (``max_steps``, ``deadline``, ``nan_loss``: the
+    driver cannot tell these apart), else ``unknown``."""
     if ended.outer_hit:
         return StopReason.OUTER_LIMIT.value
     if ended.overtime:
@@ -501,8 +516,8 @@ def interpret_exit(spec: ReplaySpec, verified: Verified, launched: Launched, end
     ledger = published_entries(publish_dir)  # a pending one was cut short: it vouches for nothing
     retained = published(publish_dir)
     failure = killed = None
-    if ended.outer_hit:
-        pass  # stopped by the driver: not a failure of the recipe's
+    if ended.stopped:
+        pass  # stopped by the driver at the cutoff: judged by its stop_reason, not as a failure
     elif ended.limits.get("hit"):
         failure = failure_line(ended.limits["hit"], ended.limits)
     elif returncode != 0:
@@ -736,11 +751,14 @@ def run_replay(spec: ReplaySpec) -> dict:
     except ReplayError as exc:
         attempts.end(ended.ended_unix, ended.returncode, exc.cause, str(exc), limit_hit=hit)
         raise
-    stopped = outcome.stop_reason in (StopReason.DEADLINE, StopReason.OUTER_LIMIT, StopReason.OVERTIME)
+    stopped = outcome.stop_reason in (StopReason.DEADLINE, StopReason.OUTER_LIMIT)
+    # overtime: the recipe ran past its export reserve and was killed there: its own failure
+    # (the record is written all the same, and the job succeeds: a rerun would do the same)
+    overtime = outcome.stop_reason == StopReason.OVERTIME
     attempts.end(
         ended.ended_unix,
         ended.returncode,
-        "deadline" if stopped else "completed",
+        "candidate" if overtime else "deadline" if stopped else "completed",
         f"stop_reason {outcome.stop_reason}",
         limit_hit=hit,
     )
