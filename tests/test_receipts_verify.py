@@ -1127,6 +1127,128 @@ def test_edited_score_rows_are_tampered_for_status_and_refused_by_their_readers(
         paired_comparison(scores, scores, n_boot=10, seed=0)
 
 
+def record_rows(run: Path) -> None:
+    """``official.json`` recording its score's rows as ``official`` writes it now (``rows_sha256``),
+    with ``final/`` recording the rows it read; receipts rewritten."""
+    doc = read(run / "official.json")
+    doc["checkpoints"][0]["rows_sha256"] = file_sha(scores_of(run) / "rows.jsonl")
+    (run / "official.json").write_text(json.dumps(doc))
+    receipt(run / "official.json")
+    final = run.parent / "final"
+    summary = read(final / "summary.json")
+    official = "results/t/shipped-seed1/official.json"
+    summary["officials_sha256"][official] = summary["inputs_sha256"][official] = file_sha(run / "official.json")
+    summary["inputs_sha256"]["results/t/shipped-seed1/final-scores/checkpoint-2/rows.jsonl"] = file_sha(
+        scores_of(run) / "rows.jsonl"
+    )
+    (final / "summary.json").write_text(json.dumps(summary))
+    seal(final)
+
+
+@pytest.mark.parametrize("name", ["summary.json", "rows.jsonl"])
+def test_a_score_rewritten_with_its_receipt_is_tampered_and_scored_again(tmp_path, monkeypatch, name):
+    """Hostile (2026-12-05): a score's ``summary.json`` value 0.4 -> 0.95 (or its ``rows.jsonl``
+    rewritten: the McNemar comparison flipped to a significant gain), and its ``.complete`` line
+    recomputed: the score passed its own receipt, ``status`` called ``official.json`` (or
+    ``final/``) stale only, and the rerun rebuilt them FROM THE EDITED SCORE. The hashes are
+    unkeyed, but ``official.json`` recorded the score's before the edit: the score is
+    ``tampered`` and its stamp written, so it is scored again from its checkpoint; ``official.json``
+    and ``final/`` follow from the new score."""
+    from replaykit.harness.verify import check_run, reverify, stamp_of, status_lines
+
+    run = fake_run(tmp_path)
+    record_rows(run)
+    monkeypatch.chdir(tmp_path)
+    rel, scores = Path("results/t/shipped-seed1"), scores_of(Path("results/t/shipped-seed1"))
+    assert all(f.state == "verified" for f in check_run(rel))
+    assert status_lines("results", ["t"])[1]
+    recorded = file_sha(scores / name)
+    if name == "summary.json":
+        doc = read(scores / name)
+        doc["value"] = 0.95
+        (scores / name).write_text(json.dumps(doc))
+    else:
+        (scores / name).write_text('{"id": "a", "score": 1}\n{"id": "b", "score": 1}\n')
+    seal(scores)  # the receipt recomputed consistently
+    bad = [f for f in check_run(rel) if f.state != "verified"]
+    assert [(f.path, f.state) for f in bad] == [(str(scores / name), "tampered")]
+    assert bad[0].reason.startswith(
+        f"its downstream record disagrees: {rel / 'official.json'} recorded SHA-256 {recorded[:12]}, "
+        f"it is {file_sha(scores / name)[:12]}"
+    )
+    assert bad[0].invalidates == [str(scores / "summary.json"), str(scores / ".complete"), str(rel / "official.json")]
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and lines[:2] == ["t/shipped-seed1: stale (3 of 4 receipts verified)", f"  {bad[0].line()}"]
+    said = []
+    products = reverify([str(rel)], {"results/t/final": [str(rel / "official.json")]}, say=said.append)
+    assert products == [*bad[0].invalidates, "results/t/final"]
+    assert stamp_of(scores / "summary.json").is_file()  # scored again, not official.json rebuilt from it
+    assert said[0] == f"receipts: {bad[0].line()}"
+
+
+def test_score_rows_rewritten_with_their_receipt_are_blamed_by_final_too(tmp_path, monkeypatch):
+    """An ``official.json`` made before it recorded its score's rows cannot tell a consistent
+    rewrite of ``rows.jsonl`` and its ``.complete`` line; ``final/``, which recorded the rows it
+    read (``inputs_sha256``), can: the rows are ``tampered`` and the score is scored again
+    (never ``final/`` rebuilt from them). So is an edited fixed-start reference, and an
+    ``official.json`` rewritten with its receipt is made again from its scores."""
+    from replaykit.harness.verify import check_final, reverify, stamp_of, status_lines
+
+    run = fake_run(tmp_path)
+    ref, _ = fake_task_products(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    final = read(run.parent / "final/summary.json")
+    final["inputs_sha256"]["results/t/shipped-seed1/final-scores/checkpoint-2/rows.jsonl"] = file_sha(
+        scores_of(run) / "rows.jsonl"
+    )
+    (run.parent / "final/summary.json").write_text(json.dumps(final))
+    seal(run.parent / "final")
+    rel, scores = Path("results/t/shipped-seed1"), scores_of(Path("results/t/shipped-seed1"))
+    officials = [str(rel / "official.json")]
+    assert check_final("results/t/final", officials).state == "verified"
+    (scores / "rows.jsonl").write_text('{"id": "a", "score": 1}\n{"id": "b", "score": 1}\n')
+    seal(scores)
+    finding = check_final("results/t/final", officials)
+    assert (finding.path, finding.state) == (str(scores / "rows.jsonl"), "tampered")
+    assert finding.invalidates == [
+        str(scores / "summary.json"),
+        str(scores / ".complete"),
+        str(rel / "official.json"),
+        "results/t/final",
+    ]
+    lines, ok = status_lines("results", ["t"])
+    assert not ok and f"  {finding.line()}" in lines
+    products = reverify([str(rel)], {"results/t/final": officials}, say=lambda _: None)
+    assert products == finding.invalidates and stamp_of(scores / "summary.json").is_file()
+    # the fixed-start reference: scored again
+    seal(scores)
+    (scores / "rows.jsonl").write_text('{"id": "a", "score": 1}\n{"id": "b", "score": 0}\n')
+    seal(scores)
+    assert check_final("results/t/final", officials).state == "verified"
+    doc = read(ref / "summary.json")
+    doc["value"] = 0.99
+    (ref / "summary.json").write_text(json.dumps(doc))
+    seal(ref)
+    finding = check_final("results/t/final", officials)
+    assert (finding.path, finding.state) == (str(ref.relative_to(tmp_path) / "summary.json"), "tampered")
+    assert finding.invalidates[:2] == [str(ref.relative_to(tmp_path) / n) for n in ("summary.json", ".complete")]
+    # official.json rewritten with its receipt: made again from its scores
+    doc = read(run / "official.json")
+    doc["official"]["value"] = 0.99
+    (run / "official.json").write_text(json.dumps(doc))
+    receipt(run / "official.json")
+    doc = read(ref / "summary.json")
+    doc["value"] = 0.45
+    (ref / "summary.json").write_text(json.dumps(doc))
+    seal(ref)
+    finding = check_final("results/t/final", officials)
+    assert (finding.path, finding.state, finding.invalidates) == (
+        str(rel / "official.json"),
+        "tampered",
+        [str(rel / "official.json"), "results/t/final"],
+    )
+
+
 def test_an_edited_official_json_is_tampered_and_final_refuses_it(tmp_path, monkeypatch):
     """``official.json`` was vouched for only by ``final/``'s hash of it, so an edit followed by a
     rebuild of ``final/`` was taken as the new official result. It has its receipt
@@ -1189,14 +1311,18 @@ def test_an_edited_proxy_score_is_tampered_and_not_taken_into_official(tmp_path,
         with pytest.raises(InputError, match="tampered: edited since it was written"):
             read_it()
     assert not (tmp_path / "p.json").exists()
-    # the receipt rewritten too: official.json's hash of the proxy score still tells
+    # the receipt rewritten too: official.json's hash of the proxy score still tells, and the
+    # proxy score (not official.json from it) is made again
     seal(proxy)
     [finding] = [f for f in check_run(rel) if f.state != "verified"]
-    assert (finding.path, finding.state, finding.reason) == (
+    assert (finding.path, finding.state) == (str(proxy / "summary.json"), "tampered")
+    assert finding.reason.startswith(f"its downstream record disagrees: {rel / 'official.json'} recorded SHA-256")
+    assert finding.invalidates == [
+        str(proxy / "summary.json"),
+        str(proxy / ".complete"),
         str(rel / "official.json"),
-        "stale",
-        "made from another proxy score of checkpoint-2",
-    )
+        str(rel / "proxy.json"),
+    ]
 
 
 def fake_task_products(root: Path) -> tuple[Path, Path]:

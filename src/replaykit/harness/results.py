@@ -21,6 +21,12 @@ from .select import best_valid, proxy_selected
 from .selftest import self_test_section
 from .stats import exact_mcnemar, mean_sd, normalisation_undefined, normalised_score, paired_bootstrap
 
+ROWS = "rows.jsonl"
+
+
+def _sha_or_none(path: Path) -> str | None:
+    return sha256_file(path) if path.is_file() else None
+
 
 def _checkpoint_entry(progress: int, marker_path, score_dir, proxy_dir) -> dict:
     """One retained checkpoint of ``official.json``: its validation verdict, its final value
@@ -41,6 +47,8 @@ def _checkpoint_entry(progress: int, marker_path, score_dir, proxy_dir) -> dict:
         "checkpoint_sha256": marker.get("checkpoint_sha256"),
         "marker_sha256": sha256_file(marker_path),
         "summary_sha256": sha256_file(summary_path) if summary_path.is_file() else None,
+        # the rows too: a consistent rewrite of rows.jsonl and its .complete line disagrees with this
+        "rows_sha256": _sha_or_none(Path(score_dir) / ROWS),
     }
     if entry["valid"]:
         summary = read_complete_summary(score_dir)
@@ -61,6 +69,7 @@ def _checkpoint_entry(progress: int, marker_path, score_dir, proxy_dir) -> dict:
             proxy_se=proxy["uncertainty"]["value"],
             proxy_metric=proxy["metric"],
             proxy_summary_sha256=sha256_file(Path(proxy_dir) / "summary.json"),
+            proxy_rows_sha256=_sha_or_none(Path(proxy_dir) / ROWS),
         )
     return entry
 

@@ -40,7 +40,8 @@ from .provenance import utc_now
 from .receipts import INPUTS, RECEIPT, SUMMARY, folder_problem, receipt_of, receipt_problem, status
 from .receipts import SELF_TESTS as SELF_TEST  # <results>/sandbox-self-test/<task>.json
 
-CACHE = ".hash-cache.json"  # per run: results/<task>/<run>/.hash-cache.json
+CACHE = ".hash-cache.json"
+ROWS = "rows.jsonl"  # a score folder's rows, listed in its .complete  # per run: results/<task>/<run>/.hash-cache.json
 
 
 @dataclass
@@ -101,16 +102,55 @@ def _check_checkpoint(run_dir: Path, record_path: Path, record: dict, progress: 
         else Finding(str(checkpoint), "verified"),
         Finding(str(marker), "verified"),
     ]
-    out.append(_check_score(scores, "final", actual, marker, cache, [*score_files, *downstream]))
+    entry = _recorded_entry(run_dir, progress, cache)
+    finding = _check_score(scores, "final", actual, marker, cache, [*score_files, *downstream])
+    out.append(_disagreeing(finding, scores, entry, marker, cache, "", [*score_files, *downstream]))
     proxy = run_dir / "proxy-scores" / f"checkpoint-{progress}"
     if proxy.is_dir():  # every retained checkpoint is proxy-scored for official.json's proxy_selected
         downstream = [*downstream, str(run_dir / "proxy.json")]
-        out.append(
-            _check_score(
-                proxy, "proxy", actual, marker, cache, [str(proxy / SUMMARY), str(proxy / RECEIPT), *downstream]
-            )
-        )
+        files = [str(proxy / SUMMARY), str(proxy / RECEIPT), *downstream]
+        finding = _check_score(proxy, "proxy", actual, marker, cache, files)
+        out.append(_disagreeing(finding, proxy, entry, marker, cache, "proxy_", files))
     return out
+
+
+def _recorded_entry(run_dir: Path, progress: int, cache: HashCache) -> dict | None:
+    """``official.json``'s entry for checkpoint ``progress`` when its own receipt vouches for
+    it (else None: an edited or unreceipted ``official.json`` records nothing to trust)."""
+    official = run_dir / "official.json"
+    doc = _json(official)
+    if doc is None or receipt_problem(official, cache.file):
+        return None
+    entries = [c for c in doc.get("checkpoints") or [] if isinstance(c, dict) and c.get("progress") == progress]
+    return entries[0] if entries else None
+
+
+def _disagreeing(
+    finding: Finding, scores: Path, entry: dict | None, marker: Path, cache: HashCache, prefix: str, invalidates: list
+) -> Finding:
+    """A score that its own receipt vouches for (``finding`` verified) but whose downstream
+    record disagrees: ``official.json`` (``entry``, vouched for by its receipt), made from the
+    same marker, recorded another SHA-256 of its ``summary.json`` or ``rows.jsonl``
+    (``<prefix>summary_sha256``, ``<prefix>rows_sha256``). The hashes are unkeyed, so a file
+    rewritten together with its ``.complete`` line passes its own receipt; the record made
+    before the edit does not. The score is ``tampered`` and scored again from its checkpoint
+    (its stamp), never ``official.json`` rebuilt from the edited file. An ``official.json``
+    made from another marker vouches for nothing here (it is stale itself)."""
+    if finding.state != "verified" or entry is None or entry.get("marker_sha256") != cache.file(marker):
+        return finding
+    for name in (SUMMARY, ROWS):
+        key = f"{prefix}{name.split('.')[0]}_sha256"
+        if key not in entry:  # an official.json made before it recorded the rows
+            continue
+        file = scores / name
+        actual = cache.file(file) if file.is_file() else None
+        if entry[key] != actual:
+            why = (
+                f"its downstream record disagrees: {scores.parent.parent / 'official.json'} recorded SHA-256 "
+                f"{str(entry[key])[:12]}, it is {str(actual)[:12]} (rewritten with its .complete line); scored again"
+            )
+            return Finding(str(file), "tampered", why, invalidates)
+    return finding
 
 
 def _check_score(scores: Path, split: str, actual: str, marker: Path, cache: HashCache, invalidates: list) -> Finding:
@@ -331,6 +371,9 @@ def check_final(
     summary = _json(final_dir / SUMMARY)
     if status(final_dir) != "complete" or summary is None:
         return Finding(str(final_dir), "stale", "no complete final summary", [str(final_dir)])
+    blamed = _laundered(final_dir, summary, Path(root), cache)
+    if blamed:
+        return blamed
     recorded = summary.get("officials_sha256") or {}
     for path in dict.fromkeys(str(p) for p in officials):
         if not (Path(root) / path).is_file():
@@ -344,6 +387,56 @@ def check_final(
     if problem:
         return Finding(str(final_dir), problem[0], problem[1], [str(final_dir)])
     return Finding(str(final_dir), "verified")
+
+
+def _producer(name: str, file: Path) -> tuple[list[str], str | None] | None:
+    """What makes the file ``file`` (``name``: as ``final/`` records it, relative to the workflow's
+    folder) that ``final/`` read: the products to make again, and the ``official.json`` (as
+    recorded) of the run it belongs to (None for a task's product), or None for a file of no
+    known producer."""
+    folder, run_dir = file.parent, Path(name).parent
+    if file.name in (SUMMARY, ROWS) and folder.name.startswith("checkpoint-"):  # a run's score
+        run, rel_run = folder.parent.parent, run_dir.parent.parent
+        made = [str(folder / SUMMARY), str(folder / RECEIPT), str(run / "official.json")]
+        if folder.parent.name == "proxy-scores":
+            made.append(str(run / "proxy.json"))
+        return made, str(rel_run / "official.json")
+    if file.name in (SUMMARY, ROWS) and folder.name == "final-scores":  # the fixed-start reference
+        return [str(folder / SUMMARY), str(folder / RECEIPT)], None
+    if file.name == "official.json" or folder.name == SELF_TEST:
+        return [str(file)], None
+    if file.name in ("audit.json", "proxy.json"):
+        return [str(file)], str(run_dir / "official.json")
+    return None
+
+
+def _laundered(final_dir: Path, summary: dict, root: Path, cache: HashCache) -> Finding | None:
+    """A file ``final/`` read that its own receipt vouches for but that differs from the SHA-256
+    ``final/`` recorded when it read it (``inputs_sha256``, ``officials_sha256``): rewritten
+    together with its receipt (the hashes are unkeyed). It is ``tampered``, and its producer is
+    made again from its own inputs (a score from its checkpoint, ``official.json`` from its
+    scores, ...), with ``final/`` after it -- never ``final/`` rebuilt from the edited file. A
+    file of a run whose ``official.json`` is not the one ``final/`` read was legitimately made
+    again since (``final/`` is only stale: :func:`check_final`)."""
+    recorded = {**(summary.get(INPUTS) or {}), **(summary.get("officials_sha256") or {})}
+    for name, digest in recorded.items():
+        file = Path(name) if Path(name).is_absolute() else root / name
+        made = _producer(name, file)
+        if made is None or not file.is_file() or cache.file(file) == digest:
+            continue
+        if receipt_of(file) is None or receipt_problem(file, cache.file):
+            continue  # not vouched for by its receipt: found as such (tampered, stale) elsewhere
+        products, official = made
+        if official is not None:
+            now = root / official
+            if not now.is_file() or recorded.get(official) != cache.file(now):
+                continue
+        why = (
+            f"its downstream record disagrees: {final_dir / SUMMARY} recorded SHA-256 {str(digest)[:12]}, "
+            f"it is {cache.file(file)[:12]} (rewritten with its receipt); made again from its own inputs"
+        )
+        return Finding(str(file), "tampered", why, [*products, str(final_dir)])
+    return None
 
 
 def _final_mismatch(final_dir: Path, summary: dict, root: Path, cache: HashCache) -> str | None:
